@@ -1,0 +1,3 @@
+from leveret.cli import main
+
+raise SystemExit(main())

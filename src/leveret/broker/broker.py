@@ -1,0 +1,17 @@
+"""The broker: virtual hosts and users, independent of any network code."""
+
+from __future__ import annotations
+
+from leveret.broker.vhost import DurabilityHooks, VirtualHost
+from leveret.config import ServerConfig
+
+
+class Broker:
+    def __init__(self, config: ServerConfig, hooks: DurabilityHooks | None = None) -> None:
+        self.config = config
+        self.users = dict(config.users)
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", hooks)}
+
+    def authenticate(self, username: str, password: str) -> bool:
+        expected = self.users.get(username)
+        return expected is not None and expected == password

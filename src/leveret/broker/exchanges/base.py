@@ -1,0 +1,47 @@
+"""The interface every exchange type implements.
+
+An exchange type only indexes bindings and answers "where does this message
+go?". Everything else about an exchange (its name, flags, the list of bindings
+for if-unused and persistence) lives in broker.exchange.Exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+
+class ExchangeType:
+    """Routing logic of one exchange type. Destinations are queues or exchanges."""
+
+    name: ClassVar[str]
+
+    def bind(self, destination: Any, routing_key: str, arguments: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def unbind(self, destination: Any, routing_key: str, arguments: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def route(self, routing_key: str, message: Any) -> Iterable[Any]:
+        """Every destination the message goes to (duplicates allowed; the caller dedups)."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate_binding(cls, arguments: dict[str, Any]) -> None:
+        """Raise ChannelError for binding arguments this type cannot accept."""
+
+
+class RefCounts(dict):
+    """destination → number of bindings to it; one index entry per destination."""
+
+    def add(self, destination: Any) -> None:
+        self[destination] = self.get(destination, 0) + 1
+
+    def remove(self, destination: Any) -> bool:
+        """Drop one binding; True when the destination is gone from the index."""
+        count = self.get(destination, 0)
+        if count <= 1:
+            self.pop(destination, None)
+            return True
+        self[destination] = count - 1
+        return False

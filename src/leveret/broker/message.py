@@ -1,0 +1,84 @@
+"""A published message, shared by every queue it was routed to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leveret.protocol.properties import (
+    FLAG_HEADERS,
+    decode_properties,
+    encode_header,
+    headers_table,
+)
+
+
+class Message:
+    """One published message.
+
+    `header` is the content header payload exactly as the publisher sent it;
+    deliveries forward it untouched. Properties are decoded only when routing
+    or an extension needs them, and cached.
+    """
+
+    __slots__ = (
+        "exchange",
+        "routing_key",
+        "header",
+        "body",
+        "flags",
+        "persistent",
+        "exchange_and_key",
+        "store_id",
+        "_properties",
+        "_headers",
+    )
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        flags: int,
+        persistent: bool,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header
+        self.body = body
+        self.flags = flags
+        self.persistent = persistent
+        # basic.deliver / get-ok carry these two short strings; encode them once.
+        ex = exchange.encode()
+        rk = routing_key.encode()
+        self.exchange_and_key = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        self.store_id = 0
+        self._properties = None
+        self._headers: dict[str, Any] | None | bool = False
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body)
+
+    @property
+    def properties(self):
+        if self._properties is None:
+            self._properties = decode_properties(self.header)
+        return self._properties
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        if self._headers is False:
+            self._headers = headers_table(self.header, self.flags)
+        return self._headers  # type: ignore[return-value]
+
+    @property
+    def has_headers(self) -> bool:
+        return bool(self.flags & FLAG_HEADERS)
+
+    def replace_properties(self, props) -> None:
+        """Re-encode the header after the broker changed a property (rare)."""
+        self.header = encode_header(len(self.body), props)
+        self.flags = int.from_bytes(self.header[12:14], "big")
+        self._properties = props
+        self._headers = False

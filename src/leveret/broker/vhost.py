@@ -1,0 +1,375 @@
+"""A virtual host: the namespace of exchanges and queues, and routing between them.
+
+Model operations raise ChannelError / ConnectionError_ with RabbitMQ's reply
+codes and texts; the channel layer adds the class and method ids.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from leveret.broker.exchange import Binding, Exchange
+from leveret.broker.exchanges import EXCHANGE_TYPES
+from leveret.broker.message import Message
+from leveret.broker.queue import Queue, QueueEntry
+from leveret.protocol.constants import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+)
+from leveret.protocol.errors import ChannelError, ConnectionError_
+
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+# Queue arguments that must match on redeclaration (as RabbitMQ's equivalence check).
+EQUIVALENCE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class DurabilityHooks:
+    """What the vhost tells the store; the in-memory broker uses this no-op."""
+
+    def exchange_declared(self, exchange: Exchange) -> None: ...
+    def exchange_deleted(self, exchange: Exchange) -> None: ...
+    def queue_declared(self, queue: Queue) -> None: ...
+    def queue_deleted(self, queue: Queue) -> None: ...
+    def binding_added(self, binding: Binding) -> None: ...
+    def binding_removed(self, binding: Binding) -> None: ...
+    def queue_purged(self, queue: Queue, entries: list[QueueEntry]) -> None: ...
+    def message_removed(self, queue: Queue, entry: QueueEntry) -> None: ...
+
+
+class VirtualHost:
+    def __init__(self, name: str = "/", hooks: DurabilityHooks | None = None) -> None:
+        self.name = name
+        self.hooks = hooks or DurabilityHooks()
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.default_exchange = Exchange(name, "", "direct", durable=True)
+        self.exchanges[""] = self.default_exchange
+        for ex_name, ex_type in STANDARD_EXCHANGES:
+            self.exchanges[ex_name] = Exchange(name, ex_name, ex_type, durable=True)
+
+    # --- exchanges ----------------------------------------------------------
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange:
+        if not name:
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
+            return existing
+        if type_name not in EXCHANGE_TYPES:
+            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
+        arguments = arguments or {}
+        if existing is None:
+            if name.startswith("amq."):
+                raise ChannelError(
+                    ACCESS_REFUSED,
+                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
+                )
+            exchange = Exchange(self.name, name, type_name, durable, auto_delete, internal,
+                                arguments)
+            self.exchanges[name] = exchange
+            if durable:
+                self.hooks.exchange_declared(exchange)
+            return exchange
+        for field, got, current in (
+            ("type", type_name, existing.type_name),
+            ("durable", _flag(durable), _flag(existing.durable)),
+            ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
+            ("internal", _flag(internal), _flag(existing.internal)),
+        ):
+            if got != current:
+                raise ChannelError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{field}' for {existing.describe()}: "
+                    f"received '{got}' but current is '{current}'",
+                )
+        ae_new, ae_old = arguments.get("alternate-exchange"), existing.arguments.get(
+            "alternate-exchange"
+        )
+        if ae_new != ae_old:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg 'alternate-exchange' for {existing.describe()}: "
+                f"received {ae_new!r} but current is {ae_old!r}",
+            )
+        return existing
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        if not name:
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # idempotent, as RabbitMQ 3.x
+        if name.startswith("amq.") and exchange in self._standard():
+            raise ChannelError(
+                ACCESS_REFUSED, f"operation not permitted on {exchange.describe()}"
+            )
+        if if_unused and exchange.bindings:
+            raise ChannelError(PRECONDITION_FAILED, f"{exchange.describe()} in use")
+        self._remove_exchange(exchange)
+
+    def _standard(self) -> list[Exchange]:
+        return [self.exchanges[n] for n, _ in STANDARD_EXCHANGES if n in self.exchanges]
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        exchange.deleted = True
+        self.exchanges.pop(exchange.name, None)
+        for binding in list(exchange.bindings.values()):
+            self._drop_binding(binding, cascade=True)
+        for binding in list(exchange.inbound):
+            self._drop_binding(binding, cascade=True)
+        if exchange.durable:
+            self.hooks.exchange_deleted(exchange)
+
+    # --- queues -------------------------------------------------------------
+
+    def new_queue_name(self) -> str:
+        while True:
+            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            if name not in self.queues:
+                return name
+
+    def get_queue(self, name: str, connection: Any = None) -> Queue:
+        """The named queue, checking exclusive ownership against `connection`."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise ChannelError(NOT_FOUND, f"no queue '{name}' in vhost '{self.name}'")
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
+            raise ChannelError(
+                RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked {queue.describe()}. It could be "
+                "originally declared on another connection or the exclusive property value "
+                "does not match that of the original declaration.",
+            )
+        return queue
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        connection: Any = None,
+    ) -> Queue:
+        arguments = arguments or {}
+        if passive:
+            return self.get_queue(name, connection)
+        existing = self.queues.get(name) if name else None
+        if existing is not None:
+            self.get_queue(name, connection)  # exclusivity check
+            if exclusive and existing.exclusive_owner is None:
+                self.get_queue(name, object())  # same 405 text as RabbitMQ
+            for field, got, current in (
+                ("durable", _flag(durable), _flag(existing.durable)),
+                ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
+            ):
+                if got != current:
+                    raise ChannelError(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{field}' for {existing.describe()}: "
+                        f"received '{got}' but current is '{current}'",
+                    )
+            for key in EQUIVALENCE_ARGS:
+                got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
+                if got_arg != cur_arg:
+                    raise ChannelError(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{key}' for {existing.describe()}: "
+                        f"received {_describe_arg(got_arg)} but current is "
+                        f"{_describe_arg(cur_arg)}",
+                    )
+            return existing
+        if not name:
+            name = self.new_queue_name()
+        elif name.startswith("amq."):
+            raise ChannelError(
+                ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        queue = Queue(self, name, durable, connection if exclusive else None, auto_delete,
+                      arguments)
+        self.queues[name] = queue
+        # Every queue is bound to the default exchange by its name (implicitly).
+        if durable and not exclusive:
+            self.hooks.queue_declared(queue)
+        return queue
+
+    def delete_queue(self, queue: Queue, reason: str = "deleted") -> int:
+        """Remove a queue, cancel its consumers, and return how many messages it held."""
+        if queue.deleted:
+            return 0
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        count = len(queue.ready)
+        for binding in list(queue.bindings):
+            self._drop_binding(binding, cascade=True)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            consumer.channel.on_consumer_cancelled_by_broker(consumer)
+        entries = queue.ready.clear()
+        if queue.durable and queue.exclusive_owner is None:
+            self.hooks.queue_deleted(queue)
+        elif entries:
+            self.hooks.queue_purged(queue, entries)
+        return count
+
+    def purge_queue(self, queue: Queue) -> int:
+        entries = queue.ready.clear()
+        if entries:
+            self.hooks.queue_purged(queue, entries)
+        return len(entries)
+
+    def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
+        if entry.message.store_id:
+            self.hooks.message_removed(queue, entry)
+
+    def maybe_auto_delete(self, queue: Queue) -> None:
+        """Auto-delete queues go when their last consumer does."""
+        if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+            self.delete_queue(queue)
+
+    # --- bindings -----------------------------------------------------------
+
+    def bind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
+             arguments: dict[str, Any]) -> None:
+        if source is self.default_exchange or destination is self.default_exchange:
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        source.router.validate_binding(arguments)
+        binding = Binding(source, destination, routing_key, arguments)
+        if source.add_binding(binding):
+            if isinstance(destination, Queue):
+                destination.bindings.add(binding)
+            else:
+                destination.inbound.add(binding)
+            if source.durable and destination.durable and not getattr(
+                destination, "exclusive_owner", None
+            ):
+                self.hooks.binding_added(binding)
+
+    def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
+               arguments: dict[str, Any]) -> None:
+        if source is self.default_exchange or destination is self.default_exchange:
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        binding = source.bindings.get((destination, routing_key, _args_key(arguments)))
+        if binding is not None:
+            self._drop_binding(binding, cascade=True)
+
+    def _drop_binding(self, binding: Binding, cascade: bool) -> None:
+        source, destination = binding.source, binding.destination
+        source.remove_binding(destination, binding.routing_key, binding.arguments)
+        if isinstance(destination, Queue):
+            destination.bindings.discard(binding)
+        else:
+            destination.inbound.discard(binding)
+        if source.durable and destination.durable:
+            self.hooks.binding_removed(binding)
+        if cascade and source.auto_delete and not source.bindings and not source.deleted:
+            self._remove_exchange(source)
+
+    # --- routing (hot path) -------------------------------------------------
+
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """Every queue the message goes to, following e2e bindings and alternate exchanges."""
+        if exchange is self.default_exchange:
+            queue = self.queues.get(message.routing_key)
+            return [queue] if queue is not None else []
+        queues = self._route_once(exchange, message)
+        if queues or not exchange.arguments:
+            return queues
+        # Unroutable: follow the alternate-exchange chain, each exchange once.
+        seen = {exchange}
+        current = exchange
+        while not queues:
+            ae_name = current.alternate_exchange
+            ae = self.exchanges.get(ae_name) if ae_name is not None else None
+            if ae is None or ae in seen:
+                break
+            seen.add(ae)
+            queues = self.route(ae, message) if ae is self.default_exchange else (
+                self._route_once(ae, message)
+            )
+            current = ae
+        return queues
+
+    def _route_once(self, exchange: Exchange, message: Message) -> list[Queue]:
+        routing_key = message.routing_key
+        queues: list[Queue] = []
+        nested = None
+        for dest in exchange.router.route(routing_key, message):
+            if type(dest) is Queue:
+                queues.append(dest)
+            else:
+                nested = nested or []
+                nested.append(dest)
+        if nested:
+            # Exchange-to-exchange: walk each exchange once, dedup queues.
+            seen_ex = {exchange}
+            seen_q = set(queues)
+            while nested:
+                ex = nested.pop()
+                if ex in seen_ex:
+                    continue
+                seen_ex.add(ex)
+                for dest in ex.router.route(routing_key, message):
+                    if type(dest) is Queue:
+                        if dest not in seen_q:
+                            seen_q.add(dest)
+                            queues.append(dest)
+                    elif dest not in seen_ex:
+                        nested.append(dest)
+        return queues
+
+
+def _args_key(arguments: dict[str, Any]) -> str:
+    from leveret.broker.exchange import arguments_key
+
+    return arguments_key(arguments)
+
+
+def _describe_arg(value: Any) -> str:
+    return "none" if value is None else f"the value '{value}'"

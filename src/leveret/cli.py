@@ -1,0 +1,136 @@
+"""The `leveret` command: `leveret server`, `leveret perf`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from leveret import __version__
+from leveret.config import ServerConfig
+
+log = logging.getLogger("leveret")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="leveret", description="Leveret: a RabbitMQ-compatible AMQP 0-9-1 broker"
+    )
+    parser.add_argument("--version", action="version", version=f"leveret {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    server = sub.add_parser("server", help="run the broker")
+    defaults = ServerConfig()
+    server.add_argument("--host", default=defaults.host,
+                        help="address to listen on (default %(default)s)")
+    server.add_argument("--port", type=_port, default=defaults.port,
+                        help="AMQP port (default %(default)s)")
+    server.add_argument("--data-dir", default=defaults.data_dir,
+                        help="directory for durable state (default %(default)s)")
+    server.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="log verbosity (default %(default)s)")
+    server.add_argument("--heartbeat", type=_positive_int, default=defaults.heartbeat,
+                        help="heartbeat interval offered to clients, seconds; 0 disables "
+                             "(default %(default)s)")
+    server.add_argument("--frame-max", type=_positive_int, default=defaults.frame_max,
+                        help="largest frame offered to clients (default %(default)s)")
+    server.add_argument("--fsync", choices=["always", "batch", "never"],
+                        default=defaults.fsync,
+                        help="when persistent messages reach the disk: 'always' syncs each "
+                             "write, 'batch' (default) syncs once per group of writes before "
+                             "confirming them, 'never' leaves it to the OS (fast, a crash can "
+                             "lose confirmed messages)")
+    server.add_argument("--max-memory-bytes", type=_positive_int,
+                        default=defaults.max_memory_bytes,
+                        help="message bodies beyond this budget are kept on disk "
+                             "(default: a quarter of RAM, %(default)s)")
+
+    perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
+    try:
+        from leveret import perf as perf_module
+
+        perf_module.add_arguments(perf)
+    except ImportError:  # pragma: no cover - perf is part of the package
+        pass
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "server":
+        return run_server(args)
+    if args.command == "perf":
+        from leveret import perf as perf_module
+
+        return perf_module.run(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def run_server(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.frame_max and args.frame_max < 4096:
+        log.error("--frame-max must be at least 4096 (the AMQP minimum), got %d",
+                  args.frame_max)
+        return 2
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        data_dir=str(Path(args.data_dir)),
+        heartbeat=args.heartbeat,
+        frame_max=args.frame_max or ServerConfig.frame_max,
+        fsync=args.fsync,
+        max_memory_bytes=args.max_memory_bytes,
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        return asyncio.run(_serve(config))
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+
+
+async def _serve(config: ServerConfig) -> int:
+    from leveret.server.listener import Server
+
+    loop = asyncio.get_running_loop()
+    server = Server(config, loop=loop)
+    await server.start()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: closing %d connection(s)", len(server.connections))
+    await server.stop()
+    return 0

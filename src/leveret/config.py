@@ -1,0 +1,35 @@
+"""Server settings, shared by the CLI, the embedded test broker and the server."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+def _default_memory_budget() -> int:
+    """A quarter of physical RAM, as RabbitMQ's paging threshold is a fraction of it."""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+        return max(64 * 1024 * 1024, pages * page_size // 4)
+    except (ValueError, OSError, AttributeError):
+        return 1024 * 1024 * 1024
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: str = "./leveret-data"
+    # Values offered in connection.tune; a client's lower non-zero value wins.
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+    # A connection that has not finished connection.open by then is dropped.
+    handshake_timeout: float = 10.0
+    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    fsync: str = "batch"  # always | batch | never
+    max_memory_bytes: int = field(default_factory=_default_memory_budget)
+    # Disable disk persistence entirely (the embedded test broker uses this by default).
+    persistence: bool = True
+    consumer_timeout_ms: int = 30 * 60 * 1000

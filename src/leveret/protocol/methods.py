@@ -1,0 +1,136 @@
+"""Method payloads: decoding with pamqp, plus hand-written codecs for the hot path.
+
+pamqp builds an object per method and walks its attributes generically, which
+is fine for declares and binds but costs too much per message. basic.publish,
+basic.ack and basic.deliver are therefore (de)coded here with precompiled
+structs; tests/test_protocol_codec.py checks them against pamqp's output.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+from pamqp.exceptions import UnmarshalingException
+
+from leveret.protocol.constants import SYNTAX_ERROR
+from leveret.protocol.errors import FrameError
+
+METHOD_INDEX = struct.Struct(">I")
+_SHORT = struct.Struct(">H")
+_ACK = struct.Struct(">QB")
+_DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
+_DELIVER_TAIL = struct.Struct(">QB")  # delivery tag, redelivered
+
+
+def method_index(payload: bytes) -> int:
+    return METHOD_INDEX.unpack_from(payload)[0]
+
+
+def method_name(index: int) -> str:
+    cls = commands.INDEX_MAPPING.get(index)
+    return cls.name if cls is not None else f"method {index >> 16}.{index & 0xFFFF}"
+
+
+def decode_method(payload: bytes) -> Any:
+    """A pamqp method object for a method frame payload.
+
+    Raises FrameError (502 SYNTAX_ERROR) when the payload cannot be decoded;
+    the text names the method so the client author knows which frame was bad.
+    """
+    if len(payload) < 4:
+        raise FrameError(SYNTAX_ERROR, f"method frame of {len(payload)} bytes is too short")
+    index = METHOD_INDEX.unpack_from(payload)[0]
+    cls = commands.INDEX_MAPPING.get(index)
+    if cls is None:
+        raise FrameError(
+            SYNTAX_ERROR, f"unknown method class {index >> 16} method {index & 0xFFFF}"
+        )
+    method = cls()
+    try:
+        method.unmarshal(payload[4:])
+    except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError,
+            UnmarshalingException, KeyError, OverflowError) as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed {cls.name} frame: {exc}") from None
+    return method
+
+
+def encode_method(method: Any, channel: int) -> bytes:
+    """A whole method frame for a pamqp method object (cold path)."""
+    return pamqp_frame.marshal(method, channel)
+
+
+# --- hot path ---------------------------------------------------------------
+
+
+def decode_publish(payload: bytes) -> tuple[str, str, bool, bool]:
+    """basic.publish → (exchange, routing_key, mandatory, immediate) without pamqp."""
+    try:
+        pos = 6  # method index (4) + reserved short (2)
+        n = payload[pos]
+        exchange = payload[pos + 1 : pos + 1 + n].decode()
+        pos += 1 + n
+        n = payload[pos]
+        routing_key = payload[pos + 1 : pos + 1 + n].decode()
+        bits = payload[pos + 1 + n]
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Publish frame: {exc}") from None
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
+
+
+def decode_ack(payload: bytes) -> tuple[int, bool]:
+    """basic.ack → (delivery_tag, multiple)."""
+    try:
+        tag, bits = _ACK.unpack_from(payload, 4)
+    except struct.error as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Ack frame: {exc}") from None
+    return tag, bool(bits & 1)
+
+
+def deliver_prefix(consumer_tag: str) -> bytes:
+    """The part of a basic.deliver payload after class/method that never changes."""
+    tag = consumer_tag.encode()
+    return bytes((len(tag),)) + tag
+
+
+def encode_deliver(
+    channel: int,
+    ctag_prefix: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange_and_key: bytes,
+) -> bytes:
+    """A whole basic.deliver frame.
+
+    `ctag_prefix` comes from deliver_prefix(); `exchange_and_key` is the
+    exchange and routing key as two short strings, encoded once per message.
+    """
+    size = 4 + len(ctag_prefix) + 9 + len(exchange_and_key)
+    return b"".join(
+        (
+            _DELIVER_HEAD.pack(1, channel, size, 60, 60),
+            ctag_prefix,
+            _DELIVER_TAIL.pack(delivery_tag, redelivered),
+            exchange_and_key,
+            b"\xce",
+        )
+    )
+
+
+def short_strings(*values: str) -> bytes:
+    """Several AMQP short strings back to back."""
+    out = bytearray()
+    for value in values:
+        raw = value.encode()
+        out.append(len(raw))
+        out += raw
+    return bytes(out)
+
+
+def encode_confirm(channel: int, delivery_tag: int, multiple: bool, nack: bool = False) -> bytes:
+    """basic.ack or basic.nack from the broker to a publisher in confirm mode."""
+    if nack:
+        return struct.pack(">BHIHHQBB", 1, channel, 13, 60, 120, delivery_tag, multiple, 0xCE)
+    return struct.pack(">BHIHHQBB", 1, channel, 13, 60, 80, delivery_tag, multiple, 0xCE)

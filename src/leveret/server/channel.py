@@ -1,0 +1,602 @@
+"""One AMQP channel: method dispatch, content assembly, deliveries, acks, confirms, tx.
+
+Hot path: basic.publish (decoded by hand), its header and body frames,
+deliveries out, and basic.ack (decoded by hand). Everything else goes through
+pamqp and a handler table.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from leveret.broker.consumer import Consumer
+from leveret.broker.exchange import Exchange
+from leveret.broker.message import Message
+from leveret.broker.queue import Queue, QueueEntry
+from leveret.protocol import methods as wire
+from leveret.protocol.constants import (
+    ACCESS_REFUSED,
+    BASIC_ACK,
+    BASIC_PUBLISH,
+    CLASS_BASIC,
+    COMMAND_INVALID,
+    FRAME_BODY,
+    FRAME_ERROR,
+    FRAME_HEADER,
+    NO_ROUTE,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    UNEXPECTED_FRAME,
+)
+from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
+from leveret.protocol.frames import body_frames, header_frame
+from leveret.protocol.properties import FLAG_USER_ID, parse_header
+from leveret.server.model_methods import ModelMethods
+
+if TYPE_CHECKING:
+    from leveret.server.connection import AMQPConnection
+
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+
+
+class _Transaction:
+    __slots__ = ("publishes", "settlements")
+
+    def __init__(self) -> None:
+        self.publishes: list[tuple[Exchange, Message, bool]] = []
+        self.settlements: list[tuple[str, int, bool, bool]] = []
+
+
+class Channel(ModelMethods):
+    def __init__(self, conn: AMQPConnection, number: int) -> None:
+        self.conn = conn
+        self.number = number
+        self.vhost = conn.vhost
+        self.closing = False  # we sent channel.close and wait for close-ok
+        self.flow_active = True
+        self.deliverable = conn.writable
+        self.consumers: dict[str, Consumer] = {}
+        # delivery tag → (queue, entry, consumer or None for basic.get), in tag order
+        self.unacked: dict[int, tuple[Queue, QueueEntry, Consumer | None]] = {}
+        self.unacked_count = 0
+        self.delivery_tag = 0
+        self.prefetch_count = 0  # for consumers created from now on (global=false)
+        self.global_prefetch = 0  # whole channel (global=true)
+        self.last_queue_name: str | None = None
+        # Publisher confirms: seq → None (waiting on disk), True (ok) or False (nack).
+        self.confirm_mode = False
+        self.publish_seq = 0
+        self.confirmed_upto = 0
+        self.confirm_waiting: dict[int, bool | None] = {}
+        self.tx: _Transaction | None = None
+        # Content being assembled: (exchange, routing_key, mandatory) then header/body.
+        self._publish: tuple[Exchange, str, bool] | None = None
+        self._header: bytes | None = None
+        self._header_flags = 0
+        self._persistent = False
+        self._body_parts: list[bytes] = []
+        self._body_left = 0
+        self._handlers = {
+            (20 << 16) | 20: self.on_channel_flow,
+            (20 << 16) | 21: self.on_channel_flow_ok,
+            (20 << 16) | 40: self.on_channel_close,
+            (40 << 16) | 10: self.on_exchange_declare,
+            (40 << 16) | 20: self.on_exchange_delete,
+            (40 << 16) | 30: self.on_exchange_bind,
+            (40 << 16) | 40: self.on_exchange_unbind,
+            (50 << 16) | 10: self.on_queue_declare,
+            (50 << 16) | 20: self.on_queue_bind,
+            (50 << 16) | 30: self.on_queue_purge,
+            (50 << 16) | 40: self.on_queue_delete,
+            (50 << 16) | 50: self.on_queue_unbind,
+            (60 << 16) | 10: self.on_basic_qos,
+            (60 << 16) | 20: self.on_basic_consume,
+            (60 << 16) | 30: self.on_basic_cancel,
+            (60 << 16) | 70: self.on_basic_get,
+            (60 << 16) | 90: self.on_basic_reject,
+            (60 << 16) | 100: self.on_basic_recover_async,
+            (60 << 16) | 110: self.on_basic_recover,
+            (60 << 16) | 120: self.on_basic_nack,
+            (85 << 16) | 10: self.on_confirm_select,
+            (90 << 16) | 10: self.on_tx_select,
+            (90 << 16) | 20: self.on_tx_commit,
+            (90 << 16) | 30: self.on_tx_rollback,
+        }
+
+    # --- frames in ----------------------------------------------------------
+
+    def handle_frame(self, frame_type: int, payload: bytes) -> None:
+        """Process one frame for this channel; ChannelErrors close just this channel."""
+        index = 0
+        try:
+            if frame_type == 1:
+                index = wire.method_index(payload)
+                if self._publish is not None:
+                    raise ConnectionError_(
+                        UNEXPECTED_FRAME,
+                        f"expected content header for class 60, got method "
+                        f"{wire.method_name(index)} on channel {self.number} instead",
+                    )
+                if index == BASIC_PUBLISH:
+                    self.on_basic_publish(payload)
+                elif index == BASIC_ACK:
+                    self.ack(*wire.decode_ack(payload))
+                else:
+                    self._handle_method(index, payload)
+            elif frame_type == FRAME_HEADER:
+                self.on_content_header(payload)
+            elif frame_type == FRAME_BODY:
+                self.on_content_body(payload)
+            else:
+                raise ConnectionError_(
+                    FRAME_ERROR, f"heartbeat frame on channel {self.number}; must be 0"
+                )
+        except AMQPError as exc:
+            if not exc.class_id and index:
+                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+            if isinstance(exc, ChannelError) and not exc.is_connection_error:
+                self.close_with_error(exc)
+            else:
+                raise
+
+    def handle_while_closing(self, frame_type: int, payload: bytes) -> None:
+        """After we sent channel.close only close and close-ok matter (spec 2.3.5.2)."""
+        if frame_type != 1:
+            return
+        index = wire.method_index(payload)
+        if index == (20 << 16) | 41:  # close-ok
+            self.conn.release_channel(self.number)
+        elif index == (20 << 16) | 40:  # both sides closed at once
+            self.send_method(cmd.Channel.CloseOk())
+
+    def _handle_method(self, index: int, payload: bytes) -> None:
+        handler = self._handlers.get(index)
+        if handler is None:
+            if index == (20 << 16) | 10:
+                raise ConnectionError_(
+                    CHANNEL_ERROR_CODE, f"second 'channel.open' seen on channel {self.number}"
+                )
+            raise ConnectionError_(
+                COMMAND_INVALID,
+                f"method {wire.method_name(index)} is not valid from a client on channel "
+                f"{self.number}",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        handler(wire.decode_method(payload))
+
+    # --- frames out ---------------------------------------------------------
+
+    def send_method(self, method: Any) -> None:
+        self.conn.write(wire.encode_method(method, self.number))
+
+    def _send_content(self, method_frame: bytes, message: Message) -> None:
+        n = self.number
+        body = message.body
+        parts = [method_frame, header_frame(n, message.header)]
+        parts += body_frames(n, body, self.conn.frame_max)
+        self.conn.write(b"".join(parts))
+
+    def close_with_error(self, exc: AMQPError) -> None:
+        """Channel exception: tell the client, drop our state, wait for close-ok."""
+        self.conn.log_channel_error(self.number, exc)
+        self.send_method(cmd.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id,
+                                           exc.method_id))
+        self.closing = True
+        self.cleanup()
+
+    # --- channel class ------------------------------------------------------
+
+    def on_channel_flow(self, m: cmd.Channel.Flow) -> None:
+        self.flow_active = bool(m.active)
+        self.update_deliverable()
+        self.send_method(cmd.Channel.FlowOk(m.active))
+
+    def on_channel_flow_ok(self, m: cmd.Channel.FlowOk) -> None:
+        pass  # we never send channel.flow
+
+    def on_channel_close(self, m: cmd.Channel.Close) -> None:
+        self.cleanup()
+        self.send_method(cmd.Channel.CloseOk())
+        self.conn.release_channel(self.number)
+
+    def update_deliverable(self) -> None:
+        was = self.deliverable
+        self.deliverable = self.flow_active and self.conn.writable and not self.closing
+        if self.deliverable and not was:
+            self._redispatch({c.queue for c in self.consumers.values()})
+
+    # --- publishing (hot path) ----------------------------------------------
+
+    def on_basic_publish(self, payload: bytes) -> None:
+        exchange_name, routing_key, mandatory, immediate = wire.decode_publish(payload)
+        if immediate:
+            raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
+        exchange = self.vhost.exchanges.get(exchange_name)
+        if exchange is None:
+            raise ChannelError(NOT_FOUND, f"no exchange '{exchange_name}' in vhost "
+                                          f"'{self.vhost.name}'")
+        if exchange.internal:
+            raise ChannelError(
+                ACCESS_REFUSED, f"cannot publish to internal {exchange.describe()}"
+            )
+        self._publish = (exchange, routing_key, mandatory)
+        self._header = None
+
+    def on_content_header(self, payload: bytes) -> None:
+        if self._publish is None or self._header is not None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header on channel {self.number} without a preceding content method",
+            )
+        class_id, _weight, body_size, flags, delivery_mode = parse_header(payload)
+        if class_id != CLASS_BASIC:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header for class {class_id} does not match method class 60",
+            )
+        if body_size > MAX_MESSAGE_SIZE:
+            self._publish = None
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"message size {body_size} is larger than configured max size "
+                f"{MAX_MESSAGE_SIZE}",
+                CLASS_BASIC, 40,
+            )
+        self._header = payload
+        self._header_flags = flags
+        self._persistent = delivery_mode == 2
+        if flags & FLAG_USER_ID:
+            self._check_user_id(payload)
+        if body_size == 0:
+            self._complete(b"")
+        else:
+            self._body_left = body_size
+            self._body_parts = []
+
+    def on_content_body(self, payload: bytes) -> None:
+        if self._header is None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content body frame on channel {self.number} without a content header",
+            )
+        self._body_left -= len(payload)
+        if self._body_left < 0:
+            raise ConnectionError_(
+                FRAME_ERROR, "content body frames exceed the body size in the content header"
+            )
+        if self._body_left == 0:
+            parts = self._body_parts
+            if parts:
+                parts.append(payload)
+                self._complete(b"".join(parts))
+            else:
+                self._complete(payload)
+        else:
+            self._body_parts.append(payload)
+
+    def _check_user_id(self, header: bytes) -> None:
+        from leveret.protocol.properties import decode_properties
+
+        user_id = decode_properties(header).user_id
+        if user_id != self.conn.user:
+            self._publish = None
+            self._header = None
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{self.conn.user}'",
+                CLASS_BASIC, 40,
+            )
+
+    def _complete(self, body: bytes) -> None:
+        exchange, routing_key, mandatory = self._publish  # type: ignore[misc]
+        self._publish = None
+        header = self._header
+        self._header = None
+        message = Message(exchange.name, routing_key, header, body,  # type: ignore[arg-type]
+                          self._header_flags, self._persistent)
+        if self.tx is not None:
+            self.tx.publishes.append((exchange, message, mandatory))
+            return
+        self._route(exchange, message, mandatory)
+
+    def _route(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
+        queues = self.vhost.route(exchange, message)
+        if self.confirm_mode:
+            self.publish_seq += 1
+            self.conn.confirms_due(self)
+        if queues:
+            for queue in queues:
+                queue.enqueue(message)
+        elif mandatory:
+            returned = wire.encode_method(
+                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
+                self.number,
+            )
+            self._send_content(returned, message)
+
+    def flush_confirms(self) -> None:
+        """Send one basic.ack (multiple) for every confirm that has become ready.
+
+        Called once per loop turn by the connection, so a burst of publishes
+        costs one ack frame, not one per message.
+        """
+        waiting = self.confirm_waiting
+        upto = self.confirmed_upto
+        out = []
+        if waiting:
+            for seq in list(waiting):
+                state = waiting[seq]
+                if state is None:
+                    break
+                del waiting[seq]
+                if state is False:
+                    if seq - 1 > upto:
+                        out.append(wire.encode_confirm(self.number, seq - 1, True))
+                    out.append(wire.encode_confirm(self.number, seq, False, nack=True))
+                    upto = seq
+            last = next(iter(waiting)) - 1 if waiting else self.publish_seq
+        else:
+            last = self.publish_seq
+        if last > upto:
+            out.append(wire.encode_confirm(self.number, last, last - upto > 1))
+            upto = last
+        self.confirmed_upto = upto
+        if out:
+            self.conn.write(b"".join(out))
+
+    # --- deliveries (hot path) ----------------------------------------------
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        self.delivery_tag += 1
+        tag = self.delivery_tag
+        if consumer.no_ack:
+            queue.vhost.on_message_removed(queue, entry)
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+        message = entry.message
+        n = self.number
+        body = message.body
+        frame_max = self.conn.frame_max
+        deliver = wire.encode_deliver(n, consumer.ctag_prefix, tag, entry.redelivered,
+                                      message.exchange_and_key)
+        if len(body) <= frame_max - 8:
+            self.conn.write(b"".join((deliver, header_frame(n, message.header),
+                                      *body_frames(n, body, frame_max))))
+        else:
+            self._send_content(deliver, message)
+
+    # --- basic class --------------------------------------------------------
+
+    def on_basic_qos(self, m: cmd.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise ConnectionError_(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+            self._redispatch({c.queue for c in self.consumers.values()})
+        else:
+            self.prefetch_count = m.prefetch_count
+        self.send_method(cmd.Basic.QosOk())
+
+    def on_basic_consume(self, m: cmd.Basic.Consume) -> None:
+        queue = self.queue_by_name(m.queue)
+        tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
+            os.urandom(16)).decode().rstrip("=")
+        if tag in self.consumers:
+            raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
+                                   CLASS_BASIC, 20)
+        if any(c.exclusive for c in queue.consumers) or (m.exclusive and queue.consumers):
+            raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
+        arguments = dict(m.arguments or {})
+        priority = arguments.get("x-priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"invalid arg 'x-priority' for {queue.describe()}: expected an integer, "
+                f"got {priority!r}",
+            )
+        consumer = Consumer(tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count,
+                            priority, arguments)
+        queue.add_consumer(consumer)
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.send_method(cmd.Basic.ConsumeOk(tag))
+        queue.dispatch()
+
+    def on_basic_cancel(self, m: cmd.Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            queue = consumer.queue
+            queue.remove_consumer(consumer)
+            self.vhost.maybe_auto_delete(queue)
+            if queue.consumers and queue.ready:
+                queue.dispatch()
+        if not m.nowait:
+            self.send_method(cmd.Basic.CancelOk(m.consumer_tag))
+
+    def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away; tell clients that asked for consumer_cancel_notify."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.conn.capabilities.get("consumer_cancel_notify") and not self.closing:
+            self.send_method(cmd.Basic.Cancel(consumer.tag, nowait=True))
+
+    def on_basic_get(self, m: cmd.Basic.Get) -> None:
+        queue = self.queue_by_name(m.queue)
+        entry = queue.get()
+        if entry is None:
+            self.send_method(cmd.Basic.GetEmpty())
+            return
+        self.delivery_tag += 1
+        tag = self.delivery_tag
+        if m.no_ack:
+            queue.vhost.on_message_removed(queue, entry)
+        else:
+            queue.unacked += 1
+            self.unacked[tag] = (queue, entry, None)
+            self.unacked_count += 1
+        message = entry.message
+        get_ok = wire.encode_method(
+            cmd.Basic.GetOk(tag, entry.redelivered, message.exchange, message.routing_key,
+                            queue.message_count),
+            self.number,
+        )
+        self._send_content(get_ok, message)
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        if self.tx is not None:
+            self._take(tag, multiple, peek=True)
+            self.tx.settlements.append(("ack", tag, multiple, False))
+            return
+        taken = self._take(tag, multiple)
+        touched = set()
+        for queue, entry, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            queue.settle(entry)
+            touched.add(queue)
+        self._redispatch(touched)
+
+    def on_basic_reject(self, m: cmd.Basic.Reject) -> None:
+        self._settle_negative("reject", m.delivery_tag, False, m.requeue)
+
+    def on_basic_nack(self, m: cmd.Basic.Nack) -> None:
+        self._settle_negative("nack", m.delivery_tag, m.multiple, m.requeue)
+
+    def _settle_negative(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        if self.tx is not None:
+            self._take(tag, multiple, peek=True)
+            self.tx.settlements.append((kind, tag, multiple, requeue))
+            return
+        self._return_or_drop(self._take(tag, multiple), requeue)
+
+    def _return_or_drop(self, taken: list, requeue: bool) -> None:
+        by_queue: dict[Queue, list[QueueEntry]] = {}
+        for queue, entry, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            if requeue:
+                by_queue.setdefault(queue, []).append(entry)
+            else:
+                queue.settle(entry)
+                by_queue.setdefault(queue, [])
+        for queue, entries in by_queue.items():
+            if entries:
+                queue.requeue(entries, dispatch=False)
+        self._redispatch(by_queue)
+
+    def _take(self, tag: int, multiple: bool, peek: bool = False) -> list:
+        """Remove and return the unacked deliveries an ack/nack/reject names."""
+        unacked = self.unacked
+        if tag == 0 and multiple:
+            if peek:
+                return []
+            taken = list(unacked.values())
+            unacked.clear()
+            self.unacked_count = 0
+            return taken
+        if tag not in unacked:
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
+                               CLASS_BASIC, 80)
+        if peek:
+            return []
+        if not multiple:
+            self.unacked_count -= 1
+            return [unacked.pop(tag)]
+        taken = []
+        for key in list(unacked):  # tags are in ascending order
+            if key > tag:
+                break
+            taken.append(unacked.pop(key))
+        self.unacked_count -= len(taken)
+        return taken
+
+    def _redispatch(self, queues) -> None:
+        for queue in queues:
+            if queue.consumers and queue.ready:
+                queue.dispatch()
+
+    def on_basic_recover_async(self, m: cmd.Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", CLASS_BASIC, 100)
+        self._return_or_drop(self._take(0, True), True)
+
+    def on_basic_recover(self, m: cmd.Basic.Recover) -> None:
+        if not m.requeue:
+            raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", CLASS_BASIC, 110)
+        self._return_or_drop(self._take(0, True), True)
+        self.send_method(cmd.Basic.RecoverOk())
+
+    # --- confirm and tx -----------------------------------------------------
+
+    def on_confirm_select(self, m: cmd.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise ChannelError(PRECONDITION_FAILED,
+                               "cannot switch from tx to confirm mode")
+        self.confirm_mode = True
+        if not m.nowait:
+            self.send_method(cmd.Confirm.SelectOk())
+
+    def on_tx_select(self, m: cmd.Tx.Select) -> None:
+        if self.confirm_mode:
+            raise ChannelError(PRECONDITION_FAILED,
+                               "cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = _Transaction()
+        self.send_method(cmd.Tx.SelectOk())
+
+    def on_tx_commit(self, m: cmd.Tx.Commit) -> None:
+        tx = self.tx
+        if tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = None  # apply for real, then start the next transaction
+        try:
+            for exchange, message, mandatory in tx.publishes:
+                if not exchange.deleted:
+                    self._route(exchange, message, mandatory)
+            for kind, tag, multiple, requeue in tx.settlements:
+                if kind == "ack":
+                    self.ack(tag, multiple)
+                else:
+                    self._settle_negative(kind, tag, multiple, requeue)
+        finally:
+            self.tx = _Transaction()
+        self.send_method(cmd.Tx.CommitOk())
+
+    def on_tx_rollback(self, m: cmd.Tx.Rollback) -> None:
+        if self.tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = _Transaction()
+        self.send_method(cmd.Tx.RollbackOk())
+
+    # --- teardown -----------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Channel closed: drop consumers, requeue what it had not acked."""
+        self.closing = True
+        self.deliverable = False
+        self._publish = None
+        self._header = None
+        self.tx = None
+        for consumer in list(self.consumers.values()):
+            queue = consumer.queue
+            queue.remove_consumer(consumer)
+            self.vhost.maybe_auto_delete(queue)
+        self.consumers.clear()
+        if self.unacked:
+            taken = list(self.unacked.values())
+            self.unacked.clear()
+            self.unacked_count = 0
+            self._return_or_drop(taken, True)
+
+
+CHANNEL_ERROR_CODE = 504

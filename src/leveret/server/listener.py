@@ -1,0 +1,51 @@
+"""The TCP listener and the broker process's lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from leveret.broker.broker import Broker
+from leveret.config import ServerConfig
+from leveret.server.connection import AMQPConnection
+
+log = logging.getLogger("leveret.server")
+
+
+class Server:
+    def __init__(self, config: ServerConfig, loop: asyncio.AbstractEventLoop | None = None,
+                 broker: Broker | None = None) -> None:
+        self.config = config
+        self.loop = loop or asyncio.get_event_loop()
+        self.broker = broker or Broker(config)
+        self.connections: set[AMQPConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self.port = config.port
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self._server = await self.loop.create_server(
+            lambda: AMQPConnection(self), self.config.host, self.config.port,
+            reuse_address=True, backlog=1024,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("Leveret listening for AMQP 0-9-1 on %s:%d (started in %.3f s)",
+                 self.config.host, self.port, time.monotonic() - started)
+
+    async def stop(self, reason: str = "shutdown") -> None:
+        """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.force_close(reason)
+        deadline = self.loop.time() + 2.0
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        log.info("Leveret stopped")

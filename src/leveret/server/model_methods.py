@@ -1,0 +1,121 @@
+"""Channel handlers for the methods that manage the model: exchange.*, queue.*.
+
+A mixin of Channel, split out because these are request/response methods with
+no message flow; they read best as a list of small handlers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from leveret.broker.queue import Queue
+from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
+from leveret.protocol.errors import ChannelError
+
+if TYPE_CHECKING:
+    from leveret.broker.vhost import VirtualHost
+
+
+def _args(table: Any) -> dict[str, Any]:
+    return dict(table) if table else {}
+
+
+class ModelMethods:
+    """exchange.* and queue.* handlers; `self` is a server.channel.Channel."""
+
+    vhost: VirtualHost
+    conn: Any
+    last_queue_name: str | None
+
+    def send_method(self, method: Any) -> None:  # provided by Channel
+        raise NotImplementedError
+
+    # --- exchange -----------------------------------------------------------
+
+    def on_exchange_declare(self, m: cmd.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(
+            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
+            _args(m.arguments),
+        )
+        if not m.nowait:
+            self.send_method(cmd.Exchange.DeclareOk())
+
+    def on_exchange_delete(self, m: cmd.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.send_method(cmd.Exchange.DeleteOk())
+
+    def on_exchange_bind(self, m: cmd.Exchange.Bind) -> None:
+        vhost = self.vhost
+        vhost.bind(vhost.get_exchange(m.source), vhost.get_exchange(m.destination),
+                   m.routing_key, _args(m.arguments))
+        if not m.nowait:
+            self.send_method(cmd.Exchange.BindOk())
+
+    def on_exchange_unbind(self, m: cmd.Exchange.Unbind) -> None:
+        vhost = self.vhost
+        vhost.unbind(vhost.get_exchange(m.source), vhost.get_exchange(m.destination),
+                     m.routing_key, _args(m.arguments))
+        if not m.nowait:
+            self.send_method(cmd.Exchange.UnbindOk())
+
+    # --- queue --------------------------------------------------------------
+
+    def queue_by_name(self, name: str) -> Queue:
+        """A queue for a method's queue field; empty means the channel's last declared queue."""
+        if not name:
+            if not self.last_queue_name:
+                raise ChannelError(NOT_FOUND, "no previously declared queue")
+            name = self.last_queue_name
+        return self.vhost.get_queue(name, self.conn)
+
+    def on_queue_declare(self, m: cmd.Queue.Declare) -> None:
+        queue = self.vhost.declare_queue(
+            m.queue, m.passive, m.durable, m.exclusive, m.auto_delete, _args(m.arguments),
+            self.conn,
+        )
+        if queue.exclusive_owner is self.conn:
+            self.conn.exclusive_queues.add(queue)
+        self.last_queue_name = queue.name
+        if not m.nowait:
+            self.send_method(
+                cmd.Queue.DeclareOk(queue.name, queue.message_count, queue.consumer_count)
+            )
+
+    def on_queue_bind(self, m: cmd.Queue.Bind) -> None:
+        queue = self.queue_by_name(m.queue)
+        self.vhost.bind(self.vhost.get_exchange(m.exchange), queue, m.routing_key,
+                        _args(m.arguments))
+        if not m.nowait:
+            self.send_method(cmd.Queue.BindOk())
+
+    def on_queue_unbind(self, m: cmd.Queue.Unbind) -> None:
+        queue = self.queue_by_name(m.queue)
+        self.vhost.unbind(self.vhost.get_exchange(m.exchange), queue, m.routing_key,
+                          _args(m.arguments))
+        self.send_method(cmd.Queue.UnbindOk())
+
+    def on_queue_purge(self, m: cmd.Queue.Purge) -> None:
+        queue = self.queue_by_name(m.queue)
+        count = self.vhost.purge_queue(queue)
+        if not m.nowait:
+            self.send_method(cmd.Queue.PurgeOk(count))
+
+    def on_queue_delete(self, m: cmd.Queue.Delete) -> None:
+        name = m.queue or self.last_queue_name or ""
+        if name not in self.vhost.queues:
+            # Deleting a missing queue succeeds, as in RabbitMQ 3.x.
+            if not m.nowait:
+                self.send_method(cmd.Queue.DeleteOk(0))
+            return
+        queue = self.queue_by_name(name)
+        if m.if_unused and queue.consumers:
+            raise ChannelError(PRECONDITION_FAILED, f"{queue.describe()} in use")
+        if m.if_empty and queue.message_count:
+            raise ChannelError(PRECONDITION_FAILED, f"{queue.describe()} not empty")
+        count = self.vhost.delete_queue(queue)
+        self.conn.exclusive_queues.discard(queue)
+        if not m.nowait:
+            self.send_method(cmd.Queue.DeleteOk(count))
