@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.vhost import DurabilityHooks, VirtualHost
 from leveret.config import ServerConfig
 
@@ -11,6 +12,7 @@ class Broker:
         self.config = config
         self.users = dict(config.users)
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", hooks)}
+        self.direct_reply = DirectReplyRegistry()
 
     def authenticate(self, username: str, password: str) -> bool:
         expected = self.users.get(username)

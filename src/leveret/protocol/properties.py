@@ -72,7 +72,7 @@ def encode_header(body_size: int, props: commands.Basic.Properties) -> bytes:
     """A content header payload (class 60) for these properties."""
     from pamqp.header import ContentHeader
 
-    return ContentHeader(0, body_size, props).marshal()[7:-1]
+    return ContentHeader(0, body_size, props).marshal()
 
 
 def headers_table(payload: bytes, flags: int) -> dict[str, Any] | None:

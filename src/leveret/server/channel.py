@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
+from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
@@ -36,7 +37,12 @@ from leveret.protocol.constants import (
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import body_frames, header_frame
-from leveret.protocol.properties import FLAG_USER_ID, parse_header
+from leveret.protocol.properties import (
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    decode_properties,
+    parse_header,
+)
 from leveret.server.model_methods import ModelMethods
 
 if TYPE_CHECKING:
@@ -75,6 +81,9 @@ class Channel(ModelMethods):
         self.confirmed_upto = 0
         self.confirm_waiting: dict[int, bool | None] = {}
         self.tx: _Transaction | None = None
+        # Direct reply-to: our token and consumer tag while we consume the pseudo-queue.
+        self.reply_token: str | None = None
+        self.reply_consumer_tag: str | None = None
         # Content being assembled: (exchange, routing_key, mandatory) then header/body.
         self._publish: tuple[Exchange, str, bool] | None = None
         self._header: bytes | None = None
@@ -282,8 +291,6 @@ class Channel(ModelMethods):
             self._body_parts.append(payload)
 
     def _check_user_id(self, header: bytes) -> None:
-        from leveret.protocol.properties import decode_properties
-
         user_id = decode_properties(header).user_id
         if user_id != self.conn.user:
             self._publish = None
@@ -302,12 +309,29 @@ class Channel(ModelMethods):
         self._header = None
         message = Message(exchange.name, routing_key, header, body,  # type: ignore[arg-type]
                           self._header_flags, self._persistent)
+        if self._header_flags & FLAG_REPLY_TO:
+            self._rewrite_reply_to(message)
         if self.tx is not None:
             self.tx.publishes.append((exchange, message, mandatory))
             return
         self._route(exchange, message, mandatory)
 
+    def _rewrite_reply_to(self, message: Message) -> None:
+        props = message.properties
+        if props.reply_to != direct_reply.PSEUDO_QUEUE:
+            return
+        if self.reply_token is None:
+            raise ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist",
+                               CLASS_BASIC, 40)
+        props.reply_to = direct_reply.PREFIX + self.reply_token
+        message.replace_properties(props)
+
     def _route(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
+        if exchange is self.vhost.default_exchange and message.routing_key.startswith(
+            direct_reply.PREFIX
+        ):
+            self._route_direct_reply(message, mandatory)
+            return
         queues = self.vhost.route(exchange, message)
         if self.confirm_mode:
             self.publish_seq += 1
@@ -321,6 +345,27 @@ class Channel(ModelMethods):
                 self.number,
             )
             self._send_content(returned, message)
+
+    def _route_direct_reply(self, message: Message, mandatory: bool) -> None:
+        target = self.conn.broker.direct_reply.lookup(message.routing_key)
+        if self.confirm_mode:
+            self.publish_seq += 1
+            self.conn.confirms_due(self)
+        if target is not None and not target.closing:
+            target.deliver_reply(message)
+        elif mandatory:
+            returned = wire.encode_method(
+                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", "", message.routing_key), self.number
+            )
+            self._send_content(returned, message)
+
+    def deliver_reply(self, message: Message) -> None:
+        """A direct reply-to delivery: no queue, no ack (the consumer is no-ack)."""
+        self.delivery_tag += 1
+        deliver = wire.encode_deliver(self.number, wire.deliver_prefix(self.reply_consumer_tag
+                                                                       or ""),
+                                      self.delivery_tag, False, message.exchange_and_key)
+        self._send_content(deliver, message)
 
     def flush_confirms(self) -> None:
         """Send one basic.ack (multiple) for every confirm that has become ready.
@@ -388,12 +433,15 @@ class Channel(ModelMethods):
         self.send_method(cmd.Basic.QosOk())
 
     def on_basic_consume(self, m: cmd.Basic.Consume) -> None:
-        queue = self.queue_by_name(m.queue)
         tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
             os.urandom(16)).decode().rstrip("=")
-        if tag in self.consumers:
+        if tag in self.consumers or tag == self.reply_consumer_tag:
             raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
                                    CLASS_BASIC, 20)
+        if m.queue == direct_reply.PSEUDO_QUEUE:
+            self._consume_direct_reply(m, tag)
+            return
+        queue = self.queue_by_name(m.queue)
         if any(c.exclusive for c in queue.consumers) or (m.exclusive and queue.consumers):
             raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
         arguments = dict(m.arguments or {})
@@ -412,7 +460,27 @@ class Channel(ModelMethods):
             self.send_method(cmd.Basic.ConsumeOk(tag))
         queue.dispatch()
 
+    def _consume_direct_reply(self, m: cmd.Basic.Consume, tag: str) -> None:
+        if not m.no_ack:
+            raise ChannelError(PRECONDITION_FAILED, "reply consumer cannot acknowledge",
+                               CLASS_BASIC, 20)
+        if self.reply_token is not None:
+            raise ChannelError(PRECONDITION_FAILED, "reply consumer already set",
+                               CLASS_BASIC, 20)
+        self.reply_token = self.conn.broker.direct_reply.register(self)
+        self.reply_consumer_tag = tag
+        if not m.nowait:
+            self.send_method(cmd.Basic.ConsumeOk(tag))
+
+    def _stop_direct_reply(self) -> None:
+        if self.reply_token is not None:
+            self.conn.broker.direct_reply.unregister(self.reply_token)
+            self.reply_token = None
+            self.reply_consumer_tag = None
+
     def on_basic_cancel(self, m: cmd.Basic.Cancel) -> None:
+        if m.consumer_tag == self.reply_consumer_tag:
+            self._stop_direct_reply()
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             queue = consumer.queue
@@ -587,6 +655,7 @@ class Channel(ModelMethods):
         self._publish = None
         self._header = None
         self.tx = None
+        self._stop_direct_reply()
         for consumer in list(self.consumers.values()):
             queue = consumer.queue
             queue.remove_consumer(consumer)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
+from leveret.broker.direct_reply import PSEUDO_QUEUE
 from leveret.broker.queue import Queue
 from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError
@@ -72,6 +73,11 @@ class ModelMethods:
         return self.vhost.get_queue(name, self.conn)
 
     def on_queue_declare(self, m: cmd.Queue.Declare) -> None:
+        if m.queue == PSEUDO_QUEUE and m.passive:
+            # RabbitMQ answers a passive declare of the reply-to pseudo-queue.
+            if not m.nowait:
+                self.send_method(cmd.Queue.DeclareOk(m.queue, 0, 0))
+            return
         queue = self.vhost.declare_queue(
             m.queue, m.passive, m.durable, m.exclusive, m.auto_delete, _args(m.arguments),
             self.conn,

@@ -1,0 +1,142 @@
+"""The hand-written hot-path codecs must agree byte for byte with pamqp."""
+
+from __future__ import annotations
+
+import pytest
+from pamqp import commands, frame
+from pamqp.header import ContentHeader
+
+from leveret.protocol import methods as wire
+from leveret.protocol.errors import FrameError
+from leveret.protocol.frames import FrameReader, body_frames, header_frame
+from leveret.protocol.properties import decode_properties, headers_table, parse_header
+
+
+def _payload(method) -> bytes:
+    raw = frame.marshal(method, 1)
+    return raw[7:-1]
+
+
+@pytest.mark.parametrize(
+    "exchange,key,mandatory,immediate",
+    [
+        ("", "q", False, False),
+        ("amq.topic", "a.b.c", True, False),
+        ("x" * 127, "", True, True),
+        ("amq.direct", "ключ.ü", False, True),
+    ],
+)
+def test_decode_publish_matches_pamqp(exchange, key, mandatory, immediate):
+    payload = _payload(
+        commands.Basic.Publish(
+            exchange=exchange, routing_key=key, mandatory=mandatory, immediate=immediate
+        )
+    )
+    assert wire.decode_publish(payload) == (exchange, key, mandatory, immediate)
+
+
+@pytest.mark.parametrize("tag,multiple", [(1, False), (2**63 - 1, True), (12345, True)])
+def test_decode_ack_matches_pamqp(tag, multiple):
+    payload = _payload(commands.Basic.Ack(delivery_tag=tag, multiple=multiple))
+    assert wire.decode_ack(payload) == (tag, multiple)
+
+
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_encode_deliver_matches_pamqp(redelivered):
+    ours = wire.encode_deliver(
+        7,
+        wire.deliver_prefix("amq.ctag-abc"),
+        99,
+        redelivered,
+        wire.short_strings("amq.direct", "rk.1"),
+    )
+    theirs = frame.marshal(
+        commands.Basic.Deliver(
+            consumer_tag="amq.ctag-abc",
+            delivery_tag=99,
+            redelivered=redelivered,
+            exchange="amq.direct",
+            routing_key="rk.1",
+        ),
+        7,
+    )
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("multiple", [False, True])
+@pytest.mark.parametrize("nack", [False, True])
+def test_encode_confirm_matches_pamqp(multiple, nack):
+    ours = wire.encode_confirm(3, 500, multiple, nack=nack)
+    if nack:  # a broker's nack never asks for requeue
+        method = commands.Basic.Nack(delivery_tag=500, multiple=multiple, requeue=False)
+    else:
+        method = commands.Basic.Ack(delivery_tag=500, multiple=multiple)
+    theirs = frame.marshal(method, 3)
+    assert ours == theirs
+
+
+def test_truncated_publish_is_a_syntax_error():
+    payload = _payload(commands.Basic.Publish(exchange="ex", routing_key="key"))
+    with pytest.raises(FrameError) as info:
+        wire.decode_publish(payload[:8])
+    assert info.value.code == 502
+
+
+def test_header_scan_finds_delivery_mode_after_headers():
+    props = commands.Basic.Properties(
+        content_type="text/plain",
+        content_encoding="gzip",
+        headers={"a": 1, "b": [1, "x"], "c": {"d": bytearray(b"\x00")}},
+        delivery_mode=2,
+        priority=5,
+        reply_to="r",
+    )
+    payload = ContentHeader(0, 10, props).marshal()
+    class_id, weight, size, flags, mode = parse_header(payload)
+    assert (class_id, weight, size, mode) == (60, 0, 10, 2)
+    assert headers_table(payload, flags) == {"a": 1, "b": [1, "x"], "c": {"d": bytearray(b"\x00")}}
+    assert decode_properties(payload).priority == 5
+
+
+def test_reader_splits_frames_across_arbitrary_chunks():
+    frames = frame.marshal(commands.Basic.Qos(prefetch_count=10), 1) + header_frame(
+        1, ContentHeader(0, 3, commands.Basic.Properties()).marshal()
+    )
+    frames += b"".join(body_frames(1, b"abc", 4096))
+    reader = FrameReader(131072)
+    got = []
+    for i in range(len(frames)):
+        got += list(reader.feed(frames[i : i + 1]))
+    assert [(t, c) for t, c, _ in got] == [(1, 1), (2, 1), (3, 1)]
+    assert got[2][2] == b"abc"
+
+
+def test_body_frames_respect_frame_max():
+    parts = body_frames(1, b"x" * 10000, 4096)
+    reader = FrameReader(4096)
+    chunks = [payload for _, _, payload in reader.feed(b"".join(bytes(p) for p in parts))]
+    assert [len(c) for c in chunks] == [4088, 4088, 1824]
+
+
+@pytest.mark.parametrize(
+    "data,fragment",
+    [
+        (b"\x01\x00\x01\x00\x00\x00\x00\xff", "frame end"),
+        (b"\x09\x00\x00\x00\x00\x00\x00\xce", "unknown frame type"),
+        (b"\x01\x00\x01\x00\x10\x00\x00", "exceeds"),
+    ],
+)
+def test_reader_rejects_broken_framing(data, fragment):
+    with pytest.raises(FrameError) as info:
+        list(FrameReader(4096).feed(data))
+    assert info.value.code == 501
+    assert fragment in info.value.reply_text
+
+
+def test_garbage_method_is_a_syntax_error():
+    payload = _payload(commands.Queue.Declare(queue="q", arguments={"x": 1}))
+    broken = payload[:-6] + b"\xff\xff\xff\xff\x00\x00"
+    with pytest.raises(FrameError) as info:
+        wire.decode_method(broken)
+    assert info.value.code == 502
+    assert "Queue.Declare" in info.value.reply_text
