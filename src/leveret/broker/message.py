@@ -6,8 +6,8 @@ from typing import Any
 
 from leveret.protocol.properties import (
     FLAG_HEADERS,
+    FLAG_PRIORITY,
     decode_properties,
-    encode_header,
     headers_table,
 )
 
@@ -29,6 +29,8 @@ class Message:
         "persistent",
         "exchange_and_key",
         "store_id",
+        "routing_keys",
+        "ttl",
         "_properties",
         "_headers",
     )
@@ -53,6 +55,8 @@ class Message:
         rk = routing_key.encode()
         self.exchange_and_key = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
         self.store_id = 0
+        self.routing_keys: list[str] | None = None  # set when CC/BCC add keys
+        self.ttl: int | None = None  # per-message `expiration`, ms
         self._properties = None
         self._headers: dict[str, Any] | None | bool = False
 
@@ -73,12 +77,16 @@ class Message:
         return self._headers  # type: ignore[return-value]
 
     @property
+    def priority(self) -> int:
+        return self.properties.priority or 0 if self.flags & FLAG_PRIORITY else 0
+
+    @property
     def has_headers(self) -> bool:
         return bool(self.flags & FLAG_HEADERS)
 
-    def replace_properties(self, props) -> None:
-        """Re-encode the header after the broker changed a property (rare)."""
-        self.header = encode_header(len(self.body), props)
-        self.flags = int.from_bytes(self.header[12:14], "big")
-        self._properties = props
+    def set_header(self, header: bytes) -> None:
+        """Install a header the broker rewrote (see properties.rewrite_header)."""
+        self.header = header
+        self.flags = int.from_bytes(header[12:14], "big")
+        self._properties = None
         self._headers = False

@@ -5,17 +5,25 @@ ahead of everything published after it. Ready messages are a deque in publish
 order plus a heap of returned ones; every returned entry is older than any
 entry still in the deque (entries leave the deque only from its head), so
 "heap first, then deque" is exactly the original order.
+
+The RabbitMQ extensions (TTL, length limits, priorities, single active
+consumer, x-expires) are switched on per queue by its arguments; a queue with
+none of them takes the short path in enqueue().
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker import dead_letter
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
+from leveret.broker.queue_args import QueueOptions
 
 if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
@@ -24,12 +32,14 @@ if TYPE_CHECKING:
 class QueueEntry:
     """One message's place in one queue."""
 
-    __slots__ = ("seq", "message", "redelivered")
+    __slots__ = ("seq", "message", "redelivered", "expires_at", "delivered_at")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
         self.seq = seq
         self.message = message
         self.redelivered = redelivered
+        self.expires_at = 0.0  # time.monotonic() deadline; 0 = never
+        self.delivered_at = 0.0
 
     def __lt__(self, other: QueueEntry) -> bool:
         return self.seq < other.seq
@@ -59,6 +69,11 @@ class ReadyMessages:
         heapq.heappush(self._returned, entry)
         self.bytes += len(entry.message.body)
 
+    def peek(self) -> QueueEntry | None:
+        if self._returned:
+            return self._returned[0]
+        return self._fresh[0] if self._fresh else None
+
     def popleft(self) -> QueueEntry:
         entry = heapq.heappop(self._returned) if self._returned else self._fresh.popleft()
         self.bytes -= len(entry.message.body)
@@ -69,6 +84,57 @@ class ReadyMessages:
         self._fresh.clear()
         self._returned.clear()
         self.bytes = 0
+        return entries
+
+
+class PriorityReadyMessages:
+    """x-max-priority queues: one ReadyMessages per priority, highest served first."""
+
+    __slots__ = ("_levels", "max_priority")
+
+    def __init__(self, max_priority: int) -> None:
+        self.max_priority = max_priority
+        self._levels = [ReadyMessages() for _ in range(max_priority + 1)]
+
+    def __len__(self) -> int:
+        return sum(len(level) for level in self._levels)
+
+    def __bool__(self) -> bool:
+        return any(self._levels)
+
+    @property
+    def bytes(self) -> int:
+        return sum(level.bytes for level in self._levels)
+
+    def _level(self, entry: QueueEntry) -> ReadyMessages:
+        return self._levels[min(entry.message.priority, self.max_priority)]
+
+    def append(self, entry: QueueEntry) -> None:
+        self._level(entry).append(entry)
+
+    def put_back(self, entry: QueueEntry) -> None:
+        self._level(entry).put_back(entry)
+
+    def _top(self) -> ReadyMessages | None:
+        for level in reversed(self._levels):
+            if level:
+                return level
+        return None
+
+    def peek(self) -> QueueEntry | None:
+        top = self._top()
+        return top.peek() if top is not None else None
+
+    def popleft(self) -> QueueEntry:
+        top = self._top()
+        if top is None:
+            raise IndexError("pop from an empty queue")
+        return top.popleft()
+
+    def clear(self) -> list[QueueEntry]:
+        entries: list[QueueEntry] = []
+        for level in reversed(self._levels):
+            entries += level.clear()
         return entries
 
 
@@ -83,6 +149,7 @@ class Queue:
         exclusive_owner: Any = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
+        options: QueueOptions | None = None,
     ) -> None:
         self.vhost = vhost
         self.name = name
@@ -90,7 +157,13 @@ class Queue:
         self.exclusive_owner = exclusive_owner  # the owning connection, or None
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
-        self.ready = ReadyMessages()
+        self.options = options or QueueOptions()
+        self.plain = self.options.plain
+        self.ready: ReadyMessages | PriorityReadyMessages = (
+            PriorityReadyMessages(self.options.max_priority)
+            if self.options.max_priority
+            else ReadyMessages()
+        )
         self.consumers: list[Consumer] = []
         self._rr = 0  # round-robin cursor into consumers
         self._top_priority = 0  # highest x-priority among consumers
@@ -99,20 +172,28 @@ class Queue:
         self.bindings: set[Any] = set()  # Binding objects targeting this queue
         self.had_consumer = False
         self.deleted = False
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiry_due = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     # --- publishing and delivery (hot path) ---------------------------------
 
-    def enqueue(self, message: Message) -> None:
+    def enqueue(self, message: Message) -> bool:
+        """Add a routed message; False when x-overflow=reject-publish turned it away."""
         self._seq += 1
-        self.ready.append(QueueEntry(self._seq, message))
-        if self.consumers:
-            self.dispatch()
+        if self.plain:
+            self.ready.append(QueueEntry(self._seq, message))
+            if self.consumers:
+                self.dispatch()
+            return True
+        return self._enqueue_with_extensions(QueueEntry(self._seq, message))
 
     def dispatch(self) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""
         ready = self.ready
         consumers = self.consumers
         top = self._top_priority
+        check_expiry = not self.plain
         while ready and consumers:
             n = len(consumers)
             start = self._rr
@@ -127,6 +208,8 @@ class Queue:
                         break  # nobody outranks this one
             if best is None:
                 return
+            if check_expiry and self._drop_expired_head():
+                continue
             entry = ready.popleft()
             if not best.no_ack:
                 self.unacked += 1
@@ -134,15 +217,129 @@ class Queue:
 
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
+        if not self.plain:
+            self._drop_expired_head()
+            self.touch()
         if not self.ready:
             return None
         return self.ready.popleft()
 
+    @property
+    def message_count(self) -> int:
+        if not self.plain:
+            self._drop_expired_head()
+        return len(self.ready)
+
+    # --- extensions ---------------------------------------------------------
+
+    def _enqueue_with_extensions(self, entry: QueueEntry) -> bool:
+        opts = self.options
+        message = entry.message
+        ttl = opts.message_ttl
+        if message.ttl is not None and (ttl is None or message.ttl < ttl):
+            ttl = message.ttl
+        if ttl is not None:
+            entry.expires_at = time.monotonic() + ttl / 1000.0
+        limited = opts.max_length is not None or opts.max_length_bytes is not None
+        if limited and opts.overflow != "drop-head" and self._would_overflow(message):
+            if opts.overflow == "reject-publish-dlx":
+                dead_letter.dead_letter(self.vhost, self, message, dead_letter.MAXLEN)
+            return False
+        self.ready.append(entry)
+        if self.consumers:
+            self.dispatch()
+        if limited:
+            self._drop_head_over_limit()
+        if ttl is not None:
+            self._drop_expired_head()
+        return True
+
+    def _would_overflow(self, message: Message) -> bool:
+        opts = self.options
+        if opts.max_length is not None and len(self.ready) >= opts.max_length:
+            return True
+        return (opts.max_length_bytes is not None
+                and self.ready.bytes + len(message.body) > opts.max_length_bytes)
+
+    def _drop_head_over_limit(self) -> None:
+        opts = self.options
+        ready = self.ready
+        while ready and (
+            (opts.max_length is not None and len(ready) > opts.max_length)
+            or (opts.max_length_bytes is not None and ready.bytes > opts.max_length_bytes)
+        ):
+            self._discard(ready.popleft(), dead_letter.MAXLEN)
+
+    def _drop_expired_head(self) -> bool:
+        """Drop expired messages at the head; True if any went. Re-arms the expiry timer."""
+        ready = self.ready
+        head = ready.peek()
+        dropped = False
+        if head is not None and head.expires_at:
+            now = time.monotonic()
+            while head is not None and head.expires_at and head.expires_at <= now:
+                self._discard(ready.popleft(), dead_letter.EXPIRED)
+                dropped = True
+                head = ready.peek()
+        if head is not None and head.expires_at:
+            self._arm_expiry(head.expires_at)
+        return dropped
+
+    def _arm_expiry(self, due: float) -> None:
+        if self._expiry_timer is not None and self._expiry_due <= due:
+            return
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, due - time.monotonic())
+        self._expiry_due = due
+        self._expiry_timer = loop.call_later(delay + 0.001, self._on_expiry_timer)
+
+    def _on_expiry_timer(self) -> None:
+        self._expiry_timer = None
+        if not self.deleted:
+            self._drop_expired_head()
+
+    def _discard(self, entry: QueueEntry, reason: str) -> None:
+        """A ready message leaves without delivery (expired, overflow): dead-letter it."""
+        dead_letter.dead_letter(self.vhost, self, entry.message, reason)
+        self.vhost.on_message_removed(self, entry)
+
+    def touch(self) -> None:
+        """The queue was used: restart its x-expires countdown."""
+        expires = self.options.expires
+        if expires is None or self.deleted:
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if not self.consumers:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(expires / 1000.0, self._on_idle_timer)
+
+    def _on_idle_timer(self) -> None:
+        self._idle_timer = None
+        if not self.deleted and not self.consumers:
+            self.vhost.delete_queue(self)
+
+    def stop_timers(self) -> None:
+        for timer in (self._expiry_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._expiry_timer = self._idle_timer = None
+
     # --- settlement ---------------------------------------------------------
 
     def settle(self, entry: QueueEntry) -> None:
-        """A delivery was acked (or rejected without requeue)."""
+        """A delivery was acked."""
         self.unacked -= 1
+        self.vhost.on_message_removed(self, entry)
+
+    def reject(self, entry: QueueEntry) -> None:
+        """A delivery was rejected or nacked without requeue: dead-letter it."""
+        self.unacked -= 1
+        if self.options.dead_letter_exchange is not None and not self.deleted:
+            dead_letter.dead_letter(self.vhost, self, entry.message, dead_letter.REJECTED)
         self.vhost.on_message_removed(self, entry)
 
     def requeue(self, entries: Iterable[QueueEntry], dispatch: bool = True) -> None:
@@ -155,19 +352,20 @@ class Queue:
             self.ready.put_back(entry)
         if dispatch and self.consumers:
             self.dispatch()
-
-    def purge(self) -> int:
-        entries = self.ready.clear()
-        for entry in entries:
-            self.vhost.on_message_removed(self, entry)
-        return len(entries)
+        if not self.plain:
+            self._drop_expired_head()
 
     # --- consumers ----------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if self.options.single_active_consumer and any(c.active for c in self.consumers):
+            consumer.active = False
         self.consumers.append(consumer)
         self.had_consumer = True
         self._top_priority = max(c.priority for c in self.consumers)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def remove_consumer(self, consumer: Consumer) -> None:
         try:
@@ -177,10 +375,11 @@ class Queue:
         if self._rr >= len(self.consumers):
             self._rr = 0
         self._top_priority = max((c.priority for c in self.consumers), default=0)
-
-    @property
-    def message_count(self) -> int:
-        return len(self.ready)
+        if consumer.active and self.options.single_active_consumer and self.consumers:
+            # Fail over to the longest-waiting consumer.
+            self.consumers[0].active = True
+        if not self.consumers:
+            self.touch()
 
     @property
     def consumer_count(self) -> int:

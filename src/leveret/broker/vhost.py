@@ -14,6 +14,7 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.queue import Queue, QueueEntry
+from leveret.broker.queue_args import parse_queue_arguments
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -201,6 +202,9 @@ class VirtualHost:
         if passive:
             return self.get_queue(name, connection)
         existing = self.queues.get(name) if name else None
+        options = parse_queue_arguments(
+            arguments, f"queue '{name}' in vhost '{self.name}'"
+        )
         if existing is not None:
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
@@ -224,6 +228,7 @@ class VirtualHost:
                         f"received {_describe_arg(got_arg)} but current is "
                         f"{_describe_arg(cur_arg)}",
                     )
+            existing.touch()
             return existing
         if not name:
             name = self.new_queue_name()
@@ -232,8 +237,9 @@ class VirtualHost:
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
         queue = Queue(self, name, durable, connection if exclusive else None, auto_delete,
-                      arguments)
+                      arguments, options)
         self.queues[name] = queue
+        queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
         if durable and not exclusive:
             self.hooks.queue_declared(queue)
@@ -244,6 +250,7 @@ class VirtualHost:
         if queue.deleted:
             return 0
         queue.deleted = True
+        queue.stop_timers()
         self.queues.pop(queue.name, None)
         count = len(queue.ready)
         for binding in list(queue.bindings):
@@ -313,12 +320,15 @@ class VirtualHost:
 
     # --- routing (hot path) -------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+    def route(self, exchange: Exchange, message: Message,
+              routing_key: str | None = None) -> list[Queue]:
         """Every queue the message goes to, following e2e bindings and alternate exchanges."""
+        if routing_key is None:
+            routing_key = message.routing_key
         if exchange is self.default_exchange:
-            queue = self.queues.get(message.routing_key)
+            queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
-        queues = self._route_once(exchange, message)
+        queues = self._route_once(exchange, message, routing_key)
         if queues or not exchange.arguments:
             return queues
         # Unroutable: follow the alternate-exchange chain, each exchange once.
@@ -330,14 +340,22 @@ class VirtualHost:
             if ae is None or ae in seen:
                 break
             seen.add(ae)
-            queues = self.route(ae, message) if ae is self.default_exchange else (
-                self._route_once(ae, message)
+            queues = self.route(ae, message, routing_key) if ae is self.default_exchange else (
+                self._route_once(ae, message, routing_key)
             )
             current = ae
         return queues
 
-    def _route_once(self, exchange: Exchange, message: Message) -> list[Queue]:
-        routing_key = message.routing_key
+    def route_keys(self, exchange: Exchange, message: Message, keys: list[str]) -> list[Queue]:
+        """Routing with several keys (CC/BCC headers, dead-lettering): the union, deduplicated."""
+        if len(keys) == 1:
+            return self.route(exchange, message, keys[0])
+        found: dict[Queue, None] = {}
+        for key in keys:
+            found.update(dict.fromkeys(self.route(exchange, message, key)))
+        return list(found)
+
+    def _route_once(self, exchange: Exchange, message: Message, routing_key: str) -> list[Queue]:
         queues: list[Queue] = []
         nested = None
         for dest in exchange.router.route(routing_key, message):

@@ -75,6 +75,74 @@ def encode_header(body_size: int, props: commands.Basic.Properties) -> bytes:
     return ContentHeader(0, body_size, props).marshal()
 
 
+# Property order and encoding, for walking a header without decoding it.
+_PROPERTY_LAYOUT = (
+    (FLAG_CONTENT_TYPE, "short"),
+    (FLAG_CONTENT_ENCODING, "short"),
+    (FLAG_HEADERS, "table"),
+    (FLAG_DELIVERY_MODE, 1),
+    (FLAG_PRIORITY, 1),
+    (FLAG_CORRELATION_ID, "short"),
+    (FLAG_REPLY_TO, "short"),
+    (FLAG_EXPIRATION, "short"),
+    (FLAG_MESSAGE_ID, "short"),
+    (FLAG_TIMESTAMP, 8),
+    (FLAG_TYPE, "short"),
+    (FLAG_USER_ID, "short"),
+    (FLAG_APP_ID, "short"),
+    (FLAG_CLUSTER_ID, "short"),
+)
+
+REMOVE = object()
+
+
+def split_properties(payload: bytes) -> dict[int, bytes]:
+    """flag → raw encoded property value, for every property present."""
+    flags = _HEADER_HEAD.unpack_from(payload)[3]
+    pos = 14
+    out: dict[int, bytes] = {}
+    for flag, kind in _PROPERTY_LAYOUT:
+        if not flags & flag:
+            continue
+        if kind == "short":
+            end = pos + 1 + payload[pos]
+        elif kind == "table":
+            end = pos + 4 + _LONG.unpack_from(payload, pos)[0]
+        else:
+            end = pos + kind  # type: ignore[operator]
+        out[flag] = bytes(payload[pos:end])
+        pos = end
+    return out
+
+
+def rewrite_header(payload: bytes, changes: dict[int, Any]) -> bytes:
+    """The header with some properties replaced (raw encoded bytes) or REMOVEd.
+
+    Every other property keeps the exact bytes it arrived with.
+    """
+    body_size = _HEADER_HEAD.unpack_from(payload)[2]
+    current = split_properties(payload)
+    for flag, value in changes.items():
+        if value is REMOVE:
+            current.pop(flag, None)
+        else:
+            current[flag] = value
+    flags = 0
+    parts = []
+    for flag, _kind in _PROPERTY_LAYOUT:
+        if flag in current:
+            flags |= flag
+            parts.append(current[flag])
+    return _HEADER_HEAD.pack(60, 0, body_size, flags) + b"".join(parts)
+
+
+def short_string(value: str) -> bytes:
+    raw = value.encode()
+    if len(raw) > 255:
+        raise ValueError("short string longer than 255 bytes")
+    return bytes((len(raw),)) + raw
+
+
 def headers_table(payload: bytes, flags: int) -> dict[str, Any] | None:
     """Just the `headers` table, for headers-exchange routing."""
     if not flags & FLAG_HEADERS:

@@ -18,6 +18,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue import Queue, QueueEntry
+from leveret.broker.queue_args import amqp_type_name, parse_expiration
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
@@ -36,12 +37,18 @@ from leveret.protocol.constants import (
     UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
+from leveret.protocol.fieldtable import join_table, split_table
 from leveret.protocol.frames import body_frames, header_frame
 from leveret.protocol.properties import (
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
     decode_properties,
     parse_header,
+    rewrite_header,
+    short_string,
+    split_properties,
 )
 from leveret.server.model_methods import ModelMethods
 
@@ -309,22 +316,45 @@ class Channel(ModelMethods):
         self._header = None
         message = Message(exchange.name, routing_key, header, body,  # type: ignore[arg-type]
                           self._header_flags, self._persistent)
-        if self._header_flags & FLAG_REPLY_TO:
-            self._rewrite_reply_to(message)
+        flags = self._header_flags
+        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
+            self._apply_special_properties(message, flags)
         if self.tx is not None:
             self.tx.publishes.append((exchange, message, mandatory))
             return
         self._route(exchange, message, mandatory)
 
-    def _rewrite_reply_to(self, message: Message) -> None:
-        props = message.properties
-        if props.reply_to != direct_reply.PSEUDO_QUEUE:
-            return
-        if self.reply_token is None:
-            raise ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist",
-                               CLASS_BASIC, 40)
-        props.reply_to = direct_reply.PREFIX + self.reply_token
-        message.replace_properties(props)
+    def _apply_special_properties(self, message: Message, flags: int) -> None:
+        """Properties the broker acts on: expiration, CC/BCC, direct reply-to."""
+        changes: dict[int, bytes] = {}
+        if flags & FLAG_EXPIRATION:
+            message.ttl = parse_expiration(message.properties.expiration)
+        if flags & FLAG_HEADERS and (b"\x02CC" in message.header or b"\x03BCC" in message.header):
+            headers = message.headers or {}
+            keys = [message.routing_key]
+            for name in ("CC", "BCC"):
+                if name in headers:
+                    extra = headers[name]
+                    if not isinstance(extra, list):
+                        raise ChannelError(
+                            PRECONDITION_FAILED,
+                            f'invalid message: {{unacceptable_type_in_header,"{name}",'
+                            f"{amqp_type_name(extra)}}}", CLASS_BASIC, 40,
+                        )
+                    keys += [k.decode() if isinstance(k, bytes) else str(k) for k in extra]
+            if "BCC" in headers:
+                # Blind copies must not show up in deliveries.
+                table = split_table(split_properties(message.header)[FLAG_HEADERS])
+                del table["BCC"]
+                changes[FLAG_HEADERS] = join_table(table)
+            message.routing_keys = keys
+        if flags & FLAG_REPLY_TO and message.properties.reply_to == direct_reply.PSEUDO_QUEUE:
+            if self.reply_token is None:
+                raise ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist",
+                                   CLASS_BASIC, 40)
+            changes[FLAG_REPLY_TO] = short_string(direct_reply.PREFIX + self.reply_token)
+        if changes:
+            message.set_header(rewrite_header(message.header, changes))
 
     def _route(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
         if exchange is self.vhost.default_exchange and message.routing_key.startswith(
@@ -332,13 +362,20 @@ class Channel(ModelMethods):
         ):
             self._route_direct_reply(message, mandatory)
             return
-        queues = self.vhost.route(exchange, message)
+        if message.routing_keys is None:
+            queues = self.vhost.route(exchange, message)
+        else:
+            queues = self.vhost.route_keys(exchange, message, message.routing_keys)
         if self.confirm_mode:
             self.publish_seq += 1
             self.conn.confirms_due(self)
         if queues:
+            accepted = True
             for queue in queues:
-                queue.enqueue(message)
+                if not queue.enqueue(message):
+                    accepted = False
+            if not accepted and self.confirm_mode:
+                self.confirm_waiting[self.publish_seq] = False  # x-overflow=reject-publish
         elif mandatory:
             returned = wire.encode_method(
                 cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
@@ -555,7 +592,7 @@ class Channel(ModelMethods):
             if requeue:
                 by_queue.setdefault(queue, []).append(entry)
             else:
-                queue.settle(entry)
+                queue.reject(entry)
                 by_queue.setdefault(queue, [])
         for queue, entries in by_queue.items():
             if entries:

@@ -1,0 +1,164 @@
+"""Validation of queue arguments (`x-…`), with RabbitMQ's reply texts.
+
+Unknown `x-` arguments are accepted and ignored, as RabbitMQ does. Texts were
+taken by experiment from RabbitMQ 3.10 and are pinned in tests/test_extensions_args.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from dataclasses import dataclass
+from typing import Any
+
+from leveret.protocol.constants import PRECONDITION_FAILED
+from leveret.protocol.errors import ChannelError
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_TYPES = ("classic",)
+QUEUE_MODES = ("default", "lazy")
+
+
+def amqp_type_name(value: Any) -> str:
+    """The field-table type name RabbitMQ uses in its error texts."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, decimal.Decimal):
+        return "decimal"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bytearray):
+        return "binary"
+    return "void"
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """The arguments that change how a queue behaves, parsed once at declare time."""
+
+    message_ttl: int | None = None  # ms
+    expires: int | None = None  # ms
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    max_priority: int = 0
+    single_active_consumer: bool = False
+    consumer_timeout: int | None = None  # ms
+
+    @property
+    def plain(self) -> bool:
+        """True when none of the extensions apply, so the hot path can skip them."""
+        return (
+            self.message_ttl is None
+            and self.max_length is None
+            and self.max_length_bytes is None
+            and not self.max_priority
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOptions:
+    """Check a queue.declare arguments table; raise 406 with RabbitMQ's text if invalid."""
+
+    def fail(key: str, reason: str) -> ChannelError:
+        return ChannelError(PRECONDITION_FAILED, f"invalid arg '{key}' for {describe}: {reason}")
+
+    def integer(key: str, *, positive: bool = False, maximum: int | None = None) -> int | None:
+        if key not in arguments:
+            return None
+        value = arguments[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail(key, f'"expected integer, got {amqp_type_name(value)}"')
+        if value < 0:
+            raise fail(key, f"{{value_negative,{value}}}")
+        if positive and value == 0:
+            raise fail(key, "{value_zero,0}")
+        if maximum is not None and value > maximum:
+            raise fail(key, f"{{max_value_exceeded,{value}}}")
+        return value
+
+    options: dict[str, Any] = {
+        "message_ttl": integer("x-message-ttl"),
+        "expires": integer("x-expires", positive=True),
+        "max_length": integer("x-max-length"),
+        "max_length_bytes": integer("x-max-length-bytes"),
+        "max_priority": integer("x-max-priority", maximum=255) or 0,
+    }
+    if "x-overflow" in arguments:
+        value = arguments["x-overflow"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-overflow", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        if _text(value) not in OVERFLOW_MODES:
+            raise fail("x-overflow", "invalid_overflow")
+        options["overflow"] = _text(value)
+    if "x-dead-letter-exchange" in arguments:
+        value = arguments["x-dead-letter-exchange"]
+        if not isinstance(value, str | bytes):
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"invalid type '{amqp_type_name(value)}' for arg 'x-dead-letter-exchange' in "
+                f"{describe}",
+            )
+        options["dead_letter_exchange"] = _text(value)
+    if "x-dead-letter-routing-key" in arguments:
+        value = arguments["x-dead-letter-routing-key"]
+        if not isinstance(value, str | bytes):
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"invalid type '{amqp_type_name(value)}' for arg 'x-dead-letter-routing-key' in "
+                f"{describe}",
+            )
+        if options.get("dead_letter_exchange") is None:
+            raise fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
+        options["dead_letter_routing_key"] = _text(value)
+    if "x-single-active-consumer" in arguments:
+        value = arguments["x-single-active-consumer"]
+        if not isinstance(value, bool):
+            raise fail("x-single-active-consumer",
+                       f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        options["single_active_consumer"] = value
+    if "x-queue-type" in arguments:
+        value = _text(arguments["x-queue-type"])
+        if value not in QUEUE_TYPES:
+            raise fail("x-queue-type", f"\"unsupported queue type '{value}'\"")
+    if "x-queue-mode" in arguments:
+        value = _text(arguments["x-queue-mode"])
+        if value not in QUEUE_MODES:
+            raise fail("x-queue-mode", f"\"unsupported queue mode '{value}'\"")
+    timeout = arguments.get("x-consumer-timeout")
+    if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
+        options["consumer_timeout"] = timeout
+    return QueueOptions(**options)
+
+
+def parse_expiration(value: Any) -> int:
+    """The per-message `expiration` property in ms, or 406 as RabbitMQ words it."""
+    text = _text(value) if value is not None else ""
+    digits = len(text) - len(text.lstrip("-0123456789"))
+    head, rest = text[:digits], text[digits:]
+    try:
+        number = int(head)
+    except ValueError:
+        raise ChannelError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer") from None
+    if rest:
+        raise ChannelError(PRECONDITION_FAILED,
+                           f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}")
+    if number < 0:
+        raise ChannelError(PRECONDITION_FAILED,
+                           f"invalid expiration '{text}': {{value_negative,{number}}}")
+    return number
