@@ -1,0 +1,346 @@
+"""Group commit: one writer thread turns many small appends into one write + one fsync.
+
+The broker's event loop must never block on the disk, and fsync costs the same for
+one record as for a thousand, so publishes are queued here and made durable in
+batches; publisher confirms go out from the `on_durable` callbacks, after the fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from leveret.store.errors import StoreError, StoreWriteError
+
+log = logging.getLogger("leveret.store")
+
+OnDurable = Callable[[BaseException | None], None]
+# One write: (segment seq, offset in the segment, byte chunks to write there).
+WriteOp = tuple[int, int, Sequence[bytes]]
+
+FSYNC_MODES = ("always", "batch", "never")
+
+_WRITE = 0
+_UNLINK = 1
+_BARRIER = 2
+
+_sync_file = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_path(directory: str, seq: int) -> str:
+    """Zero-padded so a plain directory listing sorts segments in log order."""
+    return os.path.join(directory, f"{seq:016d}.seg")
+
+
+class GroupCommitter:
+    """Owns the writer thread for one directory of segment files.
+
+    Callers reserve offsets themselves (see SegmentLog), so the thread only copies
+    bytes to where they were promised; it never decides placement. `generation`
+    changes whenever a write fails: ops reserved under an older generation are
+    refused, because their offsets may no longer line up with the file.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        mode: str = "batch",
+        loop: asyncio.AbstractEventLoop | None = None,
+        name: str = "leveret-store-writer",
+    ) -> None:
+        if mode not in FSYNC_MODES:
+            raise ValueError(f"fsync mode must be one of {FSYNC_MODES}, not {mode!r}")
+        self.directory = directory
+        self.mode = mode
+        self.loop = loop
+        self.generation = 0
+        # Earliest (seq, offset) lost by the last failure; SegmentLog resyncs from it.
+        self.failed_from: tuple[int, int] | None = None
+        # Segments whose unlink was dropped by a failure (their preceding writes failed).
+        self.failed_unlinks: list[int] = []
+        self.unlinks_disabled = False
+        self.batches = 0
+        self.syncs = 0
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._progress = threading.Condition(self._lock)
+        self._pending: list[tuple[int, object, object]] = []
+        self._closing = False
+        self._written: dict[int, int] = {}
+        self._fds: dict[int, int] = {}
+        self._new_file = False
+        os.makedirs(directory, exist_ok=True)
+        self._dirfd = os.open(directory, os.O_RDONLY)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ---- called from the event loop -------------------------------------------------
+
+    def submit(
+        self,
+        records: Sequence[WriteOp],
+        on_durable: OnDurable | None = None,
+        generation: int | None = None,
+    ) -> bool:
+        """Queue writes; `on_durable(exc)` runs on the loop once they are on disk (or failed).
+
+        Cheap by design (a lock and a list append): it runs once per publish.
+        Returns False if the ops were refused because a failure invalidated them.
+        """
+        with self._lock:
+            if self._closing:
+                raise StoreError("store is closed")
+            if generation is None or generation == self.generation:
+                self._pending.append((_WRITE, records, on_durable))
+                if len(self._pending) == 1:
+                    self._work.notify()
+                return True
+        if on_durable is not None:
+            err = StoreWriteError("an earlier store write failed; this write was not made")
+            self._deliver([(on_durable, err)])
+        return False
+
+    def submit_unlink(self, seq: int) -> None:
+        """Delete a segment file, but only after everything queued before it is durable.
+
+        Ordering matters: compacted copies must be on disk before the original goes,
+        and a segment holding ACKs must outlive the segment whose PUBLISHes they cancel.
+        """
+        with self._lock:
+            self._pending.append((_UNLINK, seq, None))
+            if len(self._pending) == 1:
+                self._work.notify()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Block until everything submitted so far has been processed (tests, shutdown)."""
+        done = threading.Event()
+        with self._lock:
+            if self._closing and not self._thread.is_alive():
+                return True
+            self._pending.append((_BARRIER, done, None))
+            if len(self._pending) == 1:
+                self._work.notify()
+        return done.wait(timeout)
+
+    def mark_written(self, seq: int, end: int) -> None:
+        """Record that a segment found at startup already holds `end` bytes."""
+        with self._lock:
+            if self._written.get(seq, -1) < end:
+                self._written[seq] = end
+
+    def wait_written(self, seq: int, end: int, timeout: float = 30.0) -> None:
+        """Wait until bytes up to `end` of segment `seq` have been handed to the OS."""
+        if self._written.get(seq, -1) >= end:
+            return
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            gen = self.generation
+            while self._written.get(seq, -1) < end:
+                if self.generation != gen:
+                    raise StoreWriteError(f"segment {seq} write failed before offset {end}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StoreError(f"timed out waiting for segment {seq} to reach {end}")
+                self._progress.wait(remaining)
+
+    def close(self) -> None:
+        """Write out everything pending, then stop the thread and close files."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._work.notify()
+        self._thread.join()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        os.close(self._dirfd)
+
+    # ---- writer thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._work.wait()
+                if not self._pending:
+                    return
+                batch = self._pending
+                self._pending = []
+            try:
+                self._process(batch)
+            except Exception:  # never let the writer die silently
+                log.exception("store writer: unexpected error")
+
+    def _process(self, batch: list[tuple[int, object, object]]) -> None:
+        always = self.mode == "always"
+        durable = 0  # batch[:durable] is on disk
+        parts: list[bytes] = []
+        run_seq = -1
+        run_start = 0
+        dirty: set[int] = set()
+        # First offset written per segment since the last sync: where to truncate on failure.
+        firsts: dict[int, int] = {}
+        barriers: list[threading.Event] = []
+        try:
+            for i, (kind, arg, _cb) in enumerate(batch):
+                if kind == _WRITE:
+                    for seq, off, chunk in arg:  # type: ignore[attr-defined]
+                        if seq != run_seq or not parts:
+                            if parts:
+                                self._flush(run_seq, run_start, parts, dirty)
+                            parts = []
+                            run_seq = seq
+                            run_start = off
+                            firsts.setdefault(seq, off)
+                        parts.extend(chunk)
+                    if always:
+                        run_start = self._flush(run_seq, run_start, parts, dirty)
+                        parts = []
+                        self._sync(dirty)
+                        firsts.clear()
+                        durable = i + 1
+                elif kind == _UNLINK:
+                    if parts:
+                        run_start = self._flush(run_seq, run_start, parts, dirty)
+                        parts = []
+                    self._sync(dirty)
+                    firsts.clear()
+                    durable = i
+                    self._unlink(arg)  # type: ignore[arg-type]
+                    run_seq = -1
+                    durable = i + 1
+                else:
+                    barriers.append(arg)  # type: ignore[arg-type]
+            if parts:
+                self._flush(run_seq, run_start, parts, dirty)
+            self._sync(dirty)
+            durable = len(batch)
+        except OSError as exc:
+            self._fail(batch, durable, firsts, exc)
+        self.batches += 1
+        with self._lock:
+            self._progress.notify_all()
+        done = [(cb, None) for kind, _a, cb in batch[:durable] if kind == _WRITE and cb]
+        if done:
+            self._deliver(done)
+        for ev in barriers:
+            ev.set()
+        # Keep only the newest segment's descriptor open; older ones are sealed.
+        if len(self._fds) > 1:
+            newest = max(self._fds)
+            for seq in [s for s in self._fds if s != newest]:
+                os.close(self._fds.pop(seq))
+
+    def _flush(self, seq: int, start: int, parts: list[bytes], dirty: set[int]) -> int:
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        fd = self._fds.get(seq)
+        if fd is None:
+            fd = os.open(
+                segment_path(self.directory, seq), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+            self._fds[seq] = fd
+            self._new_file = True
+        view = memoryview(data)
+        pos = start
+        while view:
+            n = os.pwrite(fd, view, pos)
+            pos += n
+            view = view[n:]
+        dirty.add(seq)
+        self._written[seq] = pos
+        return pos
+
+    def _sync(self, dirty: set[int]) -> None:
+        if self.mode != "never" and (dirty or self._new_file):
+            for seq in dirty:
+                _sync_file(self._fds[seq])
+            if self._new_file:
+                os.fsync(self._dirfd)
+            self.syncs += 1
+        self._new_file = False
+        dirty.clear()
+
+    def _unlink(self, seq: int) -> None:
+        if self.unlinks_disabled:
+            return
+        fd = self._fds.pop(seq, None)
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.unlink(segment_path(self.directory, seq))
+            if self.mode != "never":
+                os.fsync(self._dirfd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            # Later unlinks may depend on this one (ACKs cancelling its PUBLISHes), so stop
+            # reclaiming rather than risk resurrecting acked messages after a crash.
+            self.unlinks_disabled = True
+            log.error("store: could not delete segment %d (%s); disk reclaim paused", seq, exc)
+
+    def _fail(
+        self,
+        batch: list[tuple[int, object, object]],
+        durable: int,
+        firsts: dict[int, int],
+        exc: OSError,
+    ) -> None:
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        for seq, off in sorted(firsts.items()):
+            fd = self._fds.pop(seq, None)
+            try:
+                if off == 0:
+                    os.unlink(segment_path(self.directory, seq))
+                elif fd is not None:
+                    os.ftruncate(fd, off)
+            except OSError as texc:
+                log.error("store: could not roll back segment %d to %d: %s", seq, off, texc)
+            if fd is not None:
+                os.close(fd)
+            self._written[seq] = off
+        with self._lock:
+            rest = self._pending
+            self._pending = []
+            self.generation += 1
+            self.failed_from = min(firsts.items()) if firsts else None
+            failed = batch[durable:] + rest
+            for kind, arg, _cb in failed:
+                if kind == _UNLINK:
+                    self.failed_unlinks.append(arg)  # type: ignore[arg-type]
+        log.error(
+            "store write/fsync failed in %s (%s: %s); %d submissions not made durable",
+            self.directory,
+            name,
+            exc,
+            sum(1 for k, _a, _c in failed if k == _WRITE),
+        )
+        cbs = [(cb, exc) for kind, _a, cb in failed if kind == _WRITE and cb]
+        if cbs:
+            self._deliver(cbs)
+        for kind, arg, _cb in failed:
+            if kind == _BARRIER:
+                arg.set()  # type: ignore[attr-defined]
+
+    def _deliver(self, calls: list[tuple[OnDurable, BaseException | None]]) -> None:
+        """One loop wake-up per batch, not per callback: call_soon_threadsafe is not free."""
+        if self.loop is None:
+            _run_callbacks(calls)
+            return
+        try:
+            self.loop.call_soon_threadsafe(_run_callbacks, calls)
+        except RuntimeError:  # loop closed during shutdown; nobody is listening
+            pass
+
+
+def _run_callbacks(calls: list[tuple[OnDurable, BaseException | None]]) -> None:
+    for cb, exc in calls:
+        try:
+            cb(exc)
+        except Exception:
+            log.exception("store: on_durable callback raised")

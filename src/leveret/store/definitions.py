@@ -1,0 +1,306 @@
+"""Durable exchanges, queues and bindings in SQLite (`<data_dir>/definitions.db`).
+
+Definitions change rarely and must survive a crash the moment declare-ok is sent,
+so every change is its own transaction with WAL + synchronous=FULL. Arguments are
+kept as AMQP-encoded field tables, so every field type (int widths, decimals,
+timestamps, nested tables, byte arrays) round-trips exactly as the client sent it.
+Exclusive and server-named queues are never passed here; that is the caller's call.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from pamqp import decode, encode
+
+from leveret.store.errors import StoreFormatError
+
+DEFINITIONS_FORMAT_VERSION = 1
+DEFINITIONS_FILE = "definitions.db"
+
+Arguments = dict[str, Any] | bytes | bytearray | None
+EMPTY_TABLE = b"\x00\x00\x00\x00"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS exchanges (
+    vhost TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL,
+    durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL, internal INTEGER NOT NULL,
+    arguments BLOB NOT NULL, PRIMARY KEY (vhost, name));
+CREATE TABLE IF NOT EXISTS queues (
+    vhost TEXT NOT NULL, name TEXT NOT NULL,
+    durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL,
+    arguments BLOB NOT NULL, PRIMARY KEY (vhost, name));
+CREATE TABLE IF NOT EXISTS bindings (
+    vhost TEXT NOT NULL, source TEXT NOT NULL, destination TEXT NOT NULL,
+    destination_kind TEXT NOT NULL CHECK (destination_kind IN ('queue', 'exchange')),
+    routing_key TEXT NOT NULL, arguments BLOB NOT NULL,
+    PRIMARY KEY (vhost, source, destination, destination_kind, routing_key, arguments));
+"""
+
+
+def encode_arguments(arguments: Arguments) -> bytes:
+    """AMQP field-table bytes; raw bytes are validated and kept verbatim (exact int widths)."""
+    if arguments is None:
+        return EMPTY_TABLE
+    if isinstance(arguments, (bytes, bytearray)):
+        raw = bytes(arguments)
+        decode_arguments(raw)  # refuse garbage now rather than at the next startup
+        return raw
+    return encode.field_table(arguments)
+
+
+def decode_arguments(raw: bytes) -> dict[str, Any]:
+    _consumed, table = decode.field_table(raw)
+    return table
+
+
+@dataclass
+class ExchangeDef:
+    vhost: str
+    name: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments_raw: bytes = EMPTY_TABLE
+
+
+@dataclass
+class QueueDef:
+    vhost: str
+    name: str
+    durable: bool = True
+    auto_delete: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments_raw: bytes = EMPTY_TABLE
+
+
+@dataclass
+class BindingDef:
+    vhost: str
+    source: str
+    destination: str
+    destination_kind: str  # 'queue' | 'exchange'
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments_raw: bytes = EMPTY_TABLE
+
+
+@dataclass
+class Definitions:
+    exchanges: list[ExchangeDef] = field(default_factory=list)
+    queues: list[QueueDef] = field(default_factory=list)
+    bindings: list[BindingDef] = field(default_factory=list)
+
+
+class DefinitionStore:
+    """The durable topology. `path` is the .db file, or a data dir to put definitions.db in."""
+
+    def __init__(self, path: str, *, check_same_thread: bool = True) -> None:
+        if os.path.isdir(path):
+            path = os.path.join(path, DEFINITIONS_FILE)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._check_version()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _check_version(self) -> None:
+        db = self._db
+        has_meta = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+        ).fetchone()
+        if has_meta:
+            row = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+            if row is not None:
+                found = int(row[0])
+                if found != DEFINITIONS_FORMAT_VERSION:
+                    raise StoreFormatError(
+                        f"definitions store {self.path}", found, DEFINITIONS_FORMAT_VERSION
+                    )
+        with self._tx():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('format_version', ?)",
+                (str(DEFINITIONS_FORMAT_VERSION),),
+            )
+
+    def _tx(self) -> _Tx:
+        return _Tx(self._db)
+
+    # ---- exchanges -------------------------------------------------------------------
+
+    def save_exchange(
+        self,
+        vhost: str,
+        name: str,
+        type: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Arguments = None,
+    ) -> None:
+        with self._tx():
+            self._db.execute(
+                "INSERT OR REPLACE INTO exchanges VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (vhost, name, type, durable, auto_delete, internal, encode_arguments(arguments)),
+            )
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        """Removes the exchange and every binding from or to it."""
+        with self._tx():
+            self._db.execute("DELETE FROM exchanges WHERE vhost=? AND name=?", (vhost, name))
+            self._db.execute(
+                "DELETE FROM bindings WHERE vhost=? AND (source=? OR "
+                "(destination=? AND destination_kind='exchange'))",
+                (vhost, name, name),
+            )
+
+    # ---- queues ----------------------------------------------------------------------
+
+    def save_queue(
+        self,
+        vhost: str,
+        name: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        arguments: Arguments = None,
+    ) -> None:
+        with self._tx():
+            self._db.execute(
+                "INSERT OR REPLACE INTO queues VALUES (?, ?, ?, ?, ?)",
+                (vhost, name, durable, auto_delete, encode_arguments(arguments)),
+            )
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        """Removes the queue and every binding to it."""
+        with self._tx():
+            self._db.execute("DELETE FROM queues WHERE vhost=? AND name=?", (vhost, name))
+            self._db.execute(
+                "DELETE FROM bindings WHERE vhost=? AND destination=? AND destination_kind='queue'",
+                (vhost, name),
+            )
+
+    # ---- bindings --------------------------------------------------------------------
+
+    def save_binding(
+        self,
+        vhost: str,
+        source: str,
+        destination: str,
+        destination_kind: str,
+        routing_key: str,
+        arguments: Arguments = None,
+    ) -> None:
+        if destination_kind not in ("queue", "exchange"):
+            raise ValueError(
+                f"destination_kind must be 'queue' or 'exchange', not {destination_kind!r}"
+            )
+        with self._tx():
+            self._db.execute(
+                "INSERT OR IGNORE INTO bindings VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    vhost,
+                    source,
+                    destination,
+                    destination_kind,
+                    routing_key,
+                    encode_arguments(arguments),
+                ),
+            )
+
+    def delete_binding(
+        self,
+        vhost: str,
+        source: str,
+        destination: str,
+        destination_kind: str,
+        routing_key: str,
+        arguments: Arguments = None,
+    ) -> None:
+        with self._tx():
+            self._db.execute(
+                "DELETE FROM bindings WHERE vhost=? AND source=? AND destination=? "
+                "AND destination_kind=? AND routing_key=? AND arguments=?",
+                (
+                    vhost,
+                    source,
+                    destination,
+                    destination_kind,
+                    routing_key,
+                    encode_arguments(arguments),
+                ),
+            )
+
+    # ---- loading ---------------------------------------------------------------------
+
+    def load(self) -> Definitions:
+        """Everything saved, in insertion order (so bindings follow their endpoints)."""
+        db = self._db
+        defs = Definitions()
+        for vhost, name, typ, durable, auto_delete, internal, args in db.execute(
+            "SELECT vhost, name, type, durable, auto_delete, internal, arguments "
+            "FROM exchanges ORDER BY rowid"
+        ):
+            defs.exchanges.append(
+                ExchangeDef(
+                    vhost,
+                    name,
+                    typ,
+                    bool(durable),
+                    bool(auto_delete),
+                    bool(internal),
+                    decode_arguments(args),
+                    bytes(args),
+                )
+            )
+        for vhost, name, durable, auto_delete, args in db.execute(
+            "SELECT vhost, name, durable, auto_delete, arguments FROM queues ORDER BY rowid"
+        ):
+            defs.queues.append(
+                QueueDef(
+                    vhost,
+                    name,
+                    bool(durable),
+                    bool(auto_delete),
+                    decode_arguments(args),
+                    bytes(args),
+                )
+            )
+        for vhost, source, dest, kind, rk, args in db.execute(
+            "SELECT vhost, source, destination, destination_kind, routing_key, arguments "
+            "FROM bindings ORDER BY rowid"
+        ):
+            defs.bindings.append(
+                BindingDef(vhost, source, dest, kind, rk, decode_arguments(args), bytes(args))
+            )
+        return defs
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _Tx:
+    """BEGIN IMMEDIATE ... COMMIT/ROLLBACK around one change (autocommit connection)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")

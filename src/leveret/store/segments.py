@@ -1,0 +1,287 @@
+"""Append-only segment files: the on-disk log under the message store (and, later, streams).
+
+Layout of one segment file `<dir>/<seq:016d>.seg`::
+
+    header (32 bytes): magic b"LVSG", u16 format version, u16 header size,
+                       u64 segment seq, u64 base offset (for streams), u64 created (ms)
+    records, back to back, each:
+        u32 length   bytes after this 8-byte prefix (type + flags + payload)
+        u32 crc32    of those `length` bytes
+        u8  type     what the payload means (the log itself does not care)
+        u8  flags
+        payload
+
+Everything is little-endian. The log knows nothing about queues: it places records,
+hands the bytes to a GroupCommitter, and on startup replays intact records, cutting a
+torn or corrupt tail. A stream queue can reuse it unchanged with its own record types,
+keeping (seq -> first offset) in the header's base offset and retiring whole segments
+by size or age (`created_ms`, `segment_sizes()`, `retire()`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+
+from leveret.store.committer import GroupCommitter, OnDurable, segment_path
+from leveret.store.errors import StoreFormatError
+
+log = logging.getLogger("leveret.store")
+
+SEGMENT_FORMAT_VERSION = 1
+SEGMENT_MAGIC = b"LVSG"
+DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
+
+SEGMENT_HEADER = struct.Struct("<4sHHQQQ")
+HEADER_SIZE = SEGMENT_HEADER.size
+RECORD_PREFIX = struct.Struct("<II")
+PREFIX_SIZE = RECORD_PREFIX.size
+# Smallest valid record: prefix + type + flags. A zero-filled tail fails this check.
+MIN_RECORD = PREFIX_SIZE + 2
+
+
+def list_segments(directory: str) -> list[int]:
+    """Sequence numbers of the segment files in `directory`, oldest first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    seqs = []
+    for name in names:
+        if name.endswith(".seg") and name[:-4].isdigit():
+            seqs.append(int(name[:-4]))
+    seqs.sort()
+    return seqs
+
+
+def encode_header(seq: int, base_offset: int = 0) -> bytes:
+    return SEGMENT_HEADER.pack(
+        SEGMENT_MAGIC,
+        SEGMENT_FORMAT_VERSION,
+        HEADER_SIZE,
+        seq,
+        base_offset,
+        int(time.time() * 1000),
+    )
+
+
+class ScanResult:
+    """Where a scan stopped and why; `error` is None when the segment ended cleanly."""
+
+    __slots__ = ("end", "error")
+
+    def __init__(self) -> None:
+        self.end = HEADER_SIZE
+        self.error: str | None = None
+
+
+def iter_records(
+    data: bytes, start: int, result: ScanResult
+) -> Iterator[tuple[int, int, int, int]]:
+    """Yield (offset, end, type, flags) for each intact record, stopping at the first bad one.
+
+    A record whose length runs past the end of the data (torn write), whose length is
+    impossible (zero-filled tail) or whose CRC does not match (bit rot, torn sector)
+    ends the scan: nothing after it can be trusted to be framed correctly.
+    """
+    n = len(data)
+    off = start
+    unpack = RECORD_PREFIX.unpack_from
+    crc32 = zlib.crc32
+    view = memoryview(data)
+    try:
+        while off < n:
+            if n - off < MIN_RECORD:
+                result.error = "torn record prefix"
+                break
+            length, crc = unpack(data, off)
+            body = off + PREFIX_SIZE
+            end = body + length
+            if length < 2:
+                result.error = f"invalid record length {length}"
+                break
+            if end > n:
+                result.error = f"torn record (length {length} runs past end of file)"
+                break
+            if crc32(view[body:end]) != crc:
+                result.error = "CRC mismatch"
+                break
+            yield off, end, data[body], data[body + 1]
+            off = end
+    finally:
+        result.end = off
+        view.release()
+
+
+def frame(rtype: int, flags: int, payload: bytes) -> bytes:
+    """Frame one record (slow path: the message store packs its hot records inline)."""
+    body = bytes((rtype, flags)) + payload
+    return RECORD_PREFIX.pack(len(body), zlib.crc32(body)) + body
+
+
+class SegmentLog:
+    """Places records into fixed-size segments and replays them at startup.
+
+    Offsets are reserved in the caller's thread (the event loop), so a record's
+    location is known the moment it is appended; the committer thread only writes.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        committer: GroupCommitter,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        on_resync: Callable[[tuple[int, int] | None], None] | None = None,
+    ) -> None:
+        if segment_size < HEADER_SIZE + MIN_RECORD:
+            raise ValueError(f"segment_size {segment_size} is too small")
+        self.directory = directory
+        self.committer = committer
+        self.segment_size = segment_size
+        self.on_resync = on_resync
+        self.active = 0  # seq of the segment being appended to; 0 = none yet
+        self._tail = 0
+        self._gen = committer.generation
+        self._sizes: dict[int, int] = {}  # seq -> bytes used (reserved) in that segment
+
+    # ---- startup ---------------------------------------------------------------------
+
+    def scan(self) -> Iterator[tuple[int, bytes, Iterator[tuple[int, int, int, int]]]]:
+        """Yield (seq, data, records) per segment, oldest first; consume `records` fully.
+
+        After each segment the stop reason is logged; the last segment's torn tail is
+        truncated so that new appends start on a clean record boundary.
+        """
+        seqs = list_segments(self.directory)
+        for i, seq in enumerate(seqs):
+            last = i == len(seqs) - 1
+            path = segment_path(self.directory, seq)
+            with open(path, "rb") as f:
+                data = f.read()
+            if len(data) < HEADER_SIZE or data[:4] != SEGMENT_MAGIC:
+                log.warning(
+                    "segment %s: missing or torn header (%d bytes), ignored", path, len(data)
+                )
+                if last:
+                    # Nothing in it can be read; start it over so appends land cleanly.
+                    with open(path, "wb") as f:
+                        f.write(encode_header(seq))
+                        f.flush()
+                        os.fsync(f.fileno())
+                    self._sizes[seq] = HEADER_SIZE
+                    self.committer.mark_written(seq, HEADER_SIZE)
+                else:
+                    self._sizes[seq] = len(data)
+                continue
+            _magic, version, hsize, _hseq, _base, _created = SEGMENT_HEADER.unpack_from(data)
+            if version != SEGMENT_FORMAT_VERSION:
+                raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
+            result = ScanResult()
+            records = iter_records(data, hsize, result)
+            yield seq, data, records
+            for _ in records:  # in case the consumer stopped early
+                pass
+            if result.error is not None:
+                log.warning(
+                    "segment %s: %s at offset %d; skipping %d bytes after it",
+                    path,
+                    result.error,
+                    result.end,
+                    len(data) - result.end,
+                )
+                if last:
+                    os.truncate(path, result.end)
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            self._sizes[seq] = result.end
+            self.committer.mark_written(seq, result.end)
+        if seqs:
+            self.active = seqs[-1]
+            self._tail = self._sizes[self.active]
+
+    # ---- appending -------------------------------------------------------------------
+
+    def reserve(self, nbytes: int) -> tuple[int, int]:
+        """Claim `nbytes` at the tail, rolling to a new segment when this one is full."""
+        if self.committer.generation != self._gen:
+            self._resync()
+        tail = self._tail
+        if not self.active or (tail + nbytes > self.segment_size and tail > HEADER_SIZE):
+            self._roll()
+            tail = self._tail
+        self._tail = tail + nbytes
+        self._sizes[self.active] = self._tail
+        return self.active, tail
+
+    def append(
+        self, parts: Sequence[bytes], nbytes: int, on_durable: OnDurable | None = None
+    ) -> tuple[int, int]:
+        """Append one record (given as chunks totalling `nbytes`); returns (seq, offset)."""
+        seq, off = self.reserve(nbytes)
+        self.committer.submit(((seq, off, parts),), on_durable, self._gen)
+        return seq, off
+
+    def _roll(self) -> None:
+        seq = max(self.active, max(self._sizes, default=0)) + 1
+        header = encode_header(seq)
+        self.active = seq
+        self._tail = HEADER_SIZE
+        self._sizes[seq] = HEADER_SIZE
+        self.committer.submit(((seq, 0, (header,)),), None, self._gen)
+
+    def _resync(self) -> None:
+        """After a failed write, abandon the reserved-but-unwritten tail for a new segment."""
+        self._gen = self.committer.generation
+        failed = self.committer.failed_from
+        if failed is not None:
+            seq, off = failed
+            for s in [s for s in self._sizes if s > seq]:
+                del self._sizes[s]
+            if seq in self._sizes:
+                if off == 0:
+                    del self._sizes[seq]
+                else:
+                    self._sizes[seq] = off
+        self.active = 0  # next reserve rolls to a fresh segment
+        if self.on_resync is not None:
+            self.on_resync(failed)
+
+    # ---- reading and retiring --------------------------------------------------------
+
+    def read(self, seq: int, offset: int, size: int) -> bytes:
+        """Read back `size` bytes, waiting if the committer has not written them yet."""
+        self.committer.wait_written(seq, offset + size)
+        fd = os.open(segment_path(self.directory, seq), os.O_RDONLY)
+        try:
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
+    def read_segment(self, seq: int) -> bytes:
+        """The whole reserved extent of a sealed segment (used by compaction)."""
+        size = self._sizes[seq]
+        return self.read(seq, 0, size)
+
+    def segment_sizes(self) -> dict[int, int]:
+        """seq -> bytes used, for retention and disk accounting."""
+        return dict(self._sizes)
+
+    def size_of(self, seq: int) -> int:
+        return self._sizes.get(seq, 0)
+
+    def exists(self, seq: int) -> bool:
+        return seq in self._sizes
+
+    def retire(self, seq: int) -> None:
+        """Forget a segment now and delete its file once everything before it is durable."""
+        if seq == self.active:
+            raise ValueError("cannot retire the active segment")
+        if self._sizes.pop(seq, None) is not None:
+            self.committer.submit_unlink(seq)
