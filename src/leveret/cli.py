@@ -114,8 +114,13 @@ def run_server(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
+    from leveret.store.errors import StoreError
+
     try:
         return asyncio.run(_serve(config))
+    except StoreError as exc:
+        log.error("cannot start: the data dir %s cannot be used: %s", config.data_dir, exc)
+        return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1

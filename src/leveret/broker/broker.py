@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from leveret.broker.direct_reply import DirectReplyRegistry
-from leveret.broker.vhost import DurabilityHooks, VirtualHost
+from leveret.broker.durability import DurabilityHooks
+from leveret.broker.vhost import VirtualHost
 from leveret.config import ServerConfig
 
 

@@ -28,7 +28,6 @@ class Message:
         "flags",
         "persistent",
         "exchange_and_key",
-        "store_id",
         "routing_keys",
         "ttl",
         "_properties",
@@ -54,15 +53,28 @@ class Message:
         ex = exchange.encode()
         rk = routing_key.encode()
         self.exchange_and_key = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
-        self.store_id = 0
         self.routing_keys: list[str] | None = None  # set when CC/BCC add keys
         self.ttl: int | None = None  # per-message `expiration`, ms
         self._properties = None
         self._headers: dict[str, Any] | None | bool = False
 
     @property
-    def body_size(self) -> int:
-        return len(self.body)
+    def size(self) -> int:
+        """Body size in bytes, also while the body is paged out."""
+        return int.from_bytes(self.header[4:12], "big")
+
+    def paged_copy(self) -> Message:
+        """A copy without the body, for one queue entry whose body now lives on disk."""
+        copy = Message(self.exchange, self.routing_key, self.header, None,  # type: ignore[arg-type]
+                       self.flags, self.persistent)
+        copy.routing_keys = self.routing_keys
+        copy.ttl = self.ttl
+        return copy
+
+    def copy_with_body(self, body: bytes) -> Message:
+        copy = self.paged_copy()
+        copy.body = body
+        return copy
 
     @property
     def properties(self):

@@ -32,14 +32,15 @@ if TYPE_CHECKING:
 class QueueEntry:
     """One message's place in one queue."""
 
-    __slots__ = ("seq", "message", "redelivered", "expires_at", "delivered_at")
+    __slots__ = ("seq", "message", "redelivered", "expires_at", "delivered_at", "location")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
         self.seq = seq
-        self.message = message
+        self.message = message  # message.body is None while the body is paged out to disk
         self.redelivered = redelivered
         self.expires_at = 0.0  # time.monotonic() deadline; 0 = never
         self.delivered_at = 0.0
+        self.location: Any = None  # where the store keeps it, if it does
 
     def __lt__(self, other: QueueEntry) -> bool:
         return self.seq < other.seq
@@ -63,11 +64,11 @@ class ReadyMessages:
 
     def append(self, entry: QueueEntry) -> None:
         self._fresh.append(entry)
-        self.bytes += len(entry.message.body)
+        self.bytes += entry.message.size
 
     def put_back(self, entry: QueueEntry) -> None:
         heapq.heappush(self._returned, entry)
-        self.bytes += len(entry.message.body)
+        self.bytes += entry.message.size
 
     def peek(self) -> QueueEntry | None:
         if self._returned:
@@ -76,7 +77,7 @@ class ReadyMessages:
 
     def popleft(self) -> QueueEntry:
         entry = heapq.heappop(self._returned) if self._returned else self._fresh.popleft()
-        self.bytes -= len(entry.message.body)
+        self.bytes -= entry.message.size
         return entry
 
     def clear(self) -> list[QueueEntry]:
@@ -172,21 +173,46 @@ class Queue:
         self.bindings: set[Any] = set()  # Binding objects targeting this queue
         self.had_consumer = False
         self.deleted = False
+        # Durability: `tracked` sends every message event to the store hooks (paging,
+        # persistence); `stores_messages` says persistent messages are written and
+        # the queue is restored on restart.
+        self.tracked = vhost.hooks.active
+        self.stores_messages = (
+            durable and exclusive_owner is None and not name.startswith("amq.gen-")
+        )
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_due = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
 
     # --- publishing and delivery (hot path) ---------------------------------
 
-    def enqueue(self, message: Message) -> bool:
-        """Add a routed message; False when x-overflow=reject-publish turned it away."""
+    def enqueue(self, message: Message, barrier: Any = None) -> bool:
+        """Add a routed message; False when x-overflow=reject-publish turned it away.
+
+        `barrier` (a WriteBarrier) learns about the disk write of a persistent message.
+        """
         self._seq += 1
+        entry = QueueEntry(self._seq, message)
         if self.plain:
-            self.ready.append(QueueEntry(self._seq, message))
+            if self.tracked:
+                self.vhost.hooks.message_enqueued(self, entry, barrier)
+            self.ready.append(entry)
             if self.consumers:
                 self.dispatch()
             return True
-        return self._enqueue_with_extensions(QueueEntry(self._seq, message))
+        return self._enqueue_with_extensions(entry, barrier)
+
+    def restore(self, message: Message, location: Any) -> None:
+        """Put back a message recovered from disk at startup (in publish order)."""
+        self._seq += 1
+        entry = QueueEntry(self._seq, message, location.redelivered)
+        entry.location = location
+        ttl = self.options.message_ttl
+        if message.ttl is not None and (ttl is None or message.ttl < ttl):
+            ttl = message.ttl
+        if ttl is not None:
+            entry.expires_at = time.monotonic() + ttl / 1000.0
+        self.ready.append(entry)
 
     def dispatch(self) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""
@@ -232,7 +258,7 @@ class Queue:
 
     # --- extensions ---------------------------------------------------------
 
-    def _enqueue_with_extensions(self, entry: QueueEntry) -> bool:
+    def _enqueue_with_extensions(self, entry: QueueEntry, barrier: Any) -> bool:
         opts = self.options
         message = entry.message
         ttl = opts.message_ttl
@@ -245,6 +271,8 @@ class Queue:
             if opts.overflow == "reject-publish-dlx":
                 dead_letter.dead_letter(self.vhost, self, message, dead_letter.MAXLEN)
             return False
+        if self.tracked:
+            self.vhost.hooks.message_enqueued(self, entry, barrier)
         self.ready.append(entry)
         if self.consumers:
             self.dispatch()
@@ -259,7 +287,7 @@ class Queue:
         if opts.max_length is not None and len(self.ready) >= opts.max_length:
             return True
         return (opts.max_length_bytes is not None
-                and self.ready.bytes + len(message.body) > opts.max_length_bytes)
+                and self.ready.bytes + message.size > opts.max_length_bytes)
 
     def _drop_head_over_limit(self) -> None:
         opts = self.options
@@ -302,8 +330,16 @@ class Queue:
 
     def _discard(self, entry: QueueEntry, reason: str) -> None:
         """A ready message leaves without delivery (expired, overflow): dead-letter it."""
-        dead_letter.dead_letter(self.vhost, self, entry.message, reason)
+        if self.options.dead_letter_exchange is not None:
+            dead_letter.dead_letter(self.vhost, self, self.with_body(entry), reason)
         self.vhost.on_message_removed(self, entry)
+
+    def with_body(self, entry: QueueEntry) -> Message:
+        """The entry's message with its body in memory (read back if it was paged out)."""
+        message = entry.message
+        if message.body is None:
+            message = message.copy_with_body(self.vhost.hooks.load_body(entry))
+        return message
 
     def touch(self) -> None:
         """The queue was used: restart its x-expires countdown."""
@@ -339,7 +375,8 @@ class Queue:
         """A delivery was rejected or nacked without requeue: dead-letter it."""
         self.unacked -= 1
         if self.options.dead_letter_exchange is not None and not self.deleted:
-            dead_letter.dead_letter(self.vhost, self, entry.message, dead_letter.REJECTED)
+            dead_letter.dead_letter(self.vhost, self, self.with_body(entry),
+                                    dead_letter.REJECTED)
         self.vhost.on_message_removed(self, entry)
 
     def requeue(self, entries: Iterable[QueueEntry], dispatch: bool = True) -> None:

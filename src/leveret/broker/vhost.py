@@ -10,6 +10,7 @@ import base64
 import os
 from typing import Any
 
+from leveret.broker.durability import DurabilityHooks
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
@@ -50,19 +51,6 @@ EQUIVALENCE_ARGS = (
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-class DurabilityHooks:
-    """What the vhost tells the store; the in-memory broker uses this no-op."""
-
-    def exchange_declared(self, exchange: Exchange) -> None: ...
-    def exchange_deleted(self, exchange: Exchange) -> None: ...
-    def queue_declared(self, queue: Queue) -> None: ...
-    def queue_deleted(self, queue: Queue) -> None: ...
-    def binding_added(self, binding: Binding) -> None: ...
-    def binding_removed(self, binding: Binding) -> None: ...
-    def queue_purged(self, queue: Queue, entries: list[QueueEntry]) -> None: ...
-    def message_removed(self, queue: Queue, entry: QueueEntry) -> None: ...
 
 
 class VirtualHost:
@@ -241,7 +229,7 @@ class VirtualHost:
         self.queues[name] = queue
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
-        if durable and not exclusive:
+        if queue.stores_messages:
             self.hooks.queue_declared(queue)
         return queue
 
@@ -259,20 +247,18 @@ class VirtualHost:
             queue.remove_consumer(consumer)
             consumer.channel.on_consumer_cancelled_by_broker(consumer)
         entries = queue.ready.clear()
-        if queue.durable and queue.exclusive_owner is None:
-            self.hooks.queue_deleted(queue)
-        elif entries:
-            self.hooks.queue_purged(queue, entries)
+        if queue.tracked:
+            self.hooks.queue_deleted(queue, entries)
         return count
 
     def purge_queue(self, queue: Queue) -> int:
         entries = queue.ready.clear()
-        if entries:
+        if entries and queue.tracked:
             self.hooks.queue_purged(queue, entries)
         return len(entries)
 
     def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
-        if entry.message.store_id:
+        if queue.tracked:
             self.hooks.message_removed(queue, entry)
 
     def maybe_auto_delete(self, queue: Queue) -> None:
@@ -293,9 +279,7 @@ class VirtualHost:
                 destination.bindings.add(binding)
             else:
                 destination.inbound.add(binding)
-            if source.durable and destination.durable and not getattr(
-                destination, "exclusive_owner", None
-            ):
+            if self._binding_is_durable(binding):
                 self.hooks.binding_added(binding)
 
     def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
@@ -306,6 +290,14 @@ class VirtualHost:
         if binding is not None:
             self._drop_binding(binding, cascade=True)
 
+    @staticmethod
+    def _binding_is_durable(binding: Binding) -> bool:
+        """Stored only when both ends survive a restart."""
+        dest = binding.destination
+        if isinstance(dest, Queue):
+            return binding.source.durable and dest.stores_messages and bool(binding.source.name)
+        return binding.source.durable and dest.durable
+
     def _drop_binding(self, binding: Binding, cascade: bool) -> None:
         source, destination = binding.source, binding.destination
         source.remove_binding(destination, binding.routing_key, binding.arguments)
@@ -313,7 +305,7 @@ class VirtualHost:
             destination.bindings.discard(binding)
         else:
             destination.inbound.discard(binding)
-        if source.durable and destination.durable:
+        if self._binding_is_durable(binding):
             self.hooks.binding_removed(binding)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)

@@ -8,13 +8,16 @@ pamqp and a handler table.
 from __future__ import annotations
 
 import base64
+import logging
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
 from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
+from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue import Queue, QueueEntry
@@ -34,6 +37,7 @@ from leveret.protocol.constants import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
+    RESOURCE_ERROR,
     UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
@@ -55,6 +59,8 @@ from leveret.server.model_methods import ModelMethods
 if TYPE_CHECKING:
     from leveret.server.connection import AMQPConnection
 
+log = logging.getLogger("leveret.channel")
+
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
 
 
@@ -64,6 +70,15 @@ class _Transaction:
     def __init__(self) -> None:
         self.publishes: list[tuple[Exchange, Message, bool]] = []
         self.settlements: list[tuple[str, int, bool, bool]] = []
+
+
+class _FailureReporter:
+    """Barrier-like sink for writes nobody waits for; only failures matter."""
+
+    __slots__ = ("add",)
+
+    def __init__(self, on_failure) -> None:
+        self.add = lambda: on_failure
 
 
 class Channel(ModelMethods):
@@ -88,6 +103,8 @@ class Channel(ModelMethods):
         self.confirmed_upto = 0
         self.confirm_waiting: dict[int, bool | None] = {}
         self.tx: _Transaction | None = None
+        # Persistent publishes without confirms report disk failures through this.
+        self._write_failures = _FailureReporter(self._persist_failed)
         # Direct reply-to: our token and consumer tag while we consume the pseudo-queue.
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
@@ -192,9 +209,11 @@ class Channel(ModelMethods):
     def send_method(self, method: Any) -> None:
         self.conn.write(wire.encode_method(method, self.number))
 
-    def _send_content(self, method_frame: bytes, message: Message) -> None:
+    def _send_content(self, method_frame: bytes, message: Message,
+                      body: bytes | None = None) -> None:
         n = self.number
-        body = message.body
+        if body is None:
+            body = message.body
         parts = [method_frame, header_frame(n, message.header)]
         parts += body_frames(n, body, self.conn.frame_max)
         self.conn.write(b"".join(parts))
@@ -356,7 +375,8 @@ class Channel(ModelMethods):
         if changes:
             message.set_header(rewrite_header(message.header, changes))
 
-    def _route(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
+    def _route(self, exchange: Exchange, message: Message, mandatory: bool,
+               barrier: WriteBarrier | None = None) -> None:
         if exchange is self.vhost.default_exchange and message.routing_key.startswith(
             direct_reply.PREFIX
         ):
@@ -366,22 +386,53 @@ class Channel(ModelMethods):
             queues = self.vhost.route(exchange, message)
         else:
             queues = self.vhost.route_keys(exchange, message, message.routing_keys)
+        seq = 0
         if self.confirm_mode:
             self.publish_seq += 1
+            seq = self.publish_seq
             self.conn.confirms_due(self)
         if queues:
+            if barrier is None and message.persistent and self.vhost.hooks.active:
+                if seq:
+                    # The confirm waits for the fsync of every durable queue's copy.
+                    self.confirm_waiting[seq] = None
+                    barrier = WriteBarrier(partial(self._confirm_written, seq))
+                else:
+                    barrier = self._write_failures
             accepted = True
             for queue in queues:
-                if not queue.enqueue(message):
+                if not queue.enqueue(message, barrier):
                     accepted = False
-            if not accepted and self.confirm_mode:
-                self.confirm_waiting[self.publish_seq] = False  # x-overflow=reject-publish
+            if not accepted and seq:
+                self.confirm_waiting[seq] = False  # x-overflow=reject-publish
+            if seq and barrier is not None:
+                barrier.seal()
         elif mandatory:
             returned = wire.encode_method(
                 cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
                 self.number,
             )
             self._send_content(returned, message)
+
+    def _confirm_written(self, seq: int, error: BaseException | None) -> None:
+        waiting = self.confirm_waiting
+        if waiting.get(seq, 0) is None:
+            waiting[seq] = error is None
+            if error is not None:
+                log.error("persistent message %d on channel %d not stored, nacking: %s",
+                          seq, self.number, error)
+            if not self.closing:
+                self.conn.confirms_due(self)
+
+    def _persist_failed(self, error: BaseException | None) -> None:
+        """A publish without confirms could not be stored: say so by closing the channel."""
+        if error is None or self.closing or self.conn.state != "opened":
+            return
+        self.close_with_error(ChannelError(
+            RESOURCE_ERROR,
+            f"RESOURCE_ERROR - could not store a persistent message on disk: {error}",
+            CLASS_BASIC, 40,
+        ))
 
     def _route_direct_reply(self, message: Message, mandatory: bool) -> None:
         target = self.conn.broker.direct_reply.lookup(message.routing_key)
@@ -448,6 +499,11 @@ class Channel(ModelMethods):
         message = entry.message
         n = self.number
         body = message.body
+        if body is None:  # paged out to disk
+            body = queue.vhost.hooks.load_body(entry)
+        location = entry.location
+        if location is not None and not location.redelivered:
+            queue.vhost.hooks.message_delivered(queue, entry)
         frame_max = self.conn.frame_max
         deliver = wire.encode_deliver(n, consumer.ctag_prefix, tag, entry.redelivered,
                                       message.exchange_and_key)
@@ -455,7 +511,7 @@ class Channel(ModelMethods):
             self.conn.write(b"".join((deliver, header_frame(n, message.header),
                                       *body_frames(n, body, frame_max))))
         else:
-            self._send_content(deliver, message)
+            self._send_content(deliver, message, body)
 
     # --- basic class --------------------------------------------------------
 
@@ -550,12 +606,17 @@ class Channel(ModelMethods):
             self.unacked[tag] = (queue, entry, None)
             self.unacked_count += 1
         message = entry.message
+        body = message.body
+        if body is None:
+            body = queue.vhost.hooks.load_body(entry)
+        if entry.location is not None and not entry.location.redelivered:
+            queue.vhost.hooks.message_delivered(queue, entry)
         get_ok = wire.encode_method(
             cmd.Basic.GetOk(tag, entry.redelivered, message.exchange, message.routing_key,
                             queue.message_count),
             self.number,
         )
-        self._send_content(get_ok, message)
+        self._send_content(get_ok, message, body)
 
     def ack(self, tag: int, multiple: bool) -> None:
         if self.tx is not None:
@@ -664,10 +725,12 @@ class Channel(ModelMethods):
         if tx is None:
             raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = None  # apply for real, then start the next transaction
+        # commit-ok goes out only once the transaction's persistent messages are on disk.
+        barrier = WriteBarrier(self._tx_written)
         try:
             for exchange, message, mandatory in tx.publishes:
                 if not exchange.deleted:
-                    self._route(exchange, message, mandatory)
+                    self._route(exchange, message, mandatory, barrier)
             for kind, tag, multiple, requeue in tx.settlements:
                 if kind == "ack":
                     self.ack(tag, multiple)
@@ -675,6 +738,18 @@ class Channel(ModelMethods):
                     self._settle_negative(kind, tag, multiple, requeue)
         finally:
             self.tx = _Transaction()
+        barrier.seal()
+
+    def _tx_written(self, error: BaseException | None) -> None:
+        if self.closing or self.conn.state != "opened":
+            return
+        if error is not None:
+            self.close_with_error(ChannelError(
+                RESOURCE_ERROR,
+                f"RESOURCE_ERROR - tx.commit failed: could not store messages on disk: {error}",
+                90, 20,
+            ))
+            return
         self.send_method(cmd.Tx.CommitOk())
 
     def on_tx_rollback(self, m: cmd.Tx.Rollback) -> None:

@@ -18,6 +18,7 @@ class Server:
                  broker: Broker | None = None) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
+        self.durable_state = None
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -25,6 +26,8 @@ class Server:
 
     async def start(self) -> None:
         started = time.monotonic()
+        if self.config.persistence and self.durable_state is None:
+            self._open_store()
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self), self.config.host, self.config.port,
             reuse_address=True, backlog=1024,
@@ -32,6 +35,15 @@ class Server:
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("Leveret listening for AMQP 0-9-1 on %s:%d (started in %.3f s)",
                  self.config.host, self.port, time.monotonic() - started)
+
+    def _open_store(self) -> None:
+        from leveret.store.durable_state import DurableState
+
+        state = DurableState(self.config.data_dir, self.config.fsync,
+                             self.config.max_memory_bytes, self.loop)
+        self.broker = Broker(self.config, state)
+        self.durable_state = state
+        state.restore(self.broker)
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
@@ -48,4 +60,7 @@ class Server:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        if self.durable_state is not None:
+            self.durable_state.close()
+            self.durable_state = None
         log.info("Leveret stopped")

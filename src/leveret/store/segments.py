@@ -147,6 +147,7 @@ class SegmentLog:
         self._tail = 0
         self._gen = committer.generation
         self._sizes: dict[int, int] = {}  # seq -> bytes used (reserved) in that segment
+        self._read_fds: dict[int, int] = {}  # seq -> fd open for reading
 
     # ---- startup ---------------------------------------------------------------------
 
@@ -258,11 +259,19 @@ class SegmentLog:
     def read(self, seq: int, offset: int, size: int) -> bytes:
         """Read back `size` bytes, waiting if the committer has not written them yet."""
         self.committer.wait_written(seq, offset + size)
-        fd = os.open(segment_path(self.directory, seq), os.O_RDONLY)
-        try:
-            return os.pread(fd, size, offset)
-        finally:
+        # Paged-out bodies are read one by one at delivery time; keep files open.
+        fds = self._read_fds
+        fd = fds.get(seq)
+        if fd is None:
+            if len(fds) >= 64:
+                os.close(fds.pop(next(iter(fds))))
+            fd = fds[seq] = os.open(segment_path(self.directory, seq), os.O_RDONLY)
+        return os.pread(fd, size, offset)
+
+    def close_readers(self) -> None:
+        for fd in self._read_fds.values():
             os.close(fd)
+        self._read_fds.clear()
 
     def read_segment(self, seq: int) -> bytes:
         """The whole reserved extent of a sealed segment (used by compaction)."""
@@ -283,5 +292,8 @@ class SegmentLog:
         """Forget a segment now and delete its file once everything before it is durable."""
         if seq == self.active:
             raise ValueError("cannot retire the active segment")
+        fd = self._read_fds.pop(seq, None)
+        if fd is not None:
+            os.close(fd)
         if self._sizes.pop(seq, None) is not None:
             self.committer.submit_unlink(seq)

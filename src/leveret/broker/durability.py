@@ -1,0 +1,74 @@
+"""The model's interface to the disk.
+
+The broker model never imports the store. It calls these hooks, and the store
+package (leveret.store.durable_state) implements them. The in-memory broker
+(tests, `persistence=False`) uses the no-op DurabilityHooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.broker.exchange import Binding, Exchange
+    from leveret.broker.queue import Queue, QueueEntry
+
+
+class WriteBarrier:
+    """Counts outstanding disk writes for one publish (or one tx.commit).
+
+    `on_done(error)` runs once every write added before seal() is durable,
+    with the first error seen (or None).
+    """
+
+    __slots__ = ("pending", "error", "sealed", "on_done")
+
+    def __init__(self, on_done: Callable[[BaseException | None], None]) -> None:
+        self.pending = 0
+        self.error: BaseException | None = None
+        self.sealed = False
+        self.on_done = on_done
+
+    def add(self) -> Callable[[BaseException | None], None]:
+        self.pending += 1
+        return self._one_done
+
+    def _one_done(self, error: BaseException | None) -> None:
+        self.pending -= 1
+        if error is not None and self.error is None:
+            self.error = error
+        if self.sealed and self.pending == 0:
+            self.on_done(self.error)
+
+    def seal(self) -> None:
+        self.sealed = True
+        if self.pending == 0:
+            self.on_done(self.error)
+
+
+class DurabilityHooks:
+    """What the model tells the disk. This base class keeps everything in memory."""
+
+    # False: queues skip every per-message hook (the in-memory broker's fast path).
+    active = False
+
+    def exchange_declared(self, exchange: Exchange) -> None: ...
+    def exchange_deleted(self, exchange: Exchange) -> None: ...
+    def queue_declared(self, queue: Queue) -> None: ...
+    def queue_deleted(self, queue: Queue, entries: list[QueueEntry]) -> None: ...
+    def queue_purged(self, queue: Queue, entries: list[QueueEntry]) -> None: ...
+    def binding_added(self, binding: Binding) -> None: ...
+    def binding_removed(self, binding: Binding) -> None: ...
+
+    def message_enqueued(self, queue: Queue, entry: QueueEntry, barrier: Any) -> None:
+        """Store or page out a message entering a queue; `barrier` tracks its fsync."""
+
+    def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
+        """First delivery of a stored message (so recovery marks it redelivered)."""
+
+    def message_removed(self, queue: Queue, entry: QueueEntry) -> None:
+        """The message left the queue for good (acked, expired, dropped)."""
+
+    def load_body(self, entry: QueueEntry) -> bytes:
+        raise RuntimeError("message body was paged out but no store is attached")

@@ -1,0 +1,223 @@
+"""The broker's durable state: the store side of broker.durability.DurabilityHooks.
+
+Definitions (durable exchanges, queues, bindings) go to SQLite; persistent
+messages in durable queues go to the segment log, and their publisher confirms
+wait for the group commit's fsync. Message bodies beyond the memory budget are
+paged out to the same log (transient messages as records recovery ignores)
+and read back when delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from leveret.broker.durability import DurabilityHooks
+from leveret.broker.exchange import Binding, Exchange
+from leveret.broker.message import Message
+from leveret.broker.queue import Queue, QueueEntry
+from leveret.broker.queue_args import parse_expiration
+from leveret.protocol.errors import ChannelError
+from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
+from leveret.store.definitions import DefinitionStore
+from leveret.store.message_store import MessageStore
+
+log = logging.getLogger("leveret.store")
+
+
+def _key(queue: Queue) -> tuple[str, str]:
+    return (queue.vhost.name, queue.name)
+
+
+def _record_header(message: Message) -> bytes:
+    """What the store keeps besides the body: exchange and routing key, then the header."""
+    return message.exchange_and_key + message.header
+
+
+def _split_record_header(blob: bytes) -> tuple[str, str, bytes]:
+    n = blob[0]
+    exchange = blob[1 : 1 + n].decode()
+    m = blob[1 + n]
+    routing_key = blob[2 + n : 2 + n + m].decode()
+    return exchange, routing_key, blob[2 + n + m :]
+
+
+class DurableState(DurabilityHooks):
+    active = True
+
+    def __init__(self, data_dir: str, fsync: str, max_memory_bytes: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        os.makedirs(data_dir, exist_ok=True)
+        self.data_dir = data_dir
+        self.definitions = DefinitionStore(os.path.join(data_dir, "definitions.db"))
+        self.messages = MessageStore(data_dir, fsync=fsync, loop=loop)
+        self.memory_budget = max_memory_bytes
+        self.memory_used = 0  # bodies held in RAM by queue entries
+        self.paged_out = 0
+        self._restoring = False
+
+    # --- definitions --------------------------------------------------------
+
+    def exchange_declared(self, exchange: Exchange) -> None:
+        if not self._restoring and exchange.name and not exchange.name.startswith("amq."):
+            self.definitions.save_exchange(
+                exchange.vhost_name, exchange.name, exchange.type_name, exchange.durable,
+                exchange.auto_delete, exchange.internal, exchange.arguments,
+            )
+
+    def exchange_deleted(self, exchange: Exchange) -> None:
+        self.definitions.delete_exchange(exchange.vhost_name, exchange.name)
+
+    def queue_declared(self, queue: Queue) -> None:
+        if not self._restoring:
+            self.definitions.save_queue(queue.vhost.name, queue.name, queue.durable,
+                                        queue.auto_delete, queue.arguments)
+
+    def queue_deleted(self, queue: Queue, entries: list[QueueEntry]) -> None:
+        self._forget_bodies(entries)
+        if queue.stores_messages:
+            self.definitions.delete_queue(queue.vhost.name, queue.name)
+        self.messages.delete_queue(_key(queue))
+
+    def queue_purged(self, queue: Queue, entries: list[QueueEntry]) -> None:
+        self._forget_bodies(entries)
+        # Unacked deliveries keep their records until they are acked.
+        for entry in entries:
+            if entry.location is not None:
+                self.messages.ack(entry.location)
+
+    def binding_added(self, binding: Binding) -> None:
+        if not self._restoring:
+            self.definitions.save_binding(*self._binding_row(binding))
+
+    def binding_removed(self, binding: Binding) -> None:
+        self.definitions.delete_binding(*self._binding_row(binding))
+
+    @staticmethod
+    def _binding_row(binding: Binding) -> tuple[Any, ...]:
+        dest = binding.destination
+        kind = "queue" if isinstance(dest, Queue) else "exchange"
+        vhost = dest.vhost.name if kind == "queue" else dest.vhost_name
+        return (vhost, binding.source.name, dest.name, kind, binding.routing_key,
+                binding.arguments)
+
+    # --- messages (publish path) --------------------------------------------
+
+    def message_enqueued(self, queue: Queue, entry: QueueEntry, barrier: Any) -> None:
+        message = entry.message
+        size = message.size
+        if message.persistent and queue.stores_messages:
+            entry.location = self.messages.publish(
+                _key(queue), _record_header(message), message.body,
+                barrier.add() if barrier is not None else None,
+            )
+        if self.memory_used + size > self.memory_budget and size:
+            self._page_out(queue, entry)
+        else:
+            self.memory_used += size
+
+    def _page_out(self, queue: Queue, entry: QueueEntry) -> None:
+        """Keep this entry's body on disk only; the shared message stays for other queues."""
+        message = entry.message
+        if entry.location is None:
+            entry.location = self.messages.publish(
+                _key(queue), _record_header(message), message.body, None, transient=True
+            )
+        entry.message = message.paged_copy()
+        self.paged_out += 1
+
+    def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
+        self.messages.mark_delivered(entry.location)
+
+    def message_removed(self, queue: Queue, entry: QueueEntry) -> None:
+        if entry.message.body is not None:
+            self.memory_used -= entry.message.size
+        if entry.location is not None:
+            self.messages.ack(entry.location)
+
+    def load_body(self, entry: QueueEntry) -> bytes:
+        return self.messages.read_body(entry.location)[1]
+
+    def _forget_bodies(self, entries: list[QueueEntry]) -> None:
+        for entry in entries:
+            if entry.message.body is not None:
+                self.memory_used -= entry.message.size
+
+    # --- startup and shutdown -----------------------------------------------
+
+    def restore(self, broker: Any) -> None:
+        """Recreate durable definitions and queued messages; log what came back."""
+        started = time.monotonic()
+        self._restoring = True
+        try:
+            defs = self.definitions.load()
+            stored = self.messages.open()
+            for ex in defs.exchanges:
+                vhost = broker.vhosts.get(ex.vhost)
+                if vhost is None or ex.name in vhost.exchanges:
+                    continue
+                vhost.declare_exchange(ex.name, ex.type, False, ex.durable, ex.auto_delete,
+                                       ex.internal, ex.arguments)
+            for q in defs.queues:
+                vhost = broker.vhosts.get(q.vhost)
+                if vhost is not None:
+                    vhost.declare_queue(q.name, False, q.durable, False, q.auto_delete,
+                                        q.arguments)
+            for b in defs.bindings:
+                vhost = broker.vhosts.get(b.vhost)
+                if vhost is None:
+                    continue
+                source = vhost.exchanges.get(b.source)
+                if b.destination_kind == "queue":
+                    dest = vhost.queues.get(b.destination)
+                else:
+                    dest = vhost.exchanges.get(b.destination)
+                if source is not None and dest is not None:
+                    vhost.bind(source, dest, b.routing_key, b.arguments)
+            count = self._restore_messages(broker, stored)
+        finally:
+            self._restoring = False
+        log.info(
+            "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s "
+            "from %s", len(defs.exchanges), len(defs.queues), len(defs.bindings), count,
+            time.monotonic() - started, self.data_dir,
+        )
+
+    def _restore_messages(self, broker: Any, stored: dict) -> int:
+        count = 0
+        for (vhost_name, queue_name), locations in stored.items():
+            vhost = broker.vhosts.get(vhost_name)
+            queue = vhost.queues.get(queue_name) if vhost is not None else None
+            if queue is None:
+                # The queue's definition is gone: its messages are garbage.
+                self.messages.delete_queue((vhost_name, queue_name))
+                continue
+            # Segments are read in file order; messages go back in publish order.
+            messages: dict[int, Message] = {}
+            for loc, blob, body in self.messages.read_many(locations):
+                exchange, routing_key, header = _split_record_header(blob)
+                _cls, _w, size, flags, delivery_mode = parse_header(header)
+                message = Message(exchange, routing_key, header, body, flags,
+                                  delivery_mode == 2)
+                if flags & FLAG_EXPIRATION:
+                    try:
+                        message.ttl = parse_expiration(message.properties.expiration)
+                    except ChannelError:
+                        message.ttl = None
+                if self.memory_used + size > self.memory_budget and size:
+                    message.body = None  # stays paged out until delivered
+                    self.paged_out += 1
+                else:
+                    self.memory_used += size
+                messages[loc.msg_id] = message
+            for loc in locations:
+                queue.restore(messages[loc.msg_id], loc)
+            count += len(locations)
+        return count
+
+    def close(self) -> None:
+        self.messages.close()
+        self.definitions.close()
