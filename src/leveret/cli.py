@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="message bodies beyond this budget are kept on disk "
                              "(default: a quarter of RAM, %(default)s)")
 
+    server.add_argument("--consumer-timeout-ms", type=_positive_int,
+                        default=defaults.consumer_timeout_ms,
+                        help="close a channel whose delivery stays unacknowledged this long, "
+                             "as RabbitMQ does; 0 disables (default %(default)s = 30 min)")
+
     perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
     try:
         from leveret import perf as perf_module
@@ -107,6 +112,7 @@ def run_server(args: argparse.Namespace) -> int:
         frame_max=args.frame_max or ServerConfig.frame_max,
         fsync=args.fsync,
         max_memory_bytes=args.max_memory_bytes,
+        consumer_timeout_ms=args.consumer_timeout_ms,
     )
     try:
         import uvloop

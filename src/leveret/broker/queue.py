@@ -25,6 +25,9 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
 
+FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
+FLOW_RESUME = FLOW_LIMIT // 2
+
 if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
 
@@ -173,6 +176,7 @@ class Queue:
         self.bindings: set[Any] = set()  # Binding objects targeting this queue
         self.had_consumer = False
         self.deleted = False
+        self.throttled: set[Any] = set()  # publishing connections paused for this queue
         # Durability: `tracked` sends every message event to the store hooks (paging,
         # persistence); `stores_messages` says persistent messages are written and
         # the queue is restored on restart.
@@ -233,13 +237,33 @@ class Queue:
                     if c.priority >= top:
                         break  # nobody outranks this one
             if best is None:
-                return
+                break
             if check_expiry and self._drop_expired_head():
                 continue
             entry = ready.popleft()
             if not best.no_ack:
                 self.unacked += 1
             best.channel.deliver(best, self, entry)
+        if self.throttled and len(ready) <= FLOW_RESUME:
+            self.release_publishers()
+
+    # --- publisher flow control ---------------------------------------------
+    #
+    # A publisher can hand the loop messages far faster than consumers take
+    # them; unchecked, the queue grows without bound and consumers starve for
+    # CPU. Like RabbitMQ's credit flow, a connection publishing into a queue
+    # whose consumers are FLOW_LIMIT messages behind stops being read until the
+    # backlog halves. Queues without consumers never throttle: they just fill.
+
+    def throttle(self, connection: Any) -> None:
+        self.throttled.add(connection)
+        connection.pause_for_flow(self)
+
+    def release_publishers(self) -> None:
+        waiting = self.throttled
+        self.throttled = set()
+        for connection in waiting:
+            connection.resume_after_flow(self)
 
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
@@ -359,6 +383,8 @@ class Queue:
             self.vhost.delete_queue(self)
 
     def stop_timers(self) -> None:
+        if self.throttled:
+            self.release_publishers()
         for timer in (self._expiry_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -417,6 +443,8 @@ class Queue:
             self.consumers[0].active = True
         if not self.consumers:
             self.touch()
+            if self.throttled:
+                self.release_publishers()
 
     @property
     def consumer_count(self) -> int:

@@ -7,10 +7,12 @@ pamqp and a handler table.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
 from functools import partial
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
@@ -20,7 +22,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue, QueueEntry
+from leveret.broker.queue import FLOW_LIMIT, Queue, QueueEntry
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -103,6 +105,7 @@ class Channel(ModelMethods):
         self.confirmed_upto = 0
         self.confirm_waiting: dict[int, bool | None] = {}
         self.tx: _Transaction | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
         # Persistent publishes without confirms report disk failures through this.
         self._write_failures = _FailureReporter(self._persist_failed)
         # Direct reply-to: our token and consumer tag while we consume the pseudo-queue.
@@ -403,6 +406,8 @@ class Channel(ModelMethods):
             for queue in queues:
                 if not queue.enqueue(message, barrier):
                     accepted = False
+                if queue.consumers and len(queue.ready) > FLOW_LIMIT:
+                    self.conn.maybe_throttle(queue)
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
             if seq and barrier is not None:
@@ -496,6 +501,9 @@ class Channel(ModelMethods):
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
+            entry.delivered_at = monotonic()
+            if self._ack_timer is None:
+                self._arm_ack_timer(queue, entry)
         message = entry.message
         n = self.number
         body = message.body
@@ -512,6 +520,41 @@ class Channel(ModelMethods):
                                       *body_frames(n, body, frame_max))))
         else:
             self._send_content(deliver, message, body)
+
+    # --- consumer acknowledgement timeout -----------------------------------
+
+    def _ack_timeout_ms(self, queue: Queue) -> int:
+        return queue.options.consumer_timeout or self.conn.config.consumer_timeout_ms
+
+    def _arm_ack_timer(self, queue: Queue, entry: QueueEntry) -> None:
+        timeout = self._ack_timeout_ms(queue)
+        if timeout <= 0:
+            return
+        due = entry.delivered_at + timeout / 1000.0
+        self._ack_timer = self.conn.loop.call_later(max(0.0, due - monotonic()) + 0.01,
+                                                    self._check_ack_timeout)
+
+    def _check_ack_timeout(self) -> None:
+        """Close the channel, as RabbitMQ does, when a delivery stays unacked too long."""
+        self._ack_timer = None
+        if self.closing or not self.unacked:
+            return
+        now = monotonic()
+        oldest = None
+        for queue, entry, _consumer in self.unacked.values():
+            timeout = self._ack_timeout_ms(queue)
+            if timeout > 0 and now - entry.delivered_at >= timeout / 1000.0:
+                self.close_with_error(ChannelError(
+                    PRECONDITION_FAILED,
+                    f"delivery acknowledgement on channel {self.number} timed out. Timeout "
+                    f"value used: {timeout} ms. This timeout value can be configured, see "
+                    "consumers doc guide to learn more",
+                ))
+                return
+            if oldest is None:
+                oldest = (queue, entry)
+        if oldest is not None:
+            self._arm_ack_timer(*oldest)
 
     # --- basic class --------------------------------------------------------
 
@@ -605,6 +648,9 @@ class Channel(ModelMethods):
             queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)
             self.unacked_count += 1
+            entry.delivered_at = monotonic()
+            if self._ack_timer is None:
+                self._arm_ack_timer(queue, entry)
         message = entry.message
         body = message.body
         if body is None:
@@ -763,6 +809,9 @@ class Channel(ModelMethods):
     def cleanup(self) -> None:
         """Channel closed: drop consumers, requeue what it had not acked."""
         self.closing = True
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         self.deliverable = False
         self._publish = None
         self._header = None

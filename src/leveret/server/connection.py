@@ -90,6 +90,8 @@ class AMQPConnection(asyncio.Protocol):
         self._last_send = 0.0
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._flow_queues: set | None = set()  # queues this connection is paused for
+        self._reading_paused = False
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -148,6 +150,10 @@ class AMQPConnection(asyncio.Protocol):
                 log.info("client %s closed the TCP connection without connection.close",
                          self.peer)
         self.state = "closed"
+        if self._flow_queues:
+            for queue in self._flow_queues:
+                queue.throttled.discard(self)
+        self._flow_queues = None
         for timer in self._timers:
             timer.cancel()
         if self._heartbeat_timer is not None:
@@ -165,6 +171,35 @@ class AMQPConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._transport_paused = False
         self._set_writable(self._out_bytes < OUTPUT_HIGH_WATER)
+
+    # --- publisher flow control ---------------------------------------------
+
+    def maybe_throttle(self, queue: Any) -> None:
+        """Stop reading from this publisher until `queue`'s consumers catch up.
+
+        A connection that consumes is never paused: its own acks may be what
+        drains the queue.
+        """
+        if self._flow_queues is None or any(ch.consumers for ch in self.channels.values()):
+            return
+        if queue not in self._flow_queues:
+            self._flow_queues.add(queue)
+            queue.throttle(self)
+
+    def pause_for_flow(self, queue: Any) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_after_flow(self, queue: Any) -> None:
+        if self._flow_queues is None:
+            return
+        self._flow_queues.discard(queue)
+        if not self._flow_queues and self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self._last_recv = self.loop.time()  # silence while paused was ours, not theirs
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
 
     # --- output -------------------------------------------------------------
 
@@ -383,6 +418,8 @@ class AMQPConnection(asyncio.Protocol):
         if self.state not in ("opened", "closing") or self.transport is None:
             return
         now = self.loop.time()
+        if self._reading_paused:
+            self._last_recv = now  # we are not reading, so we cannot hear heartbeats
         if now - self._last_recv > 2 * self.heartbeat:
             log.warning("missed heartbeats from client %s, timeout: %ds", self.peer,
                         self.heartbeat)
