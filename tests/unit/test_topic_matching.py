@@ -11,7 +11,8 @@ from leveret.broker.exchanges.topic import TopicExchange
 
 def reference_match(pattern: str, key: str) -> bool:
     """RabbitMQ's semantics, written the slow obvious way."""
-    p, k = pattern.split("."), key.split(".")
+    p = pattern.split(".") if pattern else []  # an empty key is zero words
+    k = key.split(".") if key else []
 
     def go(i: int, j: int) -> bool:
         if i == len(p):
@@ -37,7 +38,8 @@ def reference_match(pattern: str, key: str) -> bool:
         ("a.*", "a.b", True),
         ("#.#", "a", True),
         ("a.#", "a", True),
-        ("*", "", True),
+        ("*", "", False),
+        ("#.*", "", False),
         ("", "", True),
         ("a..b", "a..b", True),
     ],

@@ -15,7 +15,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.exceptions import UnmarshalingException
 
-from leveret.protocol.constants import SYNTAX_ERROR
+from leveret.protocol.constants import FRAME_ERROR, SYNTAX_ERROR
 from leveret.protocol.errors import FrameError
 
 METHOD_INDEX = struct.Struct(">I")
@@ -53,7 +53,8 @@ def decode_method(payload: bytes) -> Any:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError,
             UnmarshalingException, KeyError, OverflowError) as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed {cls.name} frame: {exc}") from None
+        # RabbitMQ answers an undecodable method with 501 FRAME_ERROR, not 502.
+        raise FrameError(FRAME_ERROR, f"cannot decode {cls.name} frame: {exc}") from None
     return method
 
 

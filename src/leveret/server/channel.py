@@ -171,7 +171,7 @@ class Channel(ModelMethods):
                 self.on_content_body(payload)
             else:
                 raise ConnectionError_(
-                    FRAME_ERROR, f"heartbeat frame on channel {self.number}; must be 0"
+                    UNEXPECTED_FRAME, f"heartbeat frame on channel {self.number}; must be 0"
                 )
         except AMQPError as exc:
             if not exc.class_id and index:
@@ -733,6 +733,9 @@ class Channel(ModelMethods):
         return taken
 
     def _redispatch(self, queues) -> None:
+        if self.global_prefetch and self.consumers:
+            # Channel-wide prefetch: freed capacity may belong to any of our consumers.
+            queues = set(queues) | {c.queue for c in self.consumers.values()}
         for queue in queues:
             if queue.consumers and queue.ready:
                 queue.dispatch()

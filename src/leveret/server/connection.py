@@ -127,8 +127,7 @@ class AMQPConnection(asyncio.Protocol):
                     self._connection_method(payload)
                 elif frame_type != FRAME_HEARTBEAT:
                     raise ConnectionError_(
-                        CHANNEL_ERROR if self.state == "opened" else UNEXPECTED_FRAME,
-                        f"content frame (type {frame_type}) on channel 0",
+                        UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
                     )
                 if self.state == "closed":
                     return
@@ -328,7 +327,7 @@ class AMQPConnection(asyncio.Protocol):
             pass  # informational from a client; nothing to do
         else:
             raise ConnectionError_(
-                COMMAND_INVALID,
+                CHANNEL_ERROR if index >> 16 != 10 else COMMAND_INVALID,
                 f"method {method.name} is not valid on channel 0",
                 index >> 16, index & 0xFFFF,
             )
@@ -447,7 +446,7 @@ class AMQPConnection(asyncio.Protocol):
         if frame_type == FRAME_METHOD and wire.method_index(payload) == CHANNEL_OPEN:
             if number > self.channel_max:
                 raise ConnectionError_(
-                    CHANNEL_ERROR,
+                    NOT_ALLOWED,
                     f"channel {number} is above the negotiated channel_max "
                     f"({self.channel_max})", 20, 10,
                 )

@@ -15,6 +15,11 @@ from leveret.broker.exchanges.base import ExchangeType, RefCounts
 _CACHE_LIMIT = 4096
 
 
+def _words(key: str) -> list[str]:
+    """An empty key is zero words (so `*` does not match it), as in RabbitMQ."""
+    return key.split(".") if key else []
+
+
 class _Node:
     __slots__ = ("children", "dests")
 
@@ -32,14 +37,14 @@ class TopicExchange(ExchangeType):
 
     def bind(self, destination: Any, routing_key: str, arguments: dict[str, Any]) -> None:
         node = self._root
-        for word in routing_key.split("."):
+        for word in _words(routing_key):
             node = node.children.setdefault(word, _Node())
         node.dests.add(destination)
         self._cache.clear()
 
     def unbind(self, destination: Any, routing_key: str, arguments: dict[str, Any]) -> None:
         path = [self._root]
-        words = routing_key.split(".")
+        words = _words(routing_key)
         for word in words:
             child = path[-1].children.get(word)
             if child is None:
@@ -58,7 +63,7 @@ class TopicExchange(ExchangeType):
         cached = self._cache.get(routing_key)
         if cached is None:
             found: set[Any] = set()
-            self._match(self._root, routing_key.split("."), 0, found)
+            self._match(self._root, _words(routing_key), 0, found)
             cached = tuple(found)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
