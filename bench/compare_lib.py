@@ -1,0 +1,386 @@
+"""Helpers for bench/compare: broker processes, scenario runs, result tables.
+
+Kept apart from the executable so the pieces can be imported and reused (e.g. to run a
+single scenario from a Python shell while the broker is being tuned).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TOOLS = REPO.parent / "shared" / "tools"
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout carries only the Markdown result."""
+    print(f"[compare {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def raise_fd_limit() -> None:
+    """1000 idle connections (S6) need more descriptors than the usual soft limit of 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def tail(text: str, lines: int = 5) -> str:
+    return " | ".join(line for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
+@dataclass
+class Broker:
+    name: str
+    port: int
+    pid: int | None = None
+    error: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    data_dir: str | None = None
+    log_path: str | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def stop(self) -> None:
+        """Stop only a broker this script started (the reference RabbitMQ is shared)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def start_leveret(port: int, command: str, python: str, wait: float = 30.0) -> Broker:
+    """Start `python -m leveret server` on a fresh data dir and wait for its port."""
+    broker = Broker("Leveret", port)
+    if port_open(port):
+        broker.error = f"port {port} is already in use; stop that process or pass --leveret-port"
+        return broker
+    broker.data_dir = tempfile.mkdtemp(prefix="leveret-compare-")
+    broker.log_path = os.path.join(broker.data_dir, "server.log")
+    argv = command.format(python=python, port=port, data_dir=broker.data_dir).split()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    log(f"starting Leveret: {' '.join(argv)}")
+    with open(broker.log_path, "wb") as out:
+        broker.process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=raise_fd_limit
+        )
+    broker.pid = broker.process.pid
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if broker.process.poll() is not None:
+            broker.error = (
+                f"Leveret exited with status {broker.process.returncode}: "
+                f"{tail(Path(broker.log_path).read_text(errors='replace'))}"
+            )
+            return broker
+        if port_open(port):
+            return broker
+        time.sleep(0.2)
+    broker.error = (
+        f"Leveret did not listen on port {port} within {wait:g} s (log {broker.log_path})"
+    )
+    return broker
+
+
+def find_rabbitmq_pid(port: int) -> int | None:
+    """The beam.smp PID: by node name if visible, else by who listens on the port."""
+    found = subprocess.run(
+        ["pgrep", "-f", "beam.smp.*refrabbit"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    if found:
+        return int(found[0])
+    if shutil.which("ss"):
+        out = subprocess.run(
+            ["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=False
+        ).stdout
+        match = re.search(r"pid=(\d+)", out)
+        if match:
+            return int(match.group(1))
+    found = subprocess.run(
+        ["pgrep", "-f", "beam.smp"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    return int(found[0]) if len(found) == 1 else None
+
+
+def start_rabbitmq(port: int, script: Path, pid: int | None) -> Broker:
+    """Use the reference RabbitMQ, starting it with its helper script if it is down."""
+    broker = Broker("RabbitMQ", port)
+    if not port_open(port):
+        if not script.exists():
+            broker.error = f"RabbitMQ is not on port {port} and {script} does not exist"
+            return broker
+        log(f"starting RabbitMQ: bash {script} start {port}")
+        res = subprocess.run(
+            ["bash", str(script), "start", str(port)], capture_output=True, text=True, check=False
+        )
+        if res.returncode != 0 or not port_open(port):
+            broker.error = f"RabbitMQ did not start: {tail(res.stdout + res.stderr)}"
+            return broker
+    broker.pid = pid or find_rabbitmq_pid(port)
+    if broker.pid is None:
+        log("warning: cannot find the RabbitMQ beam.smp PID; pass --rabbitmq-pid for S6/S7")
+    return broker
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    flags: list[str]
+    figure: str  # "consumed" | "confirmed" | "latency"
+    perf_extra: list[str] = field(default_factory=list)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.key: s
+    for s in [
+        Scenario(
+            "S1",
+            "transient 16 B, 1 producer/1 consumer, manual ack, prefetch 500: msg/s consumed",
+            ["--size", "16", "--prefetch", "500"],
+            "consumed",
+        ),
+        Scenario(
+            "S2",
+            "persistent, confirm window 1000: confirmed/s",
+            ["--persistent", "--confirm", "1000"],
+            "confirmed",
+        ),
+        Scenario("S3", "rate 5000 msg/s: latency p50 / p99 ms", ["--rate", "5000"], "latency"),
+        # amqbench runs one consumer per fanout queue; leveret perf needs that spelled out.
+        Scenario(
+            "S4",
+            "fanout to 10 queues: deliveries/s",
+            ["--fanout", "10"],
+            "consumed",
+            ["--consumers", "10"],
+        ),
+        Scenario("S5", "4 KB, autoack: msg/s", ["--size", "4096", "--autoack"], "consumed"),
+    ]
+}
+MEMORY_SCENARIOS = {
+    "S6": "1000 idle connections: RSS KB per connection",
+    "S7": "1M x 1 KB queued: publish msg/s, RSS MB",
+}
+ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS]
+
+
+@dataclass
+class Outcome:
+    """One tool run against one broker: a figure (or tuple for latency) or an error."""
+
+    value: float | tuple[float, float] | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_json_command(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> Any:
+    """Run a tool that prints one JSON object (last JSON line of stdout wins)."""
+    try:
+        res = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            preexec_fn=raise_fd_limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
+    for line in reversed(res.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            if res.returncode != 0 and not data.get("errors"):
+                data.setdefault("errors", []).append(f"exit status {res.returncode}")
+            return data
+    raise RuntimeError(f"exit status {res.returncode}: {tail(res.stderr or res.stdout)}")
+
+
+def perf_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    return env
+
+
+def pick(data: dict[str, Any], figure: str, tool: str) -> float | tuple[float, float] | None:
+    if figure == "latency":
+        if tool == "amqbench":
+            p50, p99 = data.get("lat_ms_p50"), data.get("lat_ms_p99")
+        else:
+            p50, p99 = data["latency_ms"]["p50"], data["latency_ms"]["p99"]
+        return None if p50 is None or p99 is None else (float(p50), float(p99))
+    return float(data[f"{figure}_per_s"])
+
+
+def run_tool(
+    tool: str,
+    scenario: Scenario,
+    broker: Broker,
+    seconds: float,
+    warmup: float,
+    python: str,
+    amqbench: Path,
+) -> Outcome:
+    """Run amqbench or `leveret perf` for one scenario against one broker."""
+    timeout = seconds + warmup + 120
+    if tool == "amqbench":
+        argv = [python, str(amqbench), "--port", str(broker.port)]
+        argv += ["--seconds", str(seconds), "--warmup", str(warmup), *scenario.flags]
+        env = None
+    else:
+        argv = [python, "-m", "leveret.perf", "--uri", broker.uri, "--json", "--quiet"]
+        argv += ["--duration", str(seconds), "--warmup", str(warmup)]
+        argv += [*scenario.flags, *scenario.perf_extra]
+        env = perf_env()
+    try:
+        data = run_json_command(argv, timeout, env)
+    except (RuntimeError, json.JSONDecodeError) as exc:
+        return Outcome(error=str(exc))
+    outcome = Outcome(warnings=[str(e) for e in data.get("errors") or []])
+    try:
+        outcome.value = pick(data, scenario.figure, tool)
+    except (KeyError, TypeError, ValueError) as exc:
+        outcome.error = f"unexpected output ({exc!r})"
+    if outcome.value is None and outcome.error is None:
+        outcome.error = "no figure (nothing consumed?)"
+    return outcome
+
+
+def run_memcheck(
+    broker: Broker, memcheck: Path, python: str, conns: int, msgs: int
+) -> dict[str, Any] | str:
+    """S6+S7 in one memcheck.py run; returns its JSON or an error string."""
+    if broker.pid is None:
+        return "broker PID unknown"
+    argv = [python, str(memcheck), str(broker.port), str(broker.pid)]
+    argv += ["--conns", str(conns), "--msgs", str(msgs)]
+    try:
+        return run_json_command(argv, timeout=1800)
+    except (RuntimeError, json.JSONDecodeError) as exc:
+        return str(exc)
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def fmt(value: float | tuple[float, float] | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return " / ".join(f"{v:.2f}" for v in value)
+    return f"{value:,.{digits}f}"
+
+
+def ratio(a: float | tuple[float, float] | None, b: float | tuple[float, float] | None) -> str:
+    if a is None or b is None:
+        return "n/a"
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return " / ".join(f"{x / y:.2f}" if y else "n/a" for x, y in zip(a, b, strict=True))
+    if isinstance(a, tuple) or isinstance(b, tuple) or not b:
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
+@dataclass
+class Row:
+    label: str
+    leveret: Outcome | None
+    rabbitmq: Outcome | None
+    digits: int = 0
+
+    def cells(self) -> list[str]:
+        def cell(o: Outcome | None) -> str:
+            if o is None:
+                return "not run"
+            if o.error:
+                return "error"
+            return fmt(o.value, self.digits) + (" (!)" if o.warnings else "")
+
+        lv = self.leveret.value if self.leveret and not self.leveret.error else None
+        rv = self.rabbitmq.value if self.rabbitmq and not self.rabbitmq.error else None
+        return [self.label, cell(self.leveret), cell(self.rabbitmq), ratio(lv, rv)]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |"]
+    out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    out.extend("| " + " | ".join(r) + " |" for r in rows)
+    return "\n".join(out)
+
+
+def notes_for(rows: list[Row]) -> list[str]:
+    notes = []
+    for row in rows:
+        for name, o in (("Leveret", row.leveret), ("RabbitMQ", row.rabbitmq)):
+            if o is None:
+                continue
+            if o.error:
+                notes.append(f"{row.label} / {name}: error: {o.error}")
+            for w in o.warnings:
+                notes.append(f"{row.label} / {name}: reported (!): {w}")
+    return notes
+
+
+def plot_sweep(
+    path: str, sizes: list[int], series: dict[str, list[float | None]], log_fn: Callable = log
+) -> bool:
+    """Throughput vs message size, msg/s and MB/s; False if matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log_fn(
+            "matplotlib is not installed, so no plot was written "
+            f"to {path} (pip install matplotlib); the sweep table is still printed"
+        )
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name, values in series.items():
+        pts = [(s, v) for s, v in zip(sizes, values, strict=True) if v is not None]
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        ax1.plot(xs, ys, marker="o", label=name)
+        ax2.plot(xs, [s * v / 1e6 for s, v in pts], marker="o", label=name)
+    for ax, ylabel in ((ax1, "messages/s consumed"), (ax2, "MB/s of body consumed")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle("leveret perf: 1 producer, 1 consumer, manual ack, prefetch 500")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True

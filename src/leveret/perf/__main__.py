@@ -1,0 +1,3 @@
+from leveret.perf import main
+
+raise SystemExit(main())
