@@ -1,0 +1,107 @@
+"""The ``leveret`` command line: ``leveret server`` as a real subprocess."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+pytestmark = pytest.mark.leveret_only
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate(timeout=5)
+            pytest.fail(f"server exited early ({proc.returncode}):\n{out}\n{err}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail("server did not start listening")
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "server",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_listening(proc, port)
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def test_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0
+    assert "server" in result.stdout
+
+
+def test_server_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret", "server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0
+    assert "--port" in result.stdout
+    assert "--data-dir" in result.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_closes_clients_and_exits_zero(server, sig):
+    proc, port = server
+    params = pika.ConnectionParameters("127.0.0.1", port, socket_timeout=5)
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.basic_publish("", q, b"hello")
+    assert ch.basic_get(q, auto_ack=True)[2] == b"hello"
+
+    proc.send_signal(sig)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        for _ in range(200):
+            conn.process_data_events(time_limit=0.05)
+    assert info.value.reply_code == 320
+    assert info.value.reply_text.startswith("CONNECTION_FORCED")
+    assert proc.wait(timeout=20) == 0
+
+
+def test_data_dir_is_created(server, tmp_path):
+    proc, port = server
+    assert (tmp_path / "data").exists()
