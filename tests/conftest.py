@@ -29,6 +29,21 @@ if TESTS_DIR not in sys.path:
 EXTERNAL_URL = os.environ.get("LEVERET_TEST_URL")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-rounds",
+        type=int,
+        default=None,
+        help="rounds for crash/soak loops (marked `soak`); CI runs a few by default",
+    )
+
+
+@pytest.fixture
+def soak_rounds(request: pytest.FixtureRequest) -> int:
+    """How many rounds a soak/crash loop runs: --soak-rounds, else 3 (CI's default)."""
+    return request.config.getoption("--soak-rounds") or 3
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
