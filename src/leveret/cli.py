@@ -41,35 +41,59 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = sub.add_parser("server", help="run the broker")
     defaults = ServerConfig()
-    server.add_argument("--host", default=defaults.host,
-                        help="address to listen on (default %(default)s)")
-    server.add_argument("--port", type=_port, default=defaults.port,
-                        help="AMQP port (default %(default)s)")
-    server.add_argument("--data-dir", default=defaults.data_dir,
-                        help="directory for durable state (default %(default)s)")
-    server.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"],
-                        help="log verbosity (default %(default)s)")
-    server.add_argument("--heartbeat", type=_positive_int, default=defaults.heartbeat,
-                        help="heartbeat interval offered to clients, seconds; 0 disables "
-                             "(default %(default)s)")
-    server.add_argument("--frame-max", type=_positive_int, default=defaults.frame_max,
-                        help="largest frame offered to clients (default %(default)s)")
-    server.add_argument("--fsync", choices=["always", "batch", "never"],
-                        default=defaults.fsync,
-                        help="when persistent messages reach the disk: 'always' syncs each "
-                             "write, 'batch' (default) syncs once per group of writes before "
-                             "confirming them, 'never' leaves it to the OS (fast, a crash can "
-                             "lose confirmed messages)")
-    server.add_argument("--max-memory-bytes", type=_positive_int,
-                        default=defaults.max_memory_bytes,
-                        help="message bodies beyond this budget are kept on disk "
-                             "(default: a quarter of RAM, %(default)s)")
+    server.add_argument(
+        "--host", default=defaults.host, help="address to listen on (default %(default)s)"
+    )
+    server.add_argument(
+        "--port", type=_port, default=defaults.port, help="AMQP port (default %(default)s)"
+    )
+    server.add_argument(
+        "--data-dir",
+        default=defaults.data_dir,
+        help="directory for durable state (default %(default)s)",
+    )
+    server.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity (default %(default)s)",
+    )
+    server.add_argument(
+        "--heartbeat",
+        type=_positive_int,
+        default=defaults.heartbeat,
+        help="heartbeat interval offered to clients, seconds; 0 disables (default %(default)s)",
+    )
+    server.add_argument(
+        "--frame-max",
+        type=_positive_int,
+        default=defaults.frame_max,
+        help="largest frame offered to clients (default %(default)s)",
+    )
+    server.add_argument(
+        "--fsync",
+        choices=["always", "batch", "never"],
+        default=defaults.fsync,
+        help="when persistent messages reach the disk: 'always' syncs each "
+        "write, 'batch' (default) syncs once per group of writes before "
+        "confirming them, 'never' leaves it to the OS (fast, a crash can "
+        "lose confirmed messages)",
+    )
+    server.add_argument(
+        "--max-memory-bytes",
+        type=_positive_int,
+        default=defaults.max_memory_bytes,
+        help="message bodies beyond this budget are kept on disk "
+        "(default: a quarter of RAM, %(default)s)",
+    )
 
-    server.add_argument("--consumer-timeout-ms", type=_positive_int,
-                        default=defaults.consumer_timeout_ms,
-                        help="close a channel whose delivery stays unacknowledged this long, "
-                             "as RabbitMQ does; 0 disables (default %(default)s = 30 min)")
+    server.add_argument(
+        "--consumer-timeout-ms",
+        type=_positive_int,
+        default=defaults.consumer_timeout_ms,
+        help="close a channel whose delivery stays unacknowledged this long, "
+        "as RabbitMQ does; 0 disables (default %(default)s = 30 min)",
+    )
 
     perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
     try:
@@ -101,8 +125,7 @@ def run_server(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     if args.frame_max and args.frame_max < 4096:
-        log.error("--frame-max must be at least 4096 (the AMQP minimum), got %d",
-                  args.frame_max)
+        log.error("--frame-max must be at least 4096 (the AMQP minimum), got %d", args.frame_max)
         return 2
     config = ServerConfig(
         host=args.host,

@@ -78,8 +78,11 @@ def dead_letter_message(message: Message, queue: Queue, reason: str) -> Message:
     elements = split_array(table["x-death"]) if table.get("x-death", b"")[:1] == b"A" else []
     for i, raw in enumerate(elements):
         death = decode_value(raw) if raw[:1] == b"F" else None
-        if (isinstance(death, dict) and _text(death.get("queue")) == queue.name
-                and _text(death.get("reason")) == reason):
+        if (
+            isinstance(death, dict)
+            and _text(death.get("queue")) == queue.name
+            and _text(death.get("reason")) == reason
+        ):
             death["count"] = Long(int(death.get("count", 0)) + 1)
             death["time"] = now
             del elements[i]
@@ -97,8 +100,9 @@ def dead_letter_message(message: Message, queue: Queue, reason: str) -> Message:
     table["x-last-death-exchange"] = encode_value(message.exchange)
     changes[FLAG_HEADERS] = join_table(table)
     routing_key = opts.dead_letter_routing_key or message.routing_key
-    copy = Message(opts.dead_letter_exchange or "", routing_key, b"", message.body, 0,
-                   message.persistent)
+    copy = Message(
+        opts.dead_letter_exchange or "", routing_key, b"", message.body, 0, message.persistent
+    )
     copy.set_header(rewrite_header(message.header, changes))
     copy.routing_keys = routing_keys if opts.dead_letter_routing_key is None else [routing_key]
     return copy
@@ -119,8 +123,11 @@ def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str)
         return
     exchange = vhost.exchanges.get(dlx_name)
     if exchange is None:
-        log.debug("dead-letter exchange '%s' of %s does not exist; message dropped",
-                  dlx_name, queue.describe())
+        log.debug(
+            "dead-letter exchange '%s' of %s does not exist; message dropped",
+            dlx_name,
+            queue.describe(),
+        )
         return
     copy = dead_letter_message(message, queue, reason)
     targets = vhost.route_keys(exchange, copy, copy.routing_keys)
@@ -128,8 +135,11 @@ def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str)
         deaths = copy.headers.get("x-death") or []
         kept = [q for q in targets if not _is_cycle(q.name, deaths)]
         if len(kept) != len(targets):
-            log.debug("dead-letter cycle detected for a message from %s; dropped for %d "
-                      "queue(s)", queue.describe(), len(targets) - len(kept))
+            log.debug(
+                "dead-letter cycle detected for a message from %s; dropped for %d queue(s)",
+                queue.describe(),
+                len(targets) - len(kept),
+            )
         targets = kept
     for target in targets:
         target.enqueue(copy)

@@ -31,4 +31,4 @@ class DirectReplyRegistry:
 
     def lookup(self, routing_key: str) -> Any:
         """The channel waiting for replies addressed to this routing key, if any."""
-        return self._by_token.get(routing_key[len(PREFIX):])
+        return self._by_token.get(routing_key[len(PREFIX) :])

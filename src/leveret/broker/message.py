@@ -65,8 +65,14 @@ class Message:
 
     def paged_copy(self) -> Message:
         """A copy without the body, for one queue entry whose body now lives on disk."""
-        copy = Message(self.exchange, self.routing_key, self.header, None,  # type: ignore[arg-type]
-                       self.flags, self.persistent)
+        copy = Message(
+            self.exchange,
+            self.routing_key,
+            self.header,
+            None,  # type: ignore[arg-type]
+            self.flags,
+            self.persistent,
+        )
         copy.routing_keys = self.routing_keys
         copy.ttl = self.ttl
         return copy

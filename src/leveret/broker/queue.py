@@ -310,8 +310,10 @@ class Queue:
         opts = self.options
         if opts.max_length is not None and len(self.ready) >= opts.max_length:
             return True
-        return (opts.max_length_bytes is not None
-                and self.ready.bytes + message.size > opts.max_length_bytes)
+        return (
+            opts.max_length_bytes is not None
+            and self.ready.bytes + message.size > opts.max_length_bytes
+        )
 
     def _drop_head_over_limit(self) -> None:
         opts = self.options
@@ -401,8 +403,7 @@ class Queue:
         """A delivery was rejected or nacked without requeue: dead-letter it."""
         self.unacked -= 1
         if self.options.dead_letter_exchange is not None and not self.deleted:
-            dead_letter.dead_letter(self.vhost, self, self.with_body(entry),
-                                    dead_letter.REJECTED)
+            dead_letter.dead_letter(self.vhost, self, self.with_body(entry), dead_letter.REJECTED)
         self.vhost.on_message_removed(self, entry)
 
     def requeue(self, entries: Iterable[QueueEntry], dispatch: bool = True) -> None:

@@ -129,8 +129,7 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
     if "x-single-active-consumer" in arguments:
         value = arguments["x-single-active-consumer"]
         if not isinstance(value, bool):
-            raise fail("x-single-active-consumer",
-                       f"{{unacceptable_type,{amqp_type_name(value)}}}")
+            raise fail("x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(value)}}}")
         options["single_active_consumer"] = value
     if "x-queue-type" in arguments:
         value = _text(arguments["x-queue-type"])
@@ -154,11 +153,15 @@ def parse_expiration(value: Any) -> int:
     try:
         number = int(head)
     except ValueError:
-        raise ChannelError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer") from None
+        raise ChannelError(
+            PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer"
+        ) from None
     if rest:
-        raise ChannelError(PRECONDITION_FAILED,
-                           f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}")
+        raise ChannelError(
+            PRECONDITION_FAILED, f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}"
+        )
     if number < 0:
-        raise ChannelError(PRECONDITION_FAILED,
-                           f"invalid expiration '{text}': {{value_negative,{number}}}")
+        raise ChannelError(
+            PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{number}}}"
+        )
     return number

@@ -98,8 +98,9 @@ class VirtualHost:
                     ACCESS_REFUSED,
                     f"exchange name '{name}' contains reserved prefix 'amq.*'",
                 )
-            exchange = Exchange(self.name, name, type_name, durable, auto_delete, internal,
-                                arguments)
+            exchange = Exchange(
+                self.name, name, type_name, durable, auto_delete, internal, arguments
+            )
             self.exchanges[name] = exchange
             if durable:
                 self.hooks.exchange_declared(exchange)
@@ -116,8 +117,9 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for {existing.describe()}: "
                     f"received '{got}' but current is '{current}'",
                 )
-        ae_new, ae_old = arguments.get("alternate-exchange"), existing.arguments.get(
-            "alternate-exchange"
+        ae_new, ae_old = (
+            arguments.get("alternate-exchange"),
+            existing.arguments.get("alternate-exchange"),
         )
         if ae_new != ae_old:
             raise ChannelError(
@@ -134,9 +136,7 @@ class VirtualHost:
         if exchange is None:
             return  # idempotent, as RabbitMQ 3.x
         if name.startswith("amq.") and exchange in self._standard():
-            raise ChannelError(
-                ACCESS_REFUSED, f"operation not permitted on {exchange.describe()}"
-            )
+            raise ChannelError(ACCESS_REFUSED, f"operation not permitted on {exchange.describe()}")
         if if_unused and exchange.bindings:
             raise ChannelError(PRECONDITION_FAILED, f"{exchange.describe()} in use")
         self._remove_exchange(exchange)
@@ -190,9 +190,7 @@ class VirtualHost:
         if passive:
             return self.get_queue(name, connection)
         existing = self.queues.get(name) if name else None
-        options = parse_queue_arguments(
-            arguments, f"queue '{name}' in vhost '{self.name}'"
-        )
+        options = parse_queue_arguments(arguments, f"queue '{name}' in vhost '{self.name}'")
         if existing is not None:
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
@@ -224,8 +222,9 @@ class VirtualHost:
             raise ChannelError(
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
-        queue = Queue(self, name, durable, connection if exclusive else None, auto_delete,
-                      arguments, options)
+        queue = Queue(
+            self, name, durable, connection if exclusive else None, auto_delete, arguments, options
+        )
         self.queues[name] = queue
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
@@ -268,8 +267,13 @@ class VirtualHost:
 
     # --- bindings -----------------------------------------------------------
 
-    def bind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
-             arguments: dict[str, Any]) -> None:
+    def bind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
         if source is self.default_exchange or destination is self.default_exchange:
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         source.router.validate_binding(arguments)
@@ -282,8 +286,13 @@ class VirtualHost:
             if self._binding_is_durable(binding):
                 self.hooks.binding_added(binding)
 
-    def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
-               arguments: dict[str, Any]) -> None:
+    def unbind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
         if source is self.default_exchange or destination is self.default_exchange:
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         binding = source.bindings.get((destination, routing_key, _args_key(arguments)))
@@ -312,8 +321,9 @@ class VirtualHost:
 
     # --- routing (hot path) -------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message,
-              routing_key: str | None = None) -> list[Queue]:
+    def route(
+        self, exchange: Exchange, message: Message, routing_key: str | None = None
+    ) -> list[Queue]:
         """Every queue the message goes to, following e2e bindings and alternate exchanges."""
         if routing_key is None:
             routing_key = message.routing_key
@@ -332,8 +342,10 @@ class VirtualHost:
             if ae is None or ae in seen:
                 break
             seen.add(ae)
-            queues = self.route(ae, message, routing_key) if ae is self.default_exchange else (
-                self._route_once(ae, message, routing_key)
+            queues = (
+                self.route(ae, message, routing_key)
+                if ae is self.default_exchange
+                else (self._route_once(ae, message, routing_key))
             )
             current = ae
         return queues

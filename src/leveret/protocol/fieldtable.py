@@ -17,10 +17,18 @@ from pamqp import decode as pamqp_decode
 
 _LONG = struct.Struct(">I")
 _FIXED_SIZES = {
-    b"t"[0]: 1, b"b"[0]: 1, b"B"[0]: 1,
-    b"s"[0]: 2, b"u"[0]: 2,
-    b"I"[0]: 4, b"i"[0]: 4, b"f"[0]: 4,
-    b"l"[0]: 8, b"L"[0]: 8, b"d"[0]: 8, b"T"[0]: 8,
+    b"t"[0]: 1,
+    b"b"[0]: 1,
+    b"B"[0]: 1,
+    b"s"[0]: 2,
+    b"u"[0]: 2,
+    b"I"[0]: 4,
+    b"i"[0]: 4,
+    b"f"[0]: 4,
+    b"l"[0]: 8,
+    b"L"[0]: 8,
+    b"d"[0]: 8,
+    b"T"[0]: 8,
     b"D"[0]: 5,
     b"V"[0]: 0,
 }

@@ -51,8 +51,16 @@ def decode_method(payload: bytes) -> Any:
     method = cls()
     try:
         method.unmarshal(payload[4:])
-    except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError,
-            UnmarshalingException, KeyError, OverflowError) as exc:
+    except (
+        struct.error,
+        ValueError,
+        IndexError,
+        TypeError,
+        UnicodeDecodeError,
+        UnmarshalingException,
+        KeyError,
+        OverflowError,
+    ) as exc:
         # RabbitMQ answers an undecodable method with 501 FRAME_ERROR, not 502.
         raise FrameError(FRAME_ERROR, f"cannot decode {cls.name} frame: {exc}") from None
     return method

@@ -1,4 +1,6 @@
-"""One AMQP channel: method dispatch, content assembly, deliveries, acks, confirms, tx.
+"""One AMQP channel: method dispatch, deliveries, acks, consumers, teardown.
+
+Publishing (content assembly, routing, confirms, tx) lives in server.publishing.
 
 Hot path: basic.publish (decoded by hand), its header and body frames,
 deliveries out, and basic.ack (decoded by hand). Everything else goes through
@@ -11,7 +13,6 @@ import asyncio
 import base64
 import logging
 import os
-from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,9 @@ from pamqp import commands as cmd
 
 from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
-from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import FLOW_LIMIT, Queue, QueueEntry
-from leveret.broker.queue_args import amqp_type_name, parse_expiration
+from leveret.broker.queue import Queue, QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
@@ -32,58 +31,24 @@ from leveret.protocol.constants import (
     CLASS_BASIC,
     COMMAND_INVALID,
     FRAME_BODY,
-    FRAME_ERROR,
     FRAME_HEADER,
-    NO_ROUTE,
     NOT_ALLOWED,
-    NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
-    RESOURCE_ERROR,
     UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
-from leveret.protocol.fieldtable import join_table, split_table
 from leveret.protocol.frames import body_frames, header_frame
-from leveret.protocol.properties import (
-    FLAG_EXPIRATION,
-    FLAG_HEADERS,
-    FLAG_REPLY_TO,
-    FLAG_USER_ID,
-    decode_properties,
-    parse_header,
-    rewrite_header,
-    short_string,
-    split_properties,
-)
 from leveret.server.model_methods import ModelMethods
+from leveret.server.publishing import FailureReporter, PublishMethods, Transaction
 
 if TYPE_CHECKING:
     from leveret.server.connection import AMQPConnection
 
 log = logging.getLogger("leveret.channel")
 
-MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
 
-
-class _Transaction:
-    __slots__ = ("publishes", "settlements")
-
-    def __init__(self) -> None:
-        self.publishes: list[tuple[Exchange, Message, bool]] = []
-        self.settlements: list[tuple[str, int, bool, bool]] = []
-
-
-class _FailureReporter:
-    """Barrier-like sink for writes nobody waits for; only failures matter."""
-
-    __slots__ = ("add",)
-
-    def __init__(self, on_failure) -> None:
-        self.add = lambda: on_failure
-
-
-class Channel(ModelMethods):
+class Channel(ModelMethods, PublishMethods):
     def __init__(self, conn: AMQPConnection, number: int) -> None:
         self.conn = conn
         self.number = number
@@ -104,10 +69,10 @@ class Channel(ModelMethods):
         self.publish_seq = 0
         self.confirmed_upto = 0
         self.confirm_waiting: dict[int, bool | None] = {}
-        self.tx: _Transaction | None = None
+        self.tx: Transaction | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
         # Persistent publishes without confirms report disk failures through this.
-        self._write_failures = _FailureReporter(self._persist_failed)
+        self._write_failures = FailureReporter(self._persist_failed)
         # Direct reply-to: our token and consumer tag while we consume the pseudo-queue.
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
@@ -212,8 +177,9 @@ class Channel(ModelMethods):
     def send_method(self, method: Any) -> None:
         self.conn.write(wire.encode_method(method, self.number))
 
-    def _send_content(self, method_frame: bytes, message: Message,
-                      body: bytes | None = None) -> None:
+    def _send_content(
+        self, method_frame: bytes, message: Message, body: bytes | None = None
+    ) -> None:
         n = self.number
         if body is None:
             body = message.body
@@ -224,8 +190,9 @@ class Channel(ModelMethods):
     def close_with_error(self, exc: AMQPError) -> None:
         """Channel exception: tell the client, drop our state, wait for close-ok."""
         self.conn.log_channel_error(self.number, exc)
-        self.send_method(cmd.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id,
-                                           exc.method_id))
+        self.send_method(
+            cmd.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id)
+        )
         self.closing = True
         self.cleanup()
 
@@ -250,246 +217,6 @@ class Channel(ModelMethods):
         if self.deliverable and not was:
             self._redispatch({c.queue for c in self.consumers.values()})
 
-    # --- publishing (hot path) ----------------------------------------------
-
-    def on_basic_publish(self, payload: bytes) -> None:
-        exchange_name, routing_key, mandatory, immediate = wire.decode_publish(payload)
-        if immediate:
-            raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
-        exchange = self.vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            raise ChannelError(NOT_FOUND, f"no exchange '{exchange_name}' in vhost "
-                                          f"'{self.vhost.name}'")
-        if exchange.internal:
-            raise ChannelError(
-                ACCESS_REFUSED, f"cannot publish to internal {exchange.describe()}"
-            )
-        self._publish = (exchange, routing_key, mandatory)
-        self._header = None
-
-    def on_content_header(self, payload: bytes) -> None:
-        if self._publish is None or self._header is not None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content header on channel {self.number} without a preceding content method",
-            )
-        class_id, _weight, body_size, flags, delivery_mode = parse_header(payload)
-        if class_id != CLASS_BASIC:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content header for class {class_id} does not match method class 60",
-            )
-        if body_size > MAX_MESSAGE_SIZE:
-            self._publish = None
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size "
-                f"{MAX_MESSAGE_SIZE}",
-                CLASS_BASIC, 40,
-            )
-        self._header = payload
-        self._header_flags = flags
-        self._persistent = delivery_mode == 2
-        if flags & FLAG_USER_ID:
-            self._check_user_id(payload)
-        if body_size == 0:
-            self._complete(b"")
-        else:
-            self._body_left = body_size
-            self._body_parts = []
-
-    def on_content_body(self, payload: bytes) -> None:
-        if self._header is None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content body frame on channel {self.number} without a content header",
-            )
-        self._body_left -= len(payload)
-        if self._body_left < 0:
-            raise ConnectionError_(
-                FRAME_ERROR, "content body frames exceed the body size in the content header"
-            )
-        if self._body_left == 0:
-            parts = self._body_parts
-            if parts:
-                parts.append(payload)
-                self._complete(b"".join(parts))
-            else:
-                self._complete(payload)
-        else:
-            self._body_parts.append(payload)
-
-    def _check_user_id(self, header: bytes) -> None:
-        user_id = decode_properties(header).user_id
-        if user_id != self.conn.user:
-            self._publish = None
-            self._header = None
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"user_id property set to '{user_id}' but authenticated user was "
-                f"'{self.conn.user}'",
-                CLASS_BASIC, 40,
-            )
-
-    def _complete(self, body: bytes) -> None:
-        exchange, routing_key, mandatory = self._publish  # type: ignore[misc]
-        self._publish = None
-        header = self._header
-        self._header = None
-        message = Message(exchange.name, routing_key, header, body,  # type: ignore[arg-type]
-                          self._header_flags, self._persistent)
-        flags = self._header_flags
-        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
-            self._apply_special_properties(message, flags)
-        if self.tx is not None:
-            self.tx.publishes.append((exchange, message, mandatory))
-            return
-        self._route(exchange, message, mandatory)
-
-    def _apply_special_properties(self, message: Message, flags: int) -> None:
-        """Properties the broker acts on: expiration, CC/BCC, direct reply-to."""
-        changes: dict[int, bytes] = {}
-        if flags & FLAG_EXPIRATION:
-            message.ttl = parse_expiration(message.properties.expiration)
-        if flags & FLAG_HEADERS and (b"\x02CC" in message.header or b"\x03BCC" in message.header):
-            headers = message.headers or {}
-            keys = [message.routing_key]
-            for name in ("CC", "BCC"):
-                if name in headers:
-                    extra = headers[name]
-                    if not isinstance(extra, list):
-                        raise ChannelError(
-                            PRECONDITION_FAILED,
-                            f'invalid message: {{unacceptable_type_in_header,"{name}",'
-                            f"{amqp_type_name(extra)}}}", CLASS_BASIC, 40,
-                        )
-                    keys += [k.decode() if isinstance(k, bytes) else str(k) for k in extra]
-            if "BCC" in headers:
-                # Blind copies must not show up in deliveries.
-                table = split_table(split_properties(message.header)[FLAG_HEADERS])
-                del table["BCC"]
-                changes[FLAG_HEADERS] = join_table(table)
-            message.routing_keys = keys
-        if flags & FLAG_REPLY_TO and message.properties.reply_to == direct_reply.PSEUDO_QUEUE:
-            if self.reply_token is None:
-                raise ChannelError(PRECONDITION_FAILED, "fast reply consumer does not exist",
-                                   CLASS_BASIC, 40)
-            changes[FLAG_REPLY_TO] = short_string(direct_reply.PREFIX + self.reply_token)
-        if changes:
-            message.set_header(rewrite_header(message.header, changes))
-
-    def _route(self, exchange: Exchange, message: Message, mandatory: bool,
-               barrier: WriteBarrier | None = None) -> None:
-        if exchange is self.vhost.default_exchange and message.routing_key.startswith(
-            direct_reply.PREFIX
-        ):
-            self._route_direct_reply(message, mandatory)
-            return
-        if message.routing_keys is None:
-            queues = self.vhost.route(exchange, message)
-        else:
-            queues = self.vhost.route_keys(exchange, message, message.routing_keys)
-        seq = 0
-        if self.confirm_mode:
-            self.publish_seq += 1
-            seq = self.publish_seq
-            self.conn.confirms_due(self)
-        if queues:
-            if barrier is None and message.persistent and self.vhost.hooks.active:
-                if seq:
-                    # The confirm waits for the fsync of every durable queue's copy.
-                    self.confirm_waiting[seq] = None
-                    barrier = WriteBarrier(partial(self._confirm_written, seq))
-                else:
-                    barrier = self._write_failures
-            accepted = True
-            for queue in queues:
-                if not queue.enqueue(message, barrier):
-                    accepted = False
-                if queue.consumers and len(queue.ready) > FLOW_LIMIT:
-                    self.conn.maybe_throttle(queue)
-            if not accepted and seq:
-                self.confirm_waiting[seq] = False  # x-overflow=reject-publish
-            if seq and barrier is not None:
-                barrier.seal()
-        elif mandatory:
-            returned = wire.encode_method(
-                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
-                self.number,
-            )
-            self._send_content(returned, message)
-
-    def _confirm_written(self, seq: int, error: BaseException | None) -> None:
-        waiting = self.confirm_waiting
-        if waiting.get(seq, 0) is None:
-            waiting[seq] = error is None
-            if error is not None:
-                log.error("persistent message %d on channel %d not stored, nacking: %s",
-                          seq, self.number, error)
-            if not self.closing:
-                self.conn.confirms_due(self)
-
-    def _persist_failed(self, error: BaseException | None) -> None:
-        """A publish without confirms could not be stored: say so by closing the channel."""
-        if error is None or self.closing or self.conn.state != "opened":
-            return
-        self.close_with_error(ChannelError(
-            RESOURCE_ERROR,
-            f"RESOURCE_ERROR - could not store a persistent message on disk: {error}",
-            CLASS_BASIC, 40,
-        ))
-
-    def _route_direct_reply(self, message: Message, mandatory: bool) -> None:
-        target = self.conn.broker.direct_reply.lookup(message.routing_key)
-        if self.confirm_mode:
-            self.publish_seq += 1
-            self.conn.confirms_due(self)
-        if target is not None and not target.closing:
-            target.deliver_reply(message)
-        elif mandatory:
-            returned = wire.encode_method(
-                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", "", message.routing_key), self.number
-            )
-            self._send_content(returned, message)
-
-    def deliver_reply(self, message: Message) -> None:
-        """A direct reply-to delivery: no queue, no ack (the consumer is no-ack)."""
-        self.delivery_tag += 1
-        deliver = wire.encode_deliver(self.number, wire.deliver_prefix(self.reply_consumer_tag
-                                                                       or ""),
-                                      self.delivery_tag, False, message.exchange_and_key)
-        self._send_content(deliver, message)
-
-    def flush_confirms(self) -> None:
-        """Send one basic.ack (multiple) for every confirm that has become ready.
-
-        Called once per loop turn by the connection, so a burst of publishes
-        costs one ack frame, not one per message.
-        """
-        waiting = self.confirm_waiting
-        upto = self.confirmed_upto
-        out = []
-        if waiting:
-            for seq in list(waiting):
-                state = waiting[seq]
-                if state is None:
-                    break
-                del waiting[seq]
-                if state is False:
-                    if seq - 1 > upto:
-                        out.append(wire.encode_confirm(self.number, seq - 1, True))
-                    out.append(wire.encode_confirm(self.number, seq, False, nack=True))
-                    upto = seq
-            last = next(iter(waiting)) - 1 if waiting else self.publish_seq
-        else:
-            last = self.publish_seq
-        if last > upto:
-            out.append(wire.encode_confirm(self.number, last, last - upto > 1))
-            upto = last
-        self.confirmed_upto = upto
-        if out:
-            self.conn.write(b"".join(out))
-
     # --- deliveries (hot path) ----------------------------------------------
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
@@ -513,11 +240,15 @@ class Channel(ModelMethods):
         if location is not None and not location.redelivered:
             queue.vhost.hooks.message_delivered(queue, entry)
         frame_max = self.conn.frame_max
-        deliver = wire.encode_deliver(n, consumer.ctag_prefix, tag, entry.redelivered,
-                                      message.exchange_and_key)
+        deliver = wire.encode_deliver(
+            n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
+        )
         if len(body) <= frame_max - 8:
-            self.conn.write(b"".join((deliver, header_frame(n, message.header),
-                                      *body_frames(n, body, frame_max))))
+            self.conn.write(
+                b"".join(
+                    (deliver, header_frame(n, message.header), *body_frames(n, body, frame_max))
+                )
+            )
         else:
             self._send_content(deliver, message, body)
 
@@ -531,8 +262,9 @@ class Channel(ModelMethods):
         if timeout <= 0:
             return
         due = entry.delivered_at + timeout / 1000.0
-        self._ack_timer = self.conn.loop.call_later(max(0.0, due - monotonic()) + 0.01,
-                                                    self._check_ack_timeout)
+        self._ack_timer = self.conn.loop.call_later(
+            max(0.0, due - monotonic()) + 0.01, self._check_ack_timeout
+        )
 
     def _check_ack_timeout(self) -> None:
         """Close the channel, as RabbitMQ does, when a delivery stays unacked too long."""
@@ -544,12 +276,14 @@ class Channel(ModelMethods):
         for queue, entry, _consumer in self.unacked.values():
             timeout = self._ack_timeout_ms(queue)
             if timeout > 0 and now - entry.delivered_at >= timeout / 1000.0:
-                self.close_with_error(ChannelError(
-                    PRECONDITION_FAILED,
-                    f"delivery acknowledgement on channel {self.number} timed out. Timeout "
-                    f"value used: {timeout} ms. This timeout value can be configured, see "
-                    "consumers doc guide to learn more",
-                ))
+                self.close_with_error(
+                    ChannelError(
+                        PRECONDITION_FAILED,
+                        f"delivery acknowledgement on channel {self.number} timed out. Timeout "
+                        f"value used: {timeout} ms. This timeout value can be configured, see "
+                        "consumers doc guide to learn more",
+                    )
+                )
                 return
             if oldest is None:
                 oldest = (queue, entry)
@@ -570,10 +304,12 @@ class Channel(ModelMethods):
 
     def on_basic_consume(self, m: cmd.Basic.Consume) -> None:
         tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
-            os.urandom(16)).decode().rstrip("=")
+            os.urandom(16)
+        ).decode().rstrip("=")
         if tag in self.consumers or tag == self.reply_consumer_tag:
-            raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
-                                   CLASS_BASIC, 20)
+            raise ConnectionError_(
+                NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", CLASS_BASIC, 20
+            )
         if m.queue == direct_reply.PSEUDO_QUEUE:
             self._consume_direct_reply(m, tag)
             return
@@ -588,8 +324,9 @@ class Channel(ModelMethods):
                 f"invalid arg 'x-priority' for {queue.describe()}: expected an integer, "
                 f"got {priority!r}",
             )
-        consumer = Consumer(tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count,
-                            priority, arguments)
+        consumer = Consumer(
+            tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count, priority, arguments
+        )
         queue.add_consumer(consumer)
         self.consumers[tag] = consumer
         if not m.nowait:
@@ -598,11 +335,11 @@ class Channel(ModelMethods):
 
     def _consume_direct_reply(self, m: cmd.Basic.Consume, tag: str) -> None:
         if not m.no_ack:
-            raise ChannelError(PRECONDITION_FAILED, "reply consumer cannot acknowledge",
-                               CLASS_BASIC, 20)
+            raise ChannelError(
+                PRECONDITION_FAILED, "reply consumer cannot acknowledge", CLASS_BASIC, 20
+            )
         if self.reply_token is not None:
-            raise ChannelError(PRECONDITION_FAILED, "reply consumer already set",
-                               CLASS_BASIC, 20)
+            raise ChannelError(PRECONDITION_FAILED, "reply consumer already set", CLASS_BASIC, 20)
         self.reply_token = self.conn.broker.direct_reply.register(self)
         self.reply_consumer_tag = tag
         if not m.nowait:
@@ -658,8 +395,9 @@ class Channel(ModelMethods):
         if entry.location is not None and not entry.location.redelivered:
             queue.vhost.hooks.message_delivered(queue, entry)
         get_ok = wire.encode_method(
-            cmd.Basic.GetOk(tag, entry.redelivered, message.exchange, message.routing_key,
-                            queue.message_count),
+            cmd.Basic.GetOk(
+                tag, entry.redelivered, message.exchange, message.routing_key, queue.message_count
+            ),
             self.number,
         )
         self._send_content(get_ok, message, body)
@@ -717,8 +455,7 @@ class Channel(ModelMethods):
             self.unacked_count = 0
             return taken
         if tag not in unacked:
-            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               CLASS_BASIC, 80)
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", CLASS_BASIC, 80)
         if peek:
             return []
         if not multiple:
@@ -750,62 +487,6 @@ class Channel(ModelMethods):
             raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false", CLASS_BASIC, 110)
         self._return_or_drop(self._take(0, True), True)
         self.send_method(cmd.Basic.RecoverOk())
-
-    # --- confirm and tx -----------------------------------------------------
-
-    def on_confirm_select(self, m: cmd.Confirm.Select) -> None:
-        if self.tx is not None:
-            raise ChannelError(PRECONDITION_FAILED,
-                               "cannot switch from tx to confirm mode")
-        self.confirm_mode = True
-        if not m.nowait:
-            self.send_method(cmd.Confirm.SelectOk())
-
-    def on_tx_select(self, m: cmd.Tx.Select) -> None:
-        if self.confirm_mode:
-            raise ChannelError(PRECONDITION_FAILED,
-                               "cannot switch from confirm to tx mode")
-        if self.tx is None:
-            self.tx = _Transaction()
-        self.send_method(cmd.Tx.SelectOk())
-
-    def on_tx_commit(self, m: cmd.Tx.Commit) -> None:
-        tx = self.tx
-        if tx is None:
-            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
-        self.tx = None  # apply for real, then start the next transaction
-        # commit-ok goes out only once the transaction's persistent messages are on disk.
-        barrier = WriteBarrier(self._tx_written)
-        try:
-            for exchange, message, mandatory in tx.publishes:
-                if not exchange.deleted:
-                    self._route(exchange, message, mandatory, barrier)
-            for kind, tag, multiple, requeue in tx.settlements:
-                if kind == "ack":
-                    self.ack(tag, multiple)
-                else:
-                    self._settle_negative(kind, tag, multiple, requeue)
-        finally:
-            self.tx = _Transaction()
-        barrier.seal()
-
-    def _tx_written(self, error: BaseException | None) -> None:
-        if self.closing or self.conn.state != "opened":
-            return
-        if error is not None:
-            self.close_with_error(ChannelError(
-                RESOURCE_ERROR,
-                f"RESOURCE_ERROR - tx.commit failed: could not store messages on disk: {error}",
-                90, 20,
-            ))
-            return
-        self.send_method(cmd.Tx.CommitOk())
-
-    def on_tx_rollback(self, m: cmd.Tx.Rollback) -> None:
-        if self.tx is None:
-            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
-        self.tx = _Transaction()
-        self.send_method(cmd.Tx.RollbackOk())
 
     # --- teardown -----------------------------------------------------------
 

@@ -146,8 +146,7 @@ class AMQPConnection(asyncio.Protocol):
             if exc is not None:
                 log.info("client %s closed the connection abruptly: %s", self.peer, exc)
             else:
-                log.info("client %s closed the TCP connection without connection.close",
-                         self.peer)
+                log.info("client %s closed the TCP connection without connection.close", self.peer)
         self.state = "closed"
         if self._flow_queues:
             for queue in self._flow_queues:
@@ -281,8 +280,11 @@ class AMQPConnection(asyncio.Protocol):
 
     def _handshake_timeout(self) -> None:
         if self.state in ("header", "start-ok", "tune-ok", "open") and self.transport:
-            log.warning("closing connection %s: handshake not finished within %.1f s",
-                        self.peer, self.config.handshake_timeout)
+            log.warning(
+                "closing connection %s: handshake not finished within %.1f s",
+                self.peer,
+                self.config.handshake_timeout,
+            )
             self.state = "closed"
             self.transport.close()
 
@@ -306,7 +308,8 @@ class AMQPConnection(asyncio.Protocol):
             raise ConnectionError_(
                 COMMAND_INVALID,
                 f"expected {expected.name}, got {method.name} during the handshake",
-                index >> 16, index & 0xFFFF,
+                index >> 16,
+                index & 0xFFFF,
             )
         if isinstance(method, cmd.Connection.StartOk):
             self._on_start_ok(method)
@@ -329,7 +332,8 @@ class AMQPConnection(asyncio.Protocol):
             raise ConnectionError_(
                 CHANNEL_ERROR if index >> 16 != 10 else COMMAND_INVALID,
                 f"method {method.name} is not valid on channel 0",
-                index >> 16, index & 0xFFFF,
+                index >> 16,
+                index & 0xFFFF,
             )
 
     def _on_start_ok(self, m: cmd.Connection.StartOk) -> None:
@@ -344,8 +348,10 @@ class AMQPConnection(asyncio.Protocol):
         if mechanism == "PLAIN":
             parts = response.split(b"\x00")
             if len(parts) == 3:
-                username, password = parts[1].decode(errors="replace"), parts[2].decode(
-                    errors="replace")
+                username, password = (
+                    parts[1].decode(errors="replace"),
+                    parts[2].decode(errors="replace"),
+                )
         elif mechanism == "AMQPLAIN":
             try:
                 table = pamqp_decode.field_table(len(response).to_bytes(4, "big") + response)[1]
@@ -355,41 +361,63 @@ class AMQPConnection(asyncio.Protocol):
         else:
             raise ConnectionError_(
                 ACCESS_REFUSED,
-                f"unsupported authentication mechanism '{mechanism}'; "
-                "supported: PLAIN AMQPLAIN",
-                10, 11,
+                f"unsupported authentication mechanism '{mechanism}'; supported: PLAIN AMQPLAIN",
+                10,
+                11,
             )
         if username is None or not self.broker.authenticate(username, password or ""):
-            log.warning("authentication of user %r from %s failed (mechanism %s)",
-                        username, self.peer, mechanism)
+            log.warning(
+                "authentication of user %r from %s failed (mechanism %s)",
+                username,
+                self.peer,
+                mechanism,
+            )
             raise ConnectionError_(
                 ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "
                 "For details see the broker logfile.",
-                10, 11,
+                10,
+                11,
             )
         self.user = username
         self.state = "tune-ok"
-        self.send_method(0, cmd.Connection.Tune(
-            channel_max=self.config.channel_max,
-            frame_max=self.config.frame_max,
-            heartbeat=self.config.heartbeat,
-        ))
+        self.send_method(
+            0,
+            cmd.Connection.Tune(
+                channel_max=self.config.channel_max,
+                frame_max=self.config.frame_max,
+                heartbeat=self.config.heartbeat,
+            ),
+        )
 
     def _on_tune_ok(self, m: cmd.Connection.TuneOk) -> None:
         server = self.config
         channel_max = m.channel_max or server.channel_max
         frame_max = m.frame_max or server.frame_max
         if channel_max > server.channel_max:
-            raise ConnectionError_(NOT_ALLOWED, f"negotiated channel_max = {channel_max} is "
-                                   f"higher than the maximum allowed value ({server.channel_max})",
-                                   10, 31)
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"negotiated channel_max = {channel_max} is "
+                f"higher than the maximum allowed value ({server.channel_max})",
+                10,
+                31,
+            )
         if frame_max > server.frame_max:
-            raise ConnectionError_(NOT_ALLOWED, f"negotiated frame_max = {frame_max} is higher "
-                                   f"than the maximum allowed value ({server.frame_max})", 10, 31)
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"negotiated frame_max = {frame_max} is higher "
+                f"than the maximum allowed value ({server.frame_max})",
+                10,
+                31,
+            )
         if frame_max < FRAME_MIN_SIZE:
-            raise ConnectionError_(NOT_ALLOWED, f"negotiated frame_max = {frame_max} is lower "
-                                   f"than the minimum allowed value ({FRAME_MIN_SIZE})", 10, 31)
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"negotiated frame_max = {frame_max} is lower "
+                f"than the minimum allowed value ({FRAME_MIN_SIZE})",
+                10,
+                31,
+            )
         self.channel_max = channel_max
         self.frame_max = frame_max
         self.reader.frame_max = frame_max
@@ -408,8 +436,7 @@ class AMQPConnection(asyncio.Protocol):
         self.send_method(0, cmd.Connection.OpenOk())
         if self.heartbeat:
             self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
-        log.info("connection %s opened: user '%s', vhost '%s'", self.peer, self.user,
-                 vhost.name)
+        log.info("connection %s opened: user '%s', vhost '%s'", self.peer, self.user, vhost.name)
 
     # --- heartbeats ---------------------------------------------------------
 
@@ -420,8 +447,7 @@ class AMQPConnection(asyncio.Protocol):
         if self._reading_paused:
             self._last_recv = now  # we are not reading, so we cannot hear heartbeats
         if now - self._last_recv > 2 * self.heartbeat:
-            log.warning("missed heartbeats from client %s, timeout: %ds", self.peer,
-                        self.heartbeat)
+            log.warning("missed heartbeats from client %s, timeout: %ds", self.peer, self.heartbeat)
             self.state = "closed"
             self.transport.abort()
             return
@@ -431,8 +457,9 @@ class AMQPConnection(asyncio.Protocol):
 
     # --- channels -----------------------------------------------------------
 
-    def _frame_for_unopened_channel(self, frame_type: int, number: int, payload: bytes,
-                                    channel: Channel | None) -> None:
+    def _frame_for_unopened_channel(
+        self, frame_type: int, number: int, payload: bytes, channel: Channel | None
+    ) -> None:
         if self.state == "closing":
             return  # after connection.close everything but close/close-ok is dropped
         if self.state != "opened":
@@ -447,8 +474,9 @@ class AMQPConnection(asyncio.Protocol):
             if number > self.channel_max:
                 raise ConnectionError_(
                     NOT_ALLOWED,
-                    f"channel {number} is above the negotiated channel_max "
-                    f"({self.channel_max})", 20, 10,
+                    f"channel {number} is above the negotiated channel_max ({self.channel_max})",
+                    20,
+                    10,
                 )
             channel = Channel(self, number)
             self.channels[number] = channel
@@ -460,8 +488,9 @@ class AMQPConnection(asyncio.Protocol):
                 return
             raise ConnectionError_(
                 CHANNEL_ERROR,
-                f"expected 'channel.open' on channel {number}, got "
-                f"{wire.method_name(index)}", index >> 16, index & 0xFFFF,
+                f"expected 'channel.open' on channel {number}, got {wire.method_name(index)}",
+                index >> 16,
+                index & 0xFFFF,
             )
         raise ConnectionError_(
             CHANNEL_ERROR, f"content frame on channel {number}, which is not open"
@@ -471,8 +500,9 @@ class AMQPConnection(asyncio.Protocol):
         self.channels.pop(number, None)
 
     def log_channel_error(self, number: int, exc: AMQPError) -> None:
-        log.info("channel error on connection %s, channel %d: %s", self.peer, number,
-                 exc.reply_text)
+        log.info(
+            "channel error on connection %s, channel %d: %s", self.peer, number, exc.reply_text
+        )
 
     # --- closing ------------------------------------------------------------
 
@@ -500,9 +530,10 @@ class AMQPConnection(asyncio.Protocol):
             self._drop()
 
     def force_close(self, reason: str = "shutdown") -> None:
-        self.close(CONNECTION_FORCED,
-                   f"CONNECTION_FORCED - broker forced connection closure with reason "
-                   f"'{reason}'")
+        self.close(
+            CONNECTION_FORCED,
+            f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
+        )
 
     def _drop(self) -> None:
         if self.transport is not None and self.state != "closed":

@@ -14,8 +14,12 @@ log = logging.getLogger("leveret.server")
 
 
 class Server:
-    def __init__(self, config: ServerConfig, loop: asyncio.AbstractEventLoop | None = None,
-                 broker: Broker | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        loop: asyncio.AbstractEventLoop | None = None,
+        broker: Broker | None = None,
+    ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
         self.durable_state = None
@@ -29,18 +33,26 @@ class Server:
         if self.config.persistence and self.durable_state is None:
             self._open_store()
         self._server = await self.loop.create_server(
-            lambda: AMQPConnection(self), self.config.host, self.config.port,
-            reuse_address=True, backlog=1024,
+            lambda: AMQPConnection(self),
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            backlog=1024,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("Leveret listening for AMQP 0-9-1 on %s:%d (started in %.3f s)",
-                 self.config.host, self.port, time.monotonic() - started)
+        log.info(
+            "Leveret listening for AMQP 0-9-1 on %s:%d (started in %.3f s)",
+            self.config.host,
+            self.port,
+            time.monotonic() - started,
+        )
 
     def _open_store(self) -> None:
         from leveret.store.durable_state import DurableState
 
-        state = DurableState(self.config.data_dir, self.config.fsync,
-                             self.config.max_memory_bytes, self.loop)
+        state = DurableState(
+            self.config.data_dir, self.config.fsync, self.config.max_memory_bytes, self.loop
+        )
         self.broker = Broker(self.config, state)
         self.durable_state = state
         state.restore(self.broker)

@@ -37,7 +37,12 @@ class ModelMethods:
 
     def on_exchange_declare(self, m: cmd.Exchange.Declare) -> None:
         self.vhost.declare_exchange(
-            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
+            m.exchange,
+            m.exchange_type,
+            m.passive,
+            m.durable,
+            m.auto_delete,
+            m.internal,
             _args(m.arguments),
         )
         if not m.nowait:
@@ -50,15 +55,23 @@ class ModelMethods:
 
     def on_exchange_bind(self, m: cmd.Exchange.Bind) -> None:
         vhost = self.vhost
-        vhost.bind(vhost.get_exchange(m.source), vhost.get_exchange(m.destination),
-                   m.routing_key, _args(m.arguments))
+        vhost.bind(
+            vhost.get_exchange(m.source),
+            vhost.get_exchange(m.destination),
+            m.routing_key,
+            _args(m.arguments),
+        )
         if not m.nowait:
             self.send_method(cmd.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: cmd.Exchange.Unbind) -> None:
         vhost = self.vhost
-        vhost.unbind(vhost.get_exchange(m.source), vhost.get_exchange(m.destination),
-                     m.routing_key, _args(m.arguments))
+        vhost.unbind(
+            vhost.get_exchange(m.source),
+            vhost.get_exchange(m.destination),
+            m.routing_key,
+            _args(m.arguments),
+        )
         if not m.nowait:
             self.send_method(cmd.Exchange.UnbindOk())
 
@@ -79,7 +92,12 @@ class ModelMethods:
                 self.send_method(cmd.Queue.DeclareOk(m.queue, 0, 0))
             return
         queue = self.vhost.declare_queue(
-            m.queue, m.passive, m.durable, m.exclusive, m.auto_delete, _args(m.arguments),
+            m.queue,
+            m.passive,
+            m.durable,
+            m.exclusive,
+            m.auto_delete,
+            _args(m.arguments),
             self.conn,
         )
         if queue.exclusive_owner is self.conn:
@@ -92,15 +110,17 @@ class ModelMethods:
 
     def on_queue_bind(self, m: cmd.Queue.Bind) -> None:
         queue = self.queue_by_name(m.queue)
-        self.vhost.bind(self.vhost.get_exchange(m.exchange), queue, m.routing_key,
-                        _args(m.arguments))
+        self.vhost.bind(
+            self.vhost.get_exchange(m.exchange), queue, m.routing_key, _args(m.arguments)
+        )
         if not m.nowait:
             self.send_method(cmd.Queue.BindOk())
 
     def on_queue_unbind(self, m: cmd.Queue.Unbind) -> None:
         queue = self.queue_by_name(m.queue)
-        self.vhost.unbind(self.vhost.get_exchange(m.exchange), queue, m.routing_key,
-                          _args(m.arguments))
+        self.vhost.unbind(
+            self.vhost.get_exchange(m.exchange), queue, m.routing_key, _args(m.arguments)
+        )
         self.send_method(cmd.Queue.UnbindOk())
 
     def on_queue_purge(self, m: cmd.Queue.Purge) -> None:

@@ -48,8 +48,9 @@ def _split_record_header(blob: bytes) -> tuple[str, str, bytes]:
 class DurableState(DurabilityHooks):
     active = True
 
-    def __init__(self, data_dir: str, fsync: str, max_memory_bytes: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, data_dir: str, fsync: str, max_memory_bytes: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         os.makedirs(data_dir, exist_ok=True)
         self.data_dir = data_dir
         self.definitions = DefinitionStore(os.path.join(data_dir, "definitions.db"))
@@ -64,8 +65,13 @@ class DurableState(DurabilityHooks):
     def exchange_declared(self, exchange: Exchange) -> None:
         if not self._restoring and exchange.name and not exchange.name.startswith("amq."):
             self.definitions.save_exchange(
-                exchange.vhost_name, exchange.name, exchange.type_name, exchange.durable,
-                exchange.auto_delete, exchange.internal, exchange.arguments,
+                exchange.vhost_name,
+                exchange.name,
+                exchange.type_name,
+                exchange.durable,
+                exchange.auto_delete,
+                exchange.internal,
+                exchange.arguments,
             )
 
     def exchange_deleted(self, exchange: Exchange) -> None:
@@ -73,8 +79,9 @@ class DurableState(DurabilityHooks):
 
     def queue_declared(self, queue: Queue) -> None:
         if not self._restoring:
-            self.definitions.save_queue(queue.vhost.name, queue.name, queue.durable,
-                                        queue.auto_delete, queue.arguments)
+            self.definitions.save_queue(
+                queue.vhost.name, queue.name, queue.durable, queue.auto_delete, queue.arguments
+            )
 
     def queue_deleted(self, queue: Queue, entries: list[QueueEntry]) -> None:
         self._forget_bodies(entries)
@@ -101,8 +108,7 @@ class DurableState(DurabilityHooks):
         dest = binding.destination
         kind = "queue" if isinstance(dest, Queue) else "exchange"
         vhost = dest.vhost.name if kind == "queue" else dest.vhost_name
-        return (vhost, binding.source.name, dest.name, kind, binding.routing_key,
-                binding.arguments)
+        return (vhost, binding.source.name, dest.name, kind, binding.routing_key, binding.arguments)
 
     # --- messages (publish path) --------------------------------------------
 
@@ -111,7 +117,9 @@ class DurableState(DurabilityHooks):
         size = message.size
         if message.persistent and queue.stores_messages:
             entry.location = self.messages.publish(
-                _key(queue), _record_header(message), message.body,
+                _key(queue),
+                _record_header(message),
+                message.body,
                 barrier.add() if barrier is not None else None,
             )
         if self.memory_used + size > self.memory_budget and size:
@@ -159,13 +167,13 @@ class DurableState(DurabilityHooks):
                 vhost = broker.vhosts.get(ex.vhost)
                 if vhost is None or ex.name in vhost.exchanges:
                     continue
-                vhost.declare_exchange(ex.name, ex.type, False, ex.durable, ex.auto_delete,
-                                       ex.internal, ex.arguments)
+                vhost.declare_exchange(
+                    ex.name, ex.type, False, ex.durable, ex.auto_delete, ex.internal, ex.arguments
+                )
             for q in defs.queues:
                 vhost = broker.vhosts.get(q.vhost)
                 if vhost is not None:
-                    vhost.declare_queue(q.name, False, q.durable, False, q.auto_delete,
-                                        q.arguments)
+                    vhost.declare_queue(q.name, False, q.durable, False, q.auto_delete, q.arguments)
             for b in defs.bindings:
                 vhost = broker.vhosts.get(b.vhost)
                 if vhost is None:
@@ -181,9 +189,13 @@ class DurableState(DurabilityHooks):
         finally:
             self._restoring = False
         log.info(
-            "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s "
-            "from %s", len(defs.exchanges), len(defs.queues), len(defs.bindings), count,
-            time.monotonic() - started, self.data_dir,
+            "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s from %s",
+            len(defs.exchanges),
+            len(defs.queues),
+            len(defs.bindings),
+            count,
+            time.monotonic() - started,
+            self.data_dir,
         )
 
     def _restore_messages(self, broker: Any, stored: dict) -> int:
@@ -200,8 +212,7 @@ class DurableState(DurabilityHooks):
             for loc, blob, body in self.messages.read_many(locations):
                 exchange, routing_key, header = _split_record_header(blob)
                 _cls, _w, size, flags, delivery_mode = parse_header(header)
-                message = Message(exchange, routing_key, header, body, flags,
-                                  delivery_mode == 2)
+                message = Message(exchange, routing_key, header, body, flags, delivery_mode == 2)
                 if flags & FLAG_EXPIRATION:
                     try:
                         message.ttl = parse_expiration(message.properties.expiration)

@@ -486,8 +486,11 @@ class MessageStore:
                 if zlib.crc32(record[PREFIX_SIZE:]) != crc:
                     raise StoreError(f"stored message {loc!r} is corrupt")
                 hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
-                yield (loc, bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]),
-                       bytes(record[_PUB_HEAD + hlen :]))
+                yield (
+                    loc,
+                    bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]),
+                    bytes(record[_PUB_HEAD + hlen :]),
+                )
 
     def _append_ref(self, rtype: int, loc: Location) -> None:
         target = loc.segment

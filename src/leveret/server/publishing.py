@@ -1,0 +1,398 @@
+"""Channel handlers on the publishing side: basic.publish and its content frames,
+routing, mandatory returns, publisher confirms and transactions.
+
+A mixin of Channel, split out along the publish/consume seam. Hot path:
+basic.publish is decoded by hand and the header is kept as the bytes that
+arrived.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING
+
+from pamqp import commands as cmd
+
+from leveret.broker import direct_reply
+from leveret.broker.durability import WriteBarrier
+from leveret.broker.exchange import Exchange
+from leveret.broker.message import Message
+from leveret.broker.queue import FLOW_LIMIT
+from leveret.broker.queue_args import amqp_type_name, parse_expiration
+from leveret.protocol import methods as wire
+from leveret.protocol.constants import (
+    ACCESS_REFUSED,
+    CLASS_BASIC,
+    FRAME_ERROR,
+    NO_ROUTE,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_ERROR,
+    UNEXPECTED_FRAME,
+)
+from leveret.protocol.errors import ChannelError, ConnectionError_
+from leveret.protocol.fieldtable import join_table, split_table
+from leveret.protocol.properties import (
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    decode_properties,
+    parse_header,
+    rewrite_header,
+    short_string,
+    split_properties,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+log = logging.getLogger("leveret.channel")
+
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+
+
+class Transaction:
+    __slots__ = ("publishes", "settlements")
+
+    def __init__(self) -> None:
+        self.publishes: list[tuple[Exchange, Message, bool]] = []
+        self.settlements: list[tuple[str, int, bool, bool]] = []
+
+
+class FailureReporter:
+    """Barrier-like sink for writes nobody waits for; only failures matter."""
+
+    __slots__ = ("add",)
+
+    def __init__(self, on_failure) -> None:
+        self.add = lambda: on_failure
+
+
+class PublishMethods:
+    """basic.publish, confirm.*, tx.*; `self` is a server.channel.Channel."""
+
+    # --- publishing (hot path) ----------------------------------------------
+
+    def on_basic_publish(self, payload: bytes) -> None:
+        exchange_name, routing_key, mandatory, immediate = wire.decode_publish(payload)
+        if immediate:
+            raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
+        exchange = self.vhost.exchanges.get(exchange_name)
+        if exchange is None:
+            raise ChannelError(
+                NOT_FOUND, f"no exchange '{exchange_name}' in vhost '{self.vhost.name}'"
+            )
+        if exchange.internal:
+            raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal {exchange.describe()}")
+        self._publish = (exchange, routing_key, mandatory)
+        self._header = None
+
+    def on_content_header(self, payload: bytes) -> None:
+        if self._publish is None or self._header is not None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header on channel {self.number} without a preceding content method",
+            )
+        class_id, _weight, body_size, flags, delivery_mode = parse_header(payload)
+        if class_id != CLASS_BASIC:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header for class {class_id} does not match method class 60",
+            )
+        if body_size > MAX_MESSAGE_SIZE:
+            self._publish = None
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}",
+                CLASS_BASIC,
+                40,
+            )
+        self._header = payload
+        self._header_flags = flags
+        self._persistent = delivery_mode == 2
+        if flags & FLAG_USER_ID:
+            self._check_user_id(payload)
+        if body_size == 0:
+            self._complete(b"")
+        else:
+            self._body_left = body_size
+            self._body_parts = []
+
+    def on_content_body(self, payload: bytes) -> None:
+        if self._header is None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content body frame on channel {self.number} without a content header",
+            )
+        self._body_left -= len(payload)
+        if self._body_left < 0:
+            raise ConnectionError_(
+                FRAME_ERROR, "content body frames exceed the body size in the content header"
+            )
+        if self._body_left == 0:
+            parts = self._body_parts
+            if parts:
+                parts.append(payload)
+                self._complete(b"".join(parts))
+            else:
+                self._complete(payload)
+        else:
+            self._body_parts.append(payload)
+
+    def _check_user_id(self, header: bytes) -> None:
+        user_id = decode_properties(header).user_id
+        if user_id != self.conn.user:
+            self._publish = None
+            self._header = None
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{self.conn.user}'",
+                CLASS_BASIC,
+                40,
+            )
+
+    def _complete(self, body: bytes) -> None:
+        exchange, routing_key, mandatory = self._publish  # type: ignore[misc]
+        self._publish = None
+        header = self._header
+        self._header = None
+        message = Message(
+            exchange.name,
+            routing_key,
+            header,
+            body,  # type: ignore[arg-type]
+            self._header_flags,
+            self._persistent,
+        )
+        flags = self._header_flags
+        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
+            self._apply_special_properties(message, flags)
+        if self.tx is not None:
+            self.tx.publishes.append((exchange, message, mandatory))
+            return
+        self._route(exchange, message, mandatory)
+
+    def _apply_special_properties(self, message: Message, flags: int) -> None:
+        """Properties the broker acts on: expiration, CC/BCC, direct reply-to."""
+        changes: dict[int, bytes] = {}
+        if flags & FLAG_EXPIRATION:
+            message.ttl = parse_expiration(message.properties.expiration)
+        if flags & FLAG_HEADERS and (b"\x02CC" in message.header or b"\x03BCC" in message.header):
+            headers = message.headers or {}
+            keys = [message.routing_key]
+            for name in ("CC", "BCC"):
+                if name in headers:
+                    extra = headers[name]
+                    if not isinstance(extra, list):
+                        raise ChannelError(
+                            PRECONDITION_FAILED,
+                            f'invalid message: {{unacceptable_type_in_header,"{name}",'
+                            f"{amqp_type_name(extra)}}}",
+                            CLASS_BASIC,
+                            40,
+                        )
+                    keys += [k.decode() if isinstance(k, bytes) else str(k) for k in extra]
+            if "BCC" in headers:
+                # Blind copies must not show up in deliveries.
+                table = split_table(split_properties(message.header)[FLAG_HEADERS])
+                del table["BCC"]
+                changes[FLAG_HEADERS] = join_table(table)
+            message.routing_keys = keys
+        if flags & FLAG_REPLY_TO and message.properties.reply_to == direct_reply.PSEUDO_QUEUE:
+            if self.reply_token is None:
+                raise ChannelError(
+                    PRECONDITION_FAILED, "fast reply consumer does not exist", CLASS_BASIC, 40
+                )
+            changes[FLAG_REPLY_TO] = short_string(direct_reply.PREFIX + self.reply_token)
+        if changes:
+            message.set_header(rewrite_header(message.header, changes))
+
+    def _route(
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        barrier: WriteBarrier | None = None,
+    ) -> None:
+        if exchange is self.vhost.default_exchange and message.routing_key.startswith(
+            direct_reply.PREFIX
+        ):
+            self._route_direct_reply(message, mandatory)
+            return
+        if message.routing_keys is None:
+            queues = self.vhost.route(exchange, message)
+        else:
+            queues = self.vhost.route_keys(exchange, message, message.routing_keys)
+        seq = 0
+        if self.confirm_mode:
+            self.publish_seq += 1
+            seq = self.publish_seq
+            self.conn.confirms_due(self)
+        if queues:
+            if barrier is None and message.persistent and self.vhost.hooks.active:
+                if seq:
+                    # The confirm waits for the fsync of every durable queue's copy.
+                    self.confirm_waiting[seq] = None
+                    barrier = WriteBarrier(partial(self._confirm_written, seq))
+                else:
+                    barrier = self._write_failures
+            accepted = True
+            for queue in queues:
+                if not queue.enqueue(message, barrier):
+                    accepted = False
+                if queue.consumers and len(queue.ready) > FLOW_LIMIT:
+                    self.conn.maybe_throttle(queue)
+            if not accepted and seq:
+                self.confirm_waiting[seq] = False  # x-overflow=reject-publish
+            if seq and barrier is not None:
+                barrier.seal()
+        elif mandatory:
+            returned = wire.encode_method(
+                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
+                self.number,
+            )
+            self._send_content(returned, message)
+
+    def _confirm_written(self, seq: int, error: BaseException | None) -> None:
+        waiting = self.confirm_waiting
+        if waiting.get(seq, 0) is None:
+            waiting[seq] = error is None
+            if error is not None:
+                log.error(
+                    "persistent message %d on channel %d not stored, nacking: %s",
+                    seq,
+                    self.number,
+                    error,
+                )
+            if not self.closing:
+                self.conn.confirms_due(self)
+
+    def _persist_failed(self, error: BaseException | None) -> None:
+        """A publish without confirms could not be stored: say so by closing the channel."""
+        if error is None or self.closing or self.conn.state != "opened":
+            return
+        self.close_with_error(
+            ChannelError(
+                RESOURCE_ERROR,
+                f"RESOURCE_ERROR - could not store a persistent message on disk: {error}",
+                CLASS_BASIC,
+                40,
+            )
+        )
+
+    def _route_direct_reply(self, message: Message, mandatory: bool) -> None:
+        target = self.conn.broker.direct_reply.lookup(message.routing_key)
+        if self.confirm_mode:
+            self.publish_seq += 1
+            self.conn.confirms_due(self)
+        if target is not None and not target.closing:
+            target.deliver_reply(message)
+        elif mandatory:
+            returned = wire.encode_method(
+                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", "", message.routing_key), self.number
+            )
+            self._send_content(returned, message)
+
+    def deliver_reply(self, message: Message) -> None:
+        """A direct reply-to delivery: no queue, no ack (the consumer is no-ack)."""
+        self.delivery_tag += 1
+        deliver = wire.encode_deliver(
+            self.number,
+            wire.deliver_prefix(self.reply_consumer_tag or ""),
+            self.delivery_tag,
+            False,
+            message.exchange_and_key,
+        )
+        self._send_content(deliver, message)
+
+    def flush_confirms(self) -> None:
+        """Send one basic.ack (multiple) for every confirm that has become ready.
+
+        Called once per loop turn by the connection, so a burst of publishes
+        costs one ack frame, not one per message.
+        """
+        waiting = self.confirm_waiting
+        upto = self.confirmed_upto
+        out = []
+        if waiting:
+            for seq in list(waiting):
+                state = waiting[seq]
+                if state is None:
+                    break
+                del waiting[seq]
+                if state is False:
+                    if seq - 1 > upto:
+                        out.append(wire.encode_confirm(self.number, seq - 1, True))
+                    out.append(wire.encode_confirm(self.number, seq, False, nack=True))
+                    upto = seq
+            last = next(iter(waiting)) - 1 if waiting else self.publish_seq
+        else:
+            last = self.publish_seq
+        if last > upto:
+            out.append(wire.encode_confirm(self.number, last, last - upto > 1))
+            upto = last
+        self.confirmed_upto = upto
+        if out:
+            self.conn.write(b"".join(out))
+
+    # --- confirm and tx -----------------------------------------------------
+
+    def on_confirm_select(self, m: cmd.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        self.confirm_mode = True
+        if not m.nowait:
+            self.send_method(cmd.Confirm.SelectOk())
+
+    def on_tx_select(self, m: cmd.Tx.Select) -> None:
+        if self.confirm_mode:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = Transaction()
+        self.send_method(cmd.Tx.SelectOk())
+
+    def on_tx_commit(self, m: cmd.Tx.Commit) -> None:
+        tx = self.tx
+        if tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = None  # apply for real, then start the next transaction
+        # commit-ok goes out only once the transaction's persistent messages are on disk.
+        barrier = WriteBarrier(self._tx_written)
+        try:
+            for exchange, message, mandatory in tx.publishes:
+                if not exchange.deleted:
+                    self._route(exchange, message, mandatory, barrier)
+            for kind, tag, multiple, requeue in tx.settlements:
+                if kind == "ack":
+                    self.ack(tag, multiple)
+                else:
+                    self._settle_negative(kind, tag, multiple, requeue)
+        finally:
+            self.tx = Transaction()
+        barrier.seal()
+
+    def _tx_written(self, error: BaseException | None) -> None:
+        if self.closing or self.conn.state != "opened":
+            return
+        if error is not None:
+            self.close_with_error(
+                ChannelError(
+                    RESOURCE_ERROR,
+                    f"RESOURCE_ERROR - tx.commit failed: could not store messages on disk: {error}",
+                    90,
+                    20,
+                )
+            )
+            return
+        self.send_method(cmd.Tx.CommitOk())
+
+    def on_tx_rollback(self, m: cmd.Tx.Rollback) -> None:
+        if self.tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = Transaction()
+        self.send_method(cmd.Tx.RollbackOk())
