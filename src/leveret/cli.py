@@ -95,6 +95,22 @@ def build_parser() -> argparse.ArgumentParser:
         "as RabbitMQ does; 0 disables (default %(default)s = 30 min)",
     )
 
+    server.add_argument(
+        "--memory-high-watermark",
+        type=_positive_int,
+        default=defaults.memory_high_watermark,
+        help="resident memory (bytes) above which publishers are blocked "
+        "(connection.blocked); 0 disables (default: 40%% of RAM, "
+        "%(default)s)",
+    )
+    server.add_argument(
+        "--disk-free-limit",
+        type=_positive_int,
+        default=defaults.disk_free_limit,
+        help="free disk space (bytes) under --data-dir below which publishers "
+        "are blocked; 0 disables (default %(default)s)",
+    )
+
     perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
     try:
         from leveret import perf as perf_module
@@ -136,6 +152,8 @@ def run_server(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         max_memory_bytes=args.max_memory_bytes,
         consumer_timeout_ms=args.consumer_timeout_ms,
+        memory_high_watermark=args.memory_high_watermark,
+        disk_free_limit=args.disk_free_limit,
     )
     try:
         import uvloop

@@ -33,3 +33,7 @@ class ServerConfig:
     # Disable disk persistence entirely (the embedded test broker uses this by default).
     persistence: bool = True
     consumer_timeout_ms: int = 30 * 60 * 1000
+    # Resource alarms (connection.blocked): RSS above this blocks publishers (0 = off);
+    # RabbitMQ's default watermark is 40% of RAM.
+    memory_high_watermark: int = field(default_factory=lambda: _default_memory_budget() * 8 // 5)
+    disk_free_limit: int = 50 * 1024 * 1024  # bytes free under data_dir, as RabbitMQ

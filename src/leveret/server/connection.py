@@ -92,6 +92,9 @@ class AMQPConnection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._flow_queues: set | None = set()  # queues this connection is paused for
         self._reading_paused = False
+        self._alarm_reason: str | None = None  # set while a resource alarm is on
+        self._told_blocked = False
+        self._blocked_by_alarm = False
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -170,6 +173,32 @@ class AMQPConnection(asyncio.Protocol):
         self._transport_paused = False
         self._set_writable(self._out_bytes < OUTPUT_HIGH_WATER)
 
+    # --- resource alarms ----------------------------------------------------
+
+    def alarm_raised(self, reason: str) -> None:
+        if self.state != "opened":
+            return
+        self._alarm_reason = reason
+        if self.capabilities.get("connection.blocked") and not self._told_blocked:
+            self._told_blocked = True
+            self.send_method(0, cmd.Connection.Blocked(reason))
+
+    def alarm_cleared(self) -> None:
+        self._alarm_reason = None
+        if self._told_blocked:
+            self._told_blocked = False
+            self.send_method(0, cmd.Connection.Unblocked())
+        if self._blocked_by_alarm:
+            self._blocked_by_alarm = False
+            self._resume_reading()
+
+    def publishing_while_alarmed(self) -> None:
+        """A publish arrived during an alarm: stop reading this connection (RabbitMQ's block)."""
+        if not self._blocked_by_alarm:
+            self._blocked_by_alarm = True
+            log.info("connection %s blocked: %s", self.peer, self._alarm_reason)
+            self._pause_reading()
+
     # --- publisher flow control ---------------------------------------------
 
     def maybe_throttle(self, queue: Any) -> None:
@@ -185,15 +214,24 @@ class AMQPConnection(asyncio.Protocol):
             queue.throttle(self)
 
     def pause_for_flow(self, queue: Any) -> None:
-        if not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._pause_reading()
 
     def resume_after_flow(self, queue: Any) -> None:
         if self._flow_queues is None:
             return
         self._flow_queues.discard(queue)
-        if not self._flow_queues and self._reading_paused and self.transport is not None:
+        if not self._flow_queues and not self._blocked_by_alarm:
+            self._resume_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._flow_queues or self._blocked_by_alarm:
+            return
+        if self._reading_paused and self.transport is not None:
             self._reading_paused = False
             self._last_recv = self.loop.time()  # silence while paused was ours, not theirs
             if not self.transport.is_closing():
@@ -434,6 +472,9 @@ class AMQPConnection(asyncio.Protocol):
             timer.cancel()
         self._timers.clear()
         self.send_method(0, cmd.Connection.OpenOk())
+        alarms = self.server.alarms
+        if alarms is not None and alarms.blocking:
+            self.alarm_raised(alarms.reason)
         if self.heartbeat:
             self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         log.info("connection %s opened: user '%s', vhost '%s'", self.peer, self.user, vhost.name)

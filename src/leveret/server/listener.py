@@ -8,6 +8,7 @@ import time
 
 from leveret.broker.broker import Broker
 from leveret.config import ServerConfig
+from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
 
 log = logging.getLogger("leveret.server")
@@ -23,6 +24,7 @@ class Server:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
         self.durable_state = None
+        self.alarms: ResourceAlarms | None = None
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -32,6 +34,13 @@ class Server:
         started = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
+        self.alarms = ResourceAlarms(
+            self,
+            self.config.memory_high_watermark,
+            self.config.disk_free_limit if self.config.persistence else 0,
+            self.config.data_dir if self.config.persistence else None,
+        )
+        self.alarms.start()
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self),
             self.config.host,
@@ -59,6 +68,8 @@ class Server:
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self.alarms is not None:
+            self.alarms.stop()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -75,4 +86,5 @@ class Server:
         if self.durable_state is not None:
             self.durable_state.close()
             self.durable_state = None
+        self.alarms: ResourceAlarms | None = None
         log.info("Leveret stopped")
