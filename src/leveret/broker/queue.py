@@ -163,6 +163,8 @@ class Queue:
         self.arguments = arguments or {}
         self.options = options or QueueOptions()
         self.plain = self.options.plain
+        # Whether any entry may carry an expiry (queue TTL, or a message's expiration).
+        self.expiring = self.options.message_ttl is not None
         self.ready: ReadyMessages | PriorityReadyMessages = (
             PriorityReadyMessages(self.options.max_priority)
             if self.options.max_priority
@@ -197,7 +199,7 @@ class Queue:
         """
         self._seq += 1
         entry = QueueEntry(self._seq, message)
-        if self.plain:
+        if self.plain and message.ttl is None:
             if self.tracked:
                 self.vhost.hooks.message_enqueued(self, entry, barrier)
             self.ready.append(entry)
@@ -216,14 +218,15 @@ class Queue:
             ttl = message.ttl
         if ttl is not None:
             entry.expires_at = time.monotonic() + ttl / 1000.0
+            self.expiring = True
         self.ready.append(entry)
 
-    def dispatch(self) -> None:
+    def dispatch(self, check_expiry: bool = True) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""
         ready = self.ready
         consumers = self.consumers
         top = self._top_priority
-        check_expiry = not self.plain
+        check_expiry = check_expiry and self.expiring
         while ready and consumers:
             n = len(consumers)
             start = self._rr
@@ -267,16 +270,16 @@ class Queue:
 
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
-        if not self.plain:
+        self.touch()
+        if self.expiring:
             self._drop_expired_head()
-            self.touch()
         if not self.ready:
             return None
         return self.ready.popleft()
 
     @property
     def message_count(self) -> int:
-        if not self.plain:
+        if self.expiring:
             self._drop_expired_head()
         return len(self.ready)
 
@@ -290,6 +293,9 @@ class Queue:
             ttl = message.ttl
         if ttl is not None:
             entry.expires_at = time.monotonic() + ttl / 1000.0
+            self.expiring = True
+        if self.expiring:
+            self._drop_expired_head()  # so what is already dead does not count below
         limited = opts.max_length is not None or opts.max_length_bytes is not None
         if limited and opts.overflow != "drop-head" and self._would_overflow(message):
             if opts.overflow == "reject-publish-dlx":
@@ -299,7 +305,9 @@ class Queue:
             self.vhost.hooks.message_enqueued(self, entry, barrier)
         self.ready.append(entry)
         if self.consumers:
-            self.dispatch()
+            # Expired entries ahead were just dropped; skipping the check here lets a
+            # ready consumer still take a message with TTL 0, as RabbitMQ does.
+            self.dispatch(check_expiry=False)
         if limited:
             self._drop_head_over_limit()
         if ttl is not None:

@@ -118,10 +118,8 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
     if "x-dead-letter-routing-key" in arguments:
         value = arguments["x-dead-letter-routing-key"]
         if not isinstance(value, str | bytes):
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"invalid type '{amqp_type_name(value)}' for arg 'x-dead-letter-routing-key' in "
-                f"{describe}",
+            raise fail(
+                "x-dead-letter-routing-key", f"{{unacceptable_type,{amqp_type_name(value)}}}"
             )
         if options.get("dead_letter_exchange") is None:
             raise fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
@@ -132,7 +130,10 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
             raise fail("x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(value)}}}")
         options["single_active_consumer"] = value
     if "x-queue-type" in arguments:
-        value = _text(arguments["x-queue-type"])
+        value = arguments["x-queue-type"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-queue-type", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        value = _text(value)
         if value not in QUEUE_TYPES:
             raise fail("x-queue-type", f"\"unsupported queue type '{value}'\"")
     if "x-queue-mode" in arguments:
@@ -143,6 +144,30 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
     if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
         options["consumer_timeout"] = timeout
     return QueueOptions(**options)
+
+
+def describe_value(value: Any) -> str:
+    """How RabbitMQ prints an argument value in its texts."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(_text(value))
+
+
+def inequivalent_text(key: str, describe: str, received: Any, current: Any) -> str:
+    """RabbitMQ's text for a redeclaration whose argument differs."""
+
+    def side(value: Any) -> str:
+        return (
+            "none"
+            if value is None
+            else (f"the value '{describe_value(value)}' of type '{amqp_type_name(value)}'")
+        )
+
+    if received is not None and current is not None:
+        got, cur = f"'{describe_value(received)}'", f"'{describe_value(current)}'"
+    else:
+        got, cur = side(received), side(current)
+    return f"inequivalent arg '{key}' for {describe}: received {got} but current is {cur}"
 
 
 def parse_expiration(value: Any) -> int:

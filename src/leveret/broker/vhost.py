@@ -15,7 +15,7 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.queue import Queue, QueueEntry
-from leveret.broker.queue_args import parse_queue_arguments
+from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -207,12 +207,10 @@ class VirtualHost:
                     )
             for key in EQUIVALENCE_ARGS:
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
-                if got_arg != cur_arg:
+                if got_arg != cur_arg or type(got_arg) is not type(cur_arg):
                     raise ChannelError(
                         PRECONDITION_FAILED,
-                        f"inequivalent arg '{key}' for {existing.describe()}: "
-                        f"received {_describe_arg(got_arg)} but current is "
-                        f"{_describe_arg(cur_arg)}",
+                        inequivalent_text(key, existing.describe(), got_arg, cur_arg),
                     )
             existing.touch()
             return existing
@@ -391,7 +389,3 @@ def _args_key(arguments: dict[str, Any]) -> str:
     from leveret.broker.exchange import arguments_key
 
     return arguments_key(arguments)
-
-
-def _describe_arg(value: Any) -> str:
-    return "none" if value is None else f"the value '{value}'"

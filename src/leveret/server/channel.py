@@ -23,6 +23,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue import Queue, QueueEntry
+from leveret.broker.queue_args import amqp_type_name
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
@@ -321,8 +322,8 @@ class Channel(ModelMethods, PublishMethods):
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ChannelError(
                 PRECONDITION_FAILED,
-                f"invalid arg 'x-priority' for {queue.describe()}: expected an integer, "
-                f"got {priority!r}",
+                f"invalid arg 'x-priority' for {queue.describe()}: "
+                f'"expected integer, got {amqp_type_name(priority)}"',
             )
         consumer = Consumer(
             tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count, priority, arguments

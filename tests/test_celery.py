@@ -1,0 +1,176 @@
+"""Celery and kombu patterns that rely on RabbitMQ's extensions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import kombu
+import pytest
+
+from celery_app import BROKER_ENV, QUEUE_ENV, make_app
+from conftest import TESTS_DIR
+
+
+@contextlib.contextmanager
+def celery_worker(broker_url: str, queue: str):
+    """A real `celery worker` subprocess consuming ``queue``; always terminated."""
+    env = dict(os.environ)
+    env[BROKER_ENV] = broker_url
+    env[QUEUE_ENV] = queue
+    env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, env.get("PYTHONPATH", "")])
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "celery_app",
+        "worker",
+        "--pool=solo",
+        "--concurrency=1",
+        "-Q",
+        queue,
+        "--loglevel=INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        f"leveret-test-{queue}@%h",
+    ]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=TESTS_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            log.seek(0)
+            # shown by pytest when the test fails
+            print(f"--- celery worker output (exit {proc.returncode}) ---")
+            print(log.read())
+
+
+def test_celery_worker_runs_tasks_with_rpc_backend(amqp_url, names):
+    queue = names.queue("celery")
+    app = make_app(amqp_url, queue)
+    try:
+        with celery_worker(amqp_url, queue) as worker:
+            add = app.tasks["celery_app.add"]
+            mul = app.tasks["celery_app.mul"]
+            assert add.delay(2, 3).get(timeout=30) == 5
+            assert worker.poll() is None
+            results = [add.delay(i, i) for i in range(5)]
+            assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 8]
+            assert mul.apply_async((6, 7)).get(timeout=30) == 42
+            failing = app.tasks["celery_app.fail"].delay("boom")
+            with pytest.raises(ValueError, match="boom"):
+                failing.get(timeout=30)
+            assert failing.state == "FAILURE"
+    finally:
+        _close_app(app)
+
+
+def _close_app(app) -> None:
+    """Close the app's connections, the rpc backend's result consumer's included."""
+    consumer = app.backend.result_consumer
+    with contextlib.suppress(Exception):
+        consumer.stop()
+    if consumer._connection is not None:
+        with contextlib.suppress(Exception):
+            consumer._connection.close()
+    with contextlib.suppress(Exception):
+        app.pool.force_close_all()
+    app.close()
+
+
+# --- kombu's retry-with-delay through TTL and dead-lettering -----------------------
+
+
+def _retry_topology(names):
+    work_exchange = kombu.Exchange(names.exchange("work"), "direct", durable=False)
+    work = kombu.Queue(names.queue("work"), work_exchange, routing_key="work", durable=False)
+    retry = kombu.Queue(
+        names.queue("retry"),
+        kombu.Exchange("", "direct"),
+        routing_key=None,
+        durable=False,
+        queue_arguments={
+            "x-message-ttl": 100,
+            "x-dead-letter-exchange": work_exchange.name,
+            "x-dead-letter-routing-key": "work",
+        },
+    )
+    retry.routing_key = retry.name
+    return work_exchange, work, retry
+
+
+@pytest.mark.parametrize("how", ["republish", "reject"])
+def test_kombu_retry_with_delay(amqp_url, names, how):
+    work_exchange, work, retry = _retry_topology(names)
+    if how == "reject":
+        # rejecting from the work queue dead-letters into the retry queue
+        work.queue_arguments = {
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": retry.name,
+        }
+    attempts = []
+    with kombu.Connection(amqp_url, connect_timeout=5) as conn:
+        ch = conn.channel()
+        work(ch).declare()
+        retry(ch).declare()
+        producer = kombu.Producer(ch)
+
+        def on_message(body, message):
+            headers = message.headers or {}
+            deaths = headers.get("x-death") or []
+            retry_count = next((d["count"] for d in deaths if d["queue"] == retry.name), 0)
+            attempts.append((body, retry_count, time.monotonic(), deaths))
+            if len(attempts) < 3:
+                if how == "republish":
+                    producer.publish(
+                        body,
+                        exchange="",
+                        routing_key=retry.name,
+                        headers=headers,
+                        serializer="json",
+                    )
+                    message.ack()
+                else:
+                    message.reject(requeue=False)
+            else:
+                message.ack()
+
+        producer.publish({"job": 1}, exchange=work_exchange, routing_key="work", serializer="json")
+        with kombu.Consumer(ch, [work], callbacks=[on_message], accept=["json"]):
+            deadline = time.monotonic() + 15
+            while len(attempts) < 3 and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.5)
+    assert [(body, count) for body, count, _t, _d in attempts] == [
+        ({"job": 1}, 0),
+        ({"job": 1}, 1),
+        ({"job": 1}, 2),
+    ]
+    last_deaths = attempts[-1][3]
+    assert last_deaths[0]["queue"] == retry.name
+    assert last_deaths[0]["reason"] == "expired"
+    assert last_deaths[0]["exchange"] == ""
+    assert last_deaths[0]["routing-keys"] == [retry.name]
+    if how == "reject":
+        assert [(d["queue"], d["reason"], d["count"]) for d in last_deaths] == [
+            (retry.name, "expired", 2),
+            (work.name, "rejected", 2),
+        ]
+        assert last_deaths[1]["exchange"] == work_exchange.name
+        assert last_deaths[1]["routing-keys"] == ["work"]
+    else:
+        assert len(last_deaths) == 1
