@@ -40,11 +40,12 @@ def test_memory_alarm_blocks_publishers_and_clears():
         assert events == [("blocked", "low on memory")]
         ch.basic_publish("", "alarm-q", b"first")
         conn.process_data_events(time_limit=0.5)
-        # That publish got in, and the broker stopped reading this connection.
+        # The broker stopped reading this connection once it saw a publish (possibly
+        # before that publish's body frame), so nothing sent after it gets in.
         for i in range(4):
             ch.basic_publish("", "alarm-q", b"held %d" % i)
         conn.process_data_events(time_limit=0.5)
-        assert _ready(broker, "alarm-q") == 1
+        assert _ready(broker, "alarm-q") <= 1
         _set(broker, memory_limit=0)
         deadline = time.monotonic() + 10
         while (_ready(broker, "alarm-q") < 5 or events[-1] != ("unblocked",)) and (

@@ -249,3 +249,18 @@ def test_consumers_cover_every_queue() -> None:
     assert consumer_queues(1, qs) == [["a", "b", "c"]]
     assert consumer_queues(2, qs) == [["a", "c"], ["b"]]
     assert consumer_queues(4, qs) == [["a"], ["b"], ["c"], ["a"]]
+
+
+def test_perf_help_lists_the_flags():
+    """`leveret perf --help` must render (a stray % in a help text once broke it)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "leveret", "perf", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--confirm" in out.stdout and "%2F" in out.stdout

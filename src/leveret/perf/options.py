@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every `leveret perf` flag to `parser` (a subcommand parser or a standalone one)."""
     nonneg = _int_at_least(0)
     positive = _int_at_least(1)
-    parser.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI (default {DEFAULT_URI})")
+    parser.add_argument("--uri", default=DEFAULT_URI, help="broker URI (default %(default)s)")
     parser.add_argument("--producers", type=nonneg, default=1, metavar="N", help="default 1")
     parser.add_argument(
         "--consumers",

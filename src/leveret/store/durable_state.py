@@ -23,6 +23,7 @@ from leveret.broker.queue_args import parse_expiration
 from leveret.protocol.errors import ChannelError
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store.definitions import DefinitionStore
+from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore
 
 log = logging.getLogger("leveret.store")
@@ -51,6 +52,8 @@ class DurableState(DurabilityHooks):
     def __init__(
         self, data_dir: str, fsync: str, max_memory_bytes: int, loop: asyncio.AbstractEventLoop
     ) -> None:
+        if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+            raise StoreError(f"--data-dir {data_dir} exists but is not a directory")
         os.makedirs(data_dir, exist_ok=True)
         self.data_dir = data_dir
         self.definitions = DefinitionStore(os.path.join(data_dir, "definitions.db"))

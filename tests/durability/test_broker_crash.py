@@ -1,0 +1,235 @@
+"""kill -9 the broker while several clients publish persistent messages with confirms.
+
+(Named test_broker_crash.py, not test_crash.py: tests/store/test_crash.py already owns
+that module name, and without __init__.py files pytest refuses two of them.)
+
+Each round: publish from several connections at once into two durable queues (one
+through a durable direct exchange, one through the default exchange), with some
+messages acked and some delivered-but-unacked beforehand, SIGKILL at a random moment,
+restart on the same data dir and check what came back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pika.exceptions
+import pytest
+from durability_support import (
+    PERSISTENT,
+    Brokers,
+    assert_exit_ok,
+    check_body,
+    close_quietly,
+    drain_queue,
+    make_body,
+    tail,
+)
+
+pytestmark = [pytest.mark.leveret_only, pytest.mark.soak]
+
+EXCHANGE = "crash.x"
+QUEUE_X = "crash.via-exchange"  # bound to EXCHANGE with key "a"
+QUEUE_D = "crash.via-default"  # published through the default exchange
+PUBLISHERS = 4
+PRE = 60  # messages per queue before the publishing storm
+
+
+class Publisher(threading.Thread):
+    """Publishes confirmed persistent messages until the broker dies (or `stop`)."""
+
+    def __init__(self, broker, index: int, rnd: random.Random, stop: threading.Event) -> None:
+        super().__init__(name=f"publisher-{index}", daemon=True)
+        self.broker = broker
+        self.index = index
+        self.rnd = rnd
+        self.stop_event = stop
+        self.confirmed: dict[str, str] = {}  # tag -> queue
+        self.attempted: dict[str, str] = {}
+        self.unconfirmed: set[str] = set()
+        self.error: BaseException | None = None
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        conn = None
+        try:
+            conn = self.broker.connect()
+            ch = conn.channel()
+            ch.confirm_delivery()
+            self.connected.set()
+            seq = 0
+            while not self.stop_event.is_set():
+                tag = f"{self.index}-{seq}"
+                size = self.rnd.choice((0, 16, 200, 1500, 9000, 70000, 200000))
+                body = make_body(tag, size)
+                if seq % 2:
+                    queue, args = QUEUE_X, (EXCHANGE, "a")
+                else:
+                    queue, args = QUEUE_D, ("", QUEUE_D)
+                self.attempted[tag] = queue
+                self.unconfirmed.add(tag)
+                ch.basic_publish(*args, body=body, properties=PERSISTENT, mandatory=True)
+                self.unconfirmed.discard(tag)
+                self.confirmed[tag] = queue
+                seq += 1
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            if not self.stop_event.is_set():
+                self.error = exc  # expected once the broker is killed
+        finally:
+            self.connected.set()
+            if conn is not None:
+                close_quietly(conn)
+
+
+def _setup_topology(broker) -> None:
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.exchange_declare(EXCHANGE, "direct", durable=True)
+    ch.queue_declare(QUEUE_X, durable=True)
+    ch.queue_declare(QUEUE_D, durable=True)
+    ch.queue_bind(QUEUE_X, EXCHANGE, "a")
+    conn.close()
+
+
+def _prephase(broker, round_no: int):
+    """Publish PRE messages per queue; ack some, hold some delivered-but-unacked.
+
+    Returns (open holder connection, acked tags, held tags, remaining pre tags per queue).
+    """
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    pre: dict[str, list[str]] = {QUEUE_X: [], QUEUE_D: []}
+    for queue, args in ((QUEUE_X, (EXCHANGE, "a")), (QUEUE_D, ("", QUEUE_D))):
+        for i in range(PRE):
+            tag = f"pre{round_no}-{queue[-3:]}-{i}"
+            ch.basic_publish(*args, body=make_body(tag, 300), properties=PERSISTENT)
+            pre[queue].append(tag)
+    acked: set[str] = set()
+    held: set[str] = set()
+    # First third of each queue: get and ack. Next few: get and hold unacked.
+    for queue in pre:
+        for _ in range(PRE // 3):
+            method, _props, body = ch.basic_get(queue)
+            assert method is not None
+            acked.add(check_body(body))
+            ch.basic_ack(method.delivery_tag)
+        for _ in range(5):
+            method, _props, body = ch.basic_get(queue)
+            assert method is not None
+            held.add(check_body(body))
+    # A confirmed publish after the acks: the committer writes in submission order,
+    # so once it is confirmed the ACK and DELIVERED records are on disk too.
+    ch.basic_publish("", "crash.fence", body=b"fence", properties=PERSISTENT)
+    remaining = {
+        q: [t for t in tags if t not in acked and t not in held] for q, tags in pre.items()
+    }
+    return conn, acked, held, remaining
+
+
+def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
+    _setup_topology(broker)
+    fence_conn = broker.connect()
+    fence_conn.channel().queue_declare("crash.fence", durable=True)
+    fence_conn.close()
+    holder, acked, held, remaining = _prephase(broker, round_no)
+
+    stop = threading.Event()
+    publishers = [
+        Publisher(broker, i, random.Random(rnd.random()), stop) for i in range(PUBLISHERS)
+    ]
+    for p in publishers:
+        p.start()
+    for p in publishers:
+        p.connected.wait(10)
+    time.sleep(rnd.uniform(0.2, 1.5))
+    broker.kill()  # SIGKILL in the middle of the publishing
+    stop.set()
+    for p in publishers:
+        p.join(20)
+        assert not p.is_alive(), f"{p.name} hung after the broker was killed"
+    close_quietly(holder)
+
+    broker.start()
+    recovered = [line for line in broker.run_log().splitlines() if "recovered" in line]
+    assert any("messages in" in line for line in recovered), tail(broker.run_log())
+
+    conn = broker.connect()
+    ch = conn.channel()
+    got = {q: drain_queue(ch, q) for q in (QUEUE_X, QUEUE_D)}
+    drain_queue(ch, "crash.fence")
+    conn.close()
+
+    confirmed = {}
+    attempted = {}
+    unconfirmed: set[str] = set()
+    for p in publishers:
+        confirmed.update(p.confirmed)
+        attempted.update(p.attempted)
+        unconfirmed |= p.unconfirmed
+    assert confirmed, "no publish was confirmed before the kill; the round proved nothing"
+
+    for queue, messages in got.items():
+        tags = [check_body(body) for body, _r, _p in messages]  # raises on corruption
+        counts = Counter(tags)
+        redelivered = {check_body(b): r for b, r, _p in messages}
+        # Nothing that was never published (or was published to the other queue).
+        for tag in counts:
+            if tag.startswith("pre"):
+                assert tag in remaining[queue] or tag in held, f"{queue}: unexpected {tag}"
+            else:
+                assert attempted.get(tag) == queue, f"{queue}: never published here: {tag}"
+        # Acked messages never come back.
+        assert not (acked & counts.keys()), f"{queue}: acked came back: {acked & counts.keys()}"
+        # Delivered-but-unacked come back, flagged redelivered.
+        for tag in held:
+            if f"-{queue[-3:]}-" in tag:
+                assert counts[tag] == 1, f"{queue}: unacked {tag} seen {counts[tag]} times"
+                assert redelivered[tag] is True, f"{queue}: {tag} not marked redelivered"
+        for tag in remaining[queue]:
+            assert counts[tag] == 1, f"{queue}: pre-crash message {tag} seen {counts[tag]}x"
+        # Every confirmed message, exactly once; duplicates only among unconfirmed ones.
+        for tag, q in confirmed.items():
+            if q == queue:
+                assert counts[tag] == 1, f"{queue}: confirmed {tag} seen {counts[tag]} times"
+        dups = {t: n for t, n in counts.items() if n > 1 and t not in unconfirmed}
+        assert not dups, f"{queue}: duplicates of confirmed messages: {dups}"
+        # Per publisher, publish order is kept.
+        last: dict[str, int] = {}
+        for tag in tags:
+            if tag.startswith("pre"):
+                continue
+            pub, seq = tag.split("-")
+            assert int(seq) > last.get(pub, -1), f"{queue}: {tag} out of order"
+            last[pub] = int(seq)
+
+    assert_exit_ok(broker)
+    return {
+        "confirmed": len(confirmed),
+        "unconfirmed": len(unconfirmed),
+        "recovered": sum(len(m) for m in got.values()),
+    }
+
+
+def test_kill_9_while_publishing_with_confirms(tmp_path, soak_rounds):
+    rnd = random.Random()
+    seed = rnd.randrange(1 << 30)
+    rnd.seed(seed)
+    with Brokers(tmp_path) as brokers:
+        broker = brokers.new(name="crash")
+        broker.start()
+        stats = []
+        for round_no in range(soak_rounds):
+            try:
+                stats.append(_round(broker, round_no, rnd))
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"round {round_no} (seed {seed}): {exc}\n--- broker log ---\n"
+                    f"{tail(broker.log(), 60)}"
+                ) from exc
+            if round_no + 1 < soak_rounds:
+                broker.start()
+        print(f"seed {seed}: {stats}")
