@@ -28,8 +28,12 @@ WRITER = textwrap.dedent(
         store.open()
         out = sys.stdout
 
+        outstanding = [0]
+
         def durable(n):
+            outstanding[0] += 1
             def cb(exc):
+                outstanding[0] -= 1
                 if exc is None:
                     out.write("%d\\n" % n)
                     out.flush()
@@ -45,6 +49,9 @@ WRITER = textwrap.dedent(
                     store.ack(churn.pop(0))
                 n += 1
             await asyncio.sleep(0)
+            # Like a publisher's confirm window: never run unboundedly ahead of the disk.
+            while outstanding[0] > 2000:
+                await asyncio.sleep(0.001)
 
     asyncio.run(main(sys.argv[1], int(sys.argv[2])))
     """
@@ -82,11 +89,13 @@ def test_sigkill_during_appends_loses_nothing_durable(tmp_path: Path) -> None:
 
         reader = threading.Thread(target=_read_lines, args=(proc, lines, started))
         reader.start()
-        assert started.wait(30), "writer never reported anything durable"
-        time.sleep(rng.uniform(0.02, 0.4))  # kill at a random moment mid-stream
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        reader.join()
+        try:
+            assert started.wait(30), "writer never reported anything durable"
+            time.sleep(rng.uniform(0.02, 0.4))  # kill at a random moment mid-stream
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            reader.join()
         reported = {int(line) for line in lines if line.endswith(b"\n")}
         assert reported, "writer reported nothing durable"
         durable |= reported
