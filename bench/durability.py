@@ -29,10 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from pamqp import commands, frame, header
 
-AMQBENCH = "/work/shared/tools/amqbench.py"
+# The team's shared tools live beside the repository: ../shared/tools.
+AMQBENCH = str(Path(__file__).resolve().parents[2] / "shared" / "tools" / "amqbench.py")
 FRAME_HEAD = struct.Struct(">BHI")
 
 

@@ -53,6 +53,17 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
+def _check_equivalent(describe: str, *fields: tuple[str, str, str]) -> None:
+    """406 for the first (name, received, current) that differs, in RabbitMQ's words."""
+    for field, got, current in fields:
+        if got != current:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{field}' for {describe}: "
+                f"received '{got}' but current is '{current}'",
+            )
+
+
 class VirtualHost:
     def __init__(self, name: str = "/", hooks: DurabilityHooks | None = None) -> None:
         self.name = name
@@ -105,18 +116,13 @@ class VirtualHost:
             if durable:
                 self.hooks.exchange_declared(exchange)
             return exchange
-        for field, got, current in (
+        _check_equivalent(
+            existing.describe(),
             ("type", type_name, existing.type_name),
             ("durable", _flag(durable), _flag(existing.durable)),
             ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
             ("internal", _flag(internal), _flag(existing.internal)),
-        ):
-            if got != current:
-                raise ChannelError(
-                    PRECONDITION_FAILED,
-                    f"inequivalent arg '{field}' for {existing.describe()}: "
-                    f"received '{got}' but current is '{current}'",
-                )
+        )
         ae_new, ae_old = (
             arguments.get("alternate-exchange"),
             existing.arguments.get("alternate-exchange"),
@@ -195,16 +201,11 @@ class VirtualHost:
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
                 self.get_queue(name, object())  # same 405 text as RabbitMQ
-            for field, got, current in (
+            _check_equivalent(
+                existing.describe(),
                 ("durable", _flag(durable), _flag(existing.durable)),
                 ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
-            ):
-                if got != current:
-                    raise ChannelError(
-                        PRECONDITION_FAILED,
-                        f"inequivalent arg '{field}' for {existing.describe()}: "
-                        f"received '{got}' but current is '{current}'",
-                    )
+            )
             for key in EQUIVALENCE_ARGS:
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
                 if got_arg != cur_arg or type(got_arg) is not type(cur_arg):
