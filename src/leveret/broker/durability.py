@@ -72,3 +72,10 @@ class DurabilityHooks:
 
     def load_body(self, entry: QueueEntry) -> bytes:
         raise RuntimeError("message body was paged out but no store is attached")
+
+    def disk_backlogged(self) -> bool:
+        """True when writes queue up faster than the disk takes them."""
+        return False
+
+    def wait_for_disk(self, connection: Any) -> None:
+        """Call connection.resume_after_disk() once the write backlog has drained."""

@@ -42,6 +42,7 @@ class Message:
         body: bytes,
         flags: int,
         persistent: bool,
+        exchange_and_key: bytes | None = None,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -50,9 +51,11 @@ class Message:
         self.flags = flags
         self.persistent = persistent
         # basic.deliver / get-ok carry these two short strings; encode them once.
-        ex = exchange.encode()
-        rk = routing_key.encode()
-        self.exchange_and_key = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        if exchange_and_key is None:
+            ex = exchange.encode()
+            rk = routing_key.encode()
+            exchange_and_key = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        self.exchange_and_key = exchange_and_key
         self.routing_keys: list[str] | None = None  # set when CC/BCC add keys
         self.ttl: int | None = None  # per-message `expiration`, ms
         self._properties = None

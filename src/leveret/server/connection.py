@@ -95,6 +95,7 @@ class AMQPConnection(asyncio.Protocol):
         self._alarm_reason: str | None = None  # set while a resource alarm is on
         self._told_blocked = False
         self._blocked_by_alarm = False
+        self._waiting_for_disk = False
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -213,6 +214,16 @@ class AMQPConnection(asyncio.Protocol):
             self._flow_queues.add(queue)
             queue.throttle(self)
 
+    def pause_for_disk(self) -> None:
+        if not self._waiting_for_disk and self.vhost is not None:
+            self._waiting_for_disk = True
+            self.vhost.hooks.wait_for_disk(self)
+            self._pause_reading()
+
+    def resume_after_disk(self) -> None:
+        self._waiting_for_disk = False
+        self._resume_reading()
+
     def pause_for_flow(self, queue: Any) -> None:
         self._pause_reading()
 
@@ -229,7 +240,7 @@ class AMQPConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self._flow_queues or self._blocked_by_alarm:
+        if self._flow_queues or self._blocked_by_alarm or self._waiting_for_disk:
             return
         if self._reading_paused and self.transport is not None:
             self._reading_paused = False

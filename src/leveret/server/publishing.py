@@ -251,6 +251,8 @@ class PublishMethods:
                     self.conn.maybe_throttle(queue)
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
+            if barrier is not None and self.vhost.hooks.disk_backlogged():
+                self.conn.pause_for_disk()
             if seq and barrier is not None:
                 barrier.seal()
         elif mandatory:

@@ -105,6 +105,11 @@ class GroupCommitter:
             self._deliver([(on_durable, err)])
         return False
 
+    @property
+    def backlog(self) -> int:
+        """Operations queued but not yet taken by the writer thread (approximate)."""
+        return len(self._pending)
+
     def submit_unlink(self, seq: int) -> None:
         """Delete a segment file, but only after everything queued before it is durable.
 

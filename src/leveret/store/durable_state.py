@@ -28,6 +28,8 @@ from leveret.store.message_store import MessageStore
 
 log = logging.getLogger("leveret.store")
 
+DISK_BACKLOG = 20_000  # queued store writes before publishers are paused
+
 
 def _key(queue: Queue) -> tuple[str, str]:
     return (queue.vhost.name, queue.name)
@@ -38,12 +40,13 @@ def _record_header(message: Message) -> bytes:
     return message.exchange_and_key + message.header
 
 
-def _split_record_header(blob: bytes) -> tuple[str, str, bytes]:
+def _split_record_header(blob: bytes) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, their encoded form, content header) of a stored record."""
     n = blob[0]
     exchange = blob[1 : 1 + n].decode()
     m = blob[1 + n]
     routing_key = blob[2 + n : 2 + n + m].decode()
-    return exchange, routing_key, blob[2 + n + m :]
+    return exchange, routing_key, blob[: 2 + n + m], blob[2 + n + m :]
 
 
 class DurableState(DurabilityHooks):
@@ -62,6 +65,9 @@ class DurableState(DurabilityHooks):
         self.memory_used = 0  # bodies held in RAM by queue entries
         self.paged_out = 0
         self._restoring = False
+        self.loop = loop
+        self._disk_waiters: set[Any] = set()
+        self._disk_timer: asyncio.TimerHandle | None = None
 
     # --- definitions --------------------------------------------------------
 
@@ -149,6 +155,31 @@ class DurableState(DurabilityHooks):
         if entry.location is not None:
             self.messages.ack(entry.location)
 
+    # --- backpressure from the disk ------------------------------------------
+    #
+    # Publishers without confirms get no signal from the disk, so they could queue
+    # writes without bound. Past DISK_BACKLOG operations their connections stop
+    # being read until the writer thread has caught up by half.
+
+    def disk_backlogged(self) -> bool:
+        committer = self.messages.committer
+        return committer is not None and committer.backlog > DISK_BACKLOG
+
+    def wait_for_disk(self, connection: Any) -> None:
+        self._disk_waiters.add(connection)
+        if self._disk_timer is None:
+            self._disk_timer = self.loop.call_later(0.005, self._check_disk)
+
+    def _check_disk(self) -> None:
+        self._disk_timer = None
+        committer = self.messages.committer
+        if committer is not None and committer.backlog > DISK_BACKLOG // 2:
+            self._disk_timer = self.loop.call_later(0.005, self._check_disk)
+            return
+        waiters, self._disk_waiters = self._disk_waiters, set()
+        for connection in waiters:
+            connection.resume_after_disk()
+
     def load_body(self, entry: QueueEntry) -> bytes:
         return self.messages.read_body(entry.location)[1]
 
@@ -213,9 +244,11 @@ class DurableState(DurabilityHooks):
             # Segments are read in file order; messages go back in publish order.
             messages: dict[int, Message] = {}
             for loc, blob, body in self.messages.read_many(locations):
-                exchange, routing_key, header = _split_record_header(blob)
+                exchange, routing_key, encoded, header = _split_record_header(blob)
                 _cls, _w, size, flags, delivery_mode = parse_header(header)
-                message = Message(exchange, routing_key, header, body, flags, delivery_mode == 2)
+                message = Message(
+                    exchange, routing_key, header, body, flags, delivery_mode == 2, encoded
+                )
                 if flags & FLAG_EXPIRATION:
                     try:
                         message.ttl = parse_expiration(message.properties.expiration)

@@ -1,0 +1,45 @@
+"""Publishers without confirms are paused while store writes back up, then resumed."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from leveret.store import durable_state
+from leveret.testing import embedded_broker
+
+pytestmark = pytest.mark.leveret_only
+
+
+def test_publisher_paused_on_write_backlog_loses_nothing(tmp_path, monkeypatch):
+    # Every queued write counts as a backlog, so the pause/resume path runs constantly.
+    monkeypatch.setattr(durable_state, "DISK_BACKLOG", 0)
+    pauses = []
+    real_wait = durable_state.DurableState.wait_for_disk
+
+    def counting_wait(self, connection):
+        pauses.append(connection)
+        real_wait(self, connection)
+
+    monkeypatch.setattr(durable_state.DurableState, "wait_for_disk", counting_wait)
+    with embedded_broker(persistence=True, data_dir=str(tmp_path)) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("bp", durable=True)
+        props = pika.BasicProperties(delivery_mode=2)
+        for i in range(2000):
+            ch.basic_publish("", "bp", b"m%d" % i, props)
+        deadline = time.monotonic() + 30
+
+        def count() -> int:
+            return broker.call(lambda: broker.server.broker.vhosts["/"].queues["bp"].message_count)
+
+        while count() < 2000 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        assert count() == 2000
+        assert pauses, "the publisher was never paused for the disk"
+        got = [ch.basic_get("bp", auto_ack=True)[2] for _ in range(3)]
+        assert got == [b"m0", b"m1", b"m2"]
+        conn.close()
