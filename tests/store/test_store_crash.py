@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from leveret.store import MessageStore
 
 WRITER = textwrap.dedent(
@@ -69,7 +71,8 @@ def _read_lines(proc: subprocess.Popen, lines: list[bytes], started: threading.E
     started.set()
 
 
-def test_sigkill_during_appends_loses_nothing_durable(tmp_path: Path) -> None:
+@pytest.mark.soak
+def test_sigkill_during_appends_loses_nothing_durable(tmp_path: Path, soak_rounds: int) -> None:
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     data = tmp_path / "data"
@@ -78,7 +81,7 @@ def test_sigkill_during_appends_loses_nothing_durable(tmp_path: Path) -> None:
     start = 0
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for _round in range(4):
+    for _round in range(soak_rounds + 1):
         proc = subprocess.Popen(
             [sys.executable, str(script), str(data), str(start)],
             stdout=subprocess.PIPE,
