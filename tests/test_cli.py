@@ -105,3 +105,51 @@ def test_signal_closes_clients_and_exits_zero(server, sig):
 def test_data_dir_is_created(server, tmp_path):
     proc, port = server
     assert (tmp_path / "data").exists()
+
+
+@pytest.mark.leveret_only
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--port", "99999"], "port must be 0-65535"),
+        (["--port", "abc"], "expected a whole number"),
+        (["--fsync", "sometimes"], "invalid choice: 'sometimes'"),
+        (["--log-level", "loud"], "invalid choice: 'loud'"),
+        (["--max-memory-bytes", "-5"], "must not be negative"),
+        (["--frame-max", "100"], "--frame-max must be at least 4096"),
+    ],
+)
+def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "leveret", "server", "--data-dir", str(tmp_path / "d"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert fragment in proc.stderr
+
+
+@pytest.mark.leveret_only
+def test_port_in_use_is_reported(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "leveret",
+                "server",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "d"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1
+    assert "cannot start" in proc.stderr and str(port) in proc.stderr

@@ -92,7 +92,7 @@ class AMQPConnection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._flow_queues: set | None = set()  # queues this connection is paused for
         self._reading_paused = False
-        self._alarm_reason: str | None = None  # set while a resource alarm is on
+        self.alarm_reason: str | None = None  # set while a resource alarm is on
         self._told_blocked = False
         self._blocked_by_alarm = False
         self._waiting_for_disk = False
@@ -179,13 +179,13 @@ class AMQPConnection(asyncio.Protocol):
     def alarm_raised(self, reason: str) -> None:
         if self.state != "opened":
             return
-        self._alarm_reason = reason
+        self.alarm_reason = reason
         if self.capabilities.get("connection.blocked") and not self._told_blocked:
             self._told_blocked = True
             self.send_method(0, cmd.Connection.Blocked(reason))
 
     def alarm_cleared(self) -> None:
-        self._alarm_reason = None
+        self.alarm_reason = None
         if self._told_blocked:
             self._told_blocked = False
             self.send_method(0, cmd.Connection.Unblocked())
@@ -197,7 +197,7 @@ class AMQPConnection(asyncio.Protocol):
         """A publish arrived during an alarm: stop reading this connection (RabbitMQ's block)."""
         if not self._blocked_by_alarm:
             self._blocked_by_alarm = True
-            log.info("connection %s blocked: %s", self.peer, self._alarm_reason)
+            log.info("connection %s blocked: %s", self.peer, self.alarm_reason)
             self._pause_reading()
 
     # --- publisher flow control ---------------------------------------------

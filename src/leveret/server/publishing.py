@@ -81,7 +81,7 @@ class PublishMethods:
         exchange_name, routing_key, mandatory, immediate = wire.decode_publish(payload)
         if immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
-        if self.conn._alarm_reason is not None:
+        if self.conn.alarm_reason is not None:
             self.conn.publishing_while_alarmed()
         exchange = self.vhost.exchanges.get(exchange_name)
         if exchange is None:
