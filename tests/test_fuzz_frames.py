@@ -57,8 +57,12 @@ def _split(raw: bytes) -> list[bytes]:
 def _mutate(rng: random.Random, frames: list[bytes]) -> bytes:
     frames = list(frames)
     for _ in range(rng.randrange(1, 4)):
+        if not frames:
+            break
         i = rng.randrange(len(frames))
         f = bytearray(frames[i])
+        if not f:
+            continue
         kind = rng.randrange(6)
         if kind == 0 and f:  # flip a byte
             f[rng.randrange(len(f))] ^= 1 << rng.randrange(8)

@@ -66,6 +66,27 @@ def decode_method(payload: bytes) -> Any:
     return method
 
 
+def _no_validation(self: Any) -> None:
+    pass
+
+
+_UNCHECKED: dict[type, type] = {}
+
+
+def unchecked(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """A method object for the broker to send, built without pamqp's name checks.
+
+    pamqp checks exchange and queue names against a conservative pattern when a
+    method is constructed; RabbitMQ, and so Leveret, accept any UTF-8 name up to
+    255 bytes, so replies that echo a client's name (declare-ok, get-ok, return)
+    must not run that check.
+    """
+    sub = _UNCHECKED.get(cls)
+    if sub is None:
+        sub = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_validation})
+    return sub(*args, **kwargs)
+
+
 def encode_method(method: Any, channel: int) -> bytes:
     """A whole method frame for a pamqp method object (cold path)."""
     return pamqp_frame.marshal(method, channel)

@@ -331,7 +331,7 @@ class Channel(ModelMethods, PublishMethods):
         queue.add_consumer(consumer)
         self.consumers[tag] = consumer
         if not m.nowait:
-            self.send_method(cmd.Basic.ConsumeOk(tag))
+            self.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
         queue.dispatch()
 
     def _consume_direct_reply(self, m: cmd.Basic.Consume, tag: str) -> None:
@@ -344,7 +344,7 @@ class Channel(ModelMethods, PublishMethods):
         self.reply_token = self.conn.broker.direct_reply.register(self)
         self.reply_consumer_tag = tag
         if not m.nowait:
-            self.send_method(cmd.Basic.ConsumeOk(tag))
+            self.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
 
     def _stop_direct_reply(self) -> None:
         if self.reply_token is not None:
@@ -363,14 +363,14 @@ class Channel(ModelMethods, PublishMethods):
             if queue.consumers and queue.ready:
                 queue.dispatch()
         if not m.nowait:
-            self.send_method(cmd.Basic.CancelOk(m.consumer_tag))
+            self.send_method(wire.unchecked(cmd.Basic.CancelOk, m.consumer_tag))
 
     def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away; tell clients that asked for consumer_cancel_notify."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.conn.capabilities.get("consumer_cancel_notify") and not self.closing:
-            self.send_method(cmd.Basic.Cancel(consumer.tag, nowait=True))
+            self.send_method(wire.unchecked(cmd.Basic.Cancel, consumer.tag, nowait=True))
 
     def on_basic_get(self, m: cmd.Basic.Get) -> None:
         queue = self.queue_by_name(m.queue)
@@ -396,8 +396,13 @@ class Channel(ModelMethods, PublishMethods):
         if entry.location is not None and not entry.location.redelivered:
             queue.vhost.hooks.message_delivered(queue, entry)
         get_ok = wire.encode_method(
-            cmd.Basic.GetOk(
-                tag, entry.redelivered, message.exchange, message.routing_key, queue.message_count
+            wire.unchecked(
+                cmd.Basic.GetOk,
+                tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                queue.message_count,
             ),
             self.number,
         )

@@ -12,6 +12,7 @@ from pamqp import commands as cmd
 
 from leveret.broker.direct_reply import PSEUDO_QUEUE
 from leveret.broker.queue import Queue
+from leveret.protocol import methods as wire
 from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError
 
@@ -89,7 +90,7 @@ class ModelMethods:
         if m.queue == PSEUDO_QUEUE and m.passive:
             # RabbitMQ answers a passive declare of the reply-to pseudo-queue.
             if not m.nowait:
-                self.send_method(cmd.Queue.DeclareOk(m.queue, 0, 0))
+                self.send_method(wire.unchecked(cmd.Queue.DeclareOk, m.queue, 0, 0))
             return
         queue = self.vhost.declare_queue(
             m.queue,
@@ -105,7 +106,9 @@ class ModelMethods:
         self.last_queue_name = queue.name
         if not m.nowait:
             self.send_method(
-                cmd.Queue.DeclareOk(queue.name, queue.message_count, queue.consumer_count)
+                wire.unchecked(
+                    cmd.Queue.DeclareOk, queue.name, queue.message_count, queue.consumer_count
+                )
             )
 
     def on_queue_bind(self, m: cmd.Queue.Bind) -> None:

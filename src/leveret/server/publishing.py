@@ -257,7 +257,9 @@ class PublishMethods:
                 barrier.seal()
         elif mandatory:
             returned = wire.encode_method(
-                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
+                wire.unchecked(
+                    cmd.Basic.Return, NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key
+                ),
                 self.number,
             )
             self._send_content(returned, message)
@@ -298,7 +300,8 @@ class PublishMethods:
             target.deliver_reply(message)
         elif mandatory:
             returned = wire.encode_method(
-                cmd.Basic.Return(NO_ROUTE, "NO_ROUTE", "", message.routing_key), self.number
+                wire.unchecked(cmd.Basic.Return, NO_ROUTE, "NO_ROUTE", "", message.routing_key),
+                self.number,
             )
             self._send_content(returned, message)
 
