@@ -29,6 +29,7 @@ from leveret.protocol.constants import (
     ACCESS_REFUSED,
     BASIC_ACK,
     BASIC_PUBLISH,
+    CHANNEL_ERROR,
     CLASS_BASIC,
     COMMAND_INVALID,
     FRAME_BODY,
@@ -162,7 +163,7 @@ class Channel(ModelMethods, PublishMethods):
         if handler is None:
             if index == (20 << 16) | 10:
                 raise ConnectionError_(
-                    CHANNEL_ERROR_CODE, f"second 'channel.open' seen on channel {self.number}"
+                    CHANNEL_ERROR, f"second 'channel.open' seen on channel {self.number}"
                 )
             raise ConnectionError_(
                 COMMAND_INVALID,
@@ -517,6 +518,3 @@ class Channel(ModelMethods, PublishMethods):
             self.unacked.clear()
             self.unacked_count = 0
             self._return_or_drop(taken, True)
-
-
-CHANNEL_ERROR_CODE = 504

@@ -22,7 +22,6 @@ from leveret.protocol.constants import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
-    FRAME_ERROR,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     FRAME_MIN_SIZE,
@@ -603,6 +602,3 @@ class AMQPConnection(asyncio.Protocol):
             self.exclusive_queues.clear()
             for queue in queues:
                 queue.vhost.delete_queue(queue)
-
-
-__all__ = ["AMQPConnection", "FRAME_ERROR"]
