@@ -45,6 +45,10 @@ PUBLISH = 1
 ACK = 2
 DELIVERED = 3
 
+# Recent segments are not compacted: with consumers keeping up, their stragglers are
+# acked moments later and the whole file is simply deleted, with nothing copied.
+COMPACT_GRACE = 2
+
 FLAG_TRANSIENT = 0x01  # written only to page a body out of RAM; recovery ignores it
 
 _PUB_FIXED = struct.Struct("<BBIQI")  # type, flags, queue id, message id, header length
@@ -508,6 +512,10 @@ class MessageStore:
         prev = self._active
         self._active = seq
         self._live.setdefault(seq, 0)
+        # The segment that just left the grace window may now be worth compacting.
+        aged = seq - COMPACT_GRACE - 1
+        if aged > 0 and aged != prev:
+            self._candidates.append(aged)
         if prev:
             self._candidates.append(prev)
             self._reclaim()
@@ -537,7 +545,9 @@ class MessageStore:
                 live = self._live.get(seq, 0)
                 if live == 0 and seq not in self._deps:
                     self._retire(seq)
-                elif live < self.compact_ratio * lg.size_of(seq):
+                elif seq < lg.active - COMPACT_GRACE and live < self.compact_ratio * lg.size_of(
+                    seq
+                ):
                     self._compact(seq)
         finally:
             self._reclaiming = False
