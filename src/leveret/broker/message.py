@@ -29,6 +29,7 @@ class Message:
         "persistent",
         "exchange_and_key",
         "routing_keys",
+        "size",
         "ttl",
         "_properties",
         "_headers",
@@ -48,6 +49,8 @@ class Message:
         self.routing_key = routing_key
         self.header = header
         self.body = body
+        # Body size in bytes, also while the body is paged out (then read from the header).
+        self.size = len(body) if body is not None else int.from_bytes(header[4:12], "big")
         self.flags = flags
         self.persistent = persistent
         # basic.deliver / get-ok carry these two short strings; encode them once.
@@ -60,11 +63,6 @@ class Message:
         self.ttl: int | None = None  # per-message `expiration`, ms
         self._properties = None
         self._headers: dict[str, Any] | None | bool = False
-
-    @property
-    def size(self) -> int:
-        """Body size in bytes, also while the body is paged out."""
-        return int.from_bytes(self.header[4:12], "big")
 
     def paged_copy(self) -> Message:
         """A copy without the body, for one queue entry whose body now lives on disk."""

@@ -50,28 +50,35 @@ class QueueEntry:
 
 
 class ReadyMessages:
-    """Messages waiting for a consumer, oldest first."""
+    """Messages waiting for a consumer, oldest first.
 
-    __slots__ = ("_fresh", "_returned", "bytes")
+    `n` is kept as a plain attribute: the dispatch loop tests it per message, and
+    an attribute read is much cheaper than a call to __len__ or __bool__.
+    """
+
+    __slots__ = ("_fresh", "_returned", "bytes", "n")
 
     def __init__(self) -> None:
         self._fresh: deque[QueueEntry] = deque()
         self._returned: list[QueueEntry] = []
         self.bytes = 0
+        self.n = 0
 
     def __len__(self) -> int:
-        return len(self._fresh) + len(self._returned)
+        return self.n
 
     def __bool__(self) -> bool:
-        return bool(self._fresh) or bool(self._returned)
+        return self.n > 0
 
     def append(self, entry: QueueEntry) -> None:
         self._fresh.append(entry)
         self.bytes += entry.message.size
+        self.n += 1
 
     def put_back(self, entry: QueueEntry) -> None:
         heapq.heappush(self._returned, entry)
         self.bytes += entry.message.size
+        self.n += 1
 
     def peek(self) -> QueueEntry | None:
         if self._returned:
@@ -81,6 +88,7 @@ class ReadyMessages:
     def popleft(self) -> QueueEntry:
         entry = heapq.heappop(self._returned) if self._returned else self._fresh.popleft()
         self.bytes -= entry.message.size
+        self.n -= 1
         return entry
 
     def clear(self) -> list[QueueEntry]:
@@ -88,23 +96,25 @@ class ReadyMessages:
         self._fresh.clear()
         self._returned.clear()
         self.bytes = 0
+        self.n = 0
         return entries
 
 
 class PriorityReadyMessages:
     """x-max-priority queues: one ReadyMessages per priority, highest served first."""
 
-    __slots__ = ("_levels", "max_priority")
+    __slots__ = ("_levels", "max_priority", "n")
 
     def __init__(self, max_priority: int) -> None:
         self.max_priority = max_priority
         self._levels = [ReadyMessages() for _ in range(max_priority + 1)]
+        self.n = 0
 
     def __len__(self) -> int:
-        return sum(len(level) for level in self._levels)
+        return self.n
 
     def __bool__(self) -> bool:
-        return any(self._levels)
+        return self.n > 0
 
     @property
     def bytes(self) -> int:
@@ -115,9 +125,11 @@ class PriorityReadyMessages:
 
     def append(self, entry: QueueEntry) -> None:
         self._level(entry).append(entry)
+        self.n += 1
 
     def put_back(self, entry: QueueEntry) -> None:
         self._level(entry).put_back(entry)
+        self.n += 1
 
     def _top(self) -> ReadyMessages | None:
         for level in reversed(self._levels):
@@ -133,12 +145,14 @@ class PriorityReadyMessages:
         top = self._top()
         if top is None:
             raise IndexError("pop from an empty queue")
+        self.n -= 1
         return top.popleft()
 
     def clear(self) -> list[QueueEntry]:
         entries: list[QueueEntry] = []
         for level in reversed(self._levels):
             entries += level.clear()
+        self.n = 0
         return entries
 
 
@@ -227,7 +241,7 @@ class Queue:
         consumers = self.consumers
         top = self._top_priority
         check_expiry = check_expiry and self.expiring
-        while ready and consumers:
+        while ready.n and consumers:
             n = len(consumers)
             start = self._rr
             best = None
@@ -247,7 +261,7 @@ class Queue:
             if not best.no_ack:
                 self.unacked += 1
             best.channel.deliver(best, self, entry)
-        if self.throttled and len(ready) <= FLOW_RESUME:
+        if self.throttled and ready.n <= FLOW_RESUME:
             self.release_publishers()
 
     # --- publisher flow control ---------------------------------------------

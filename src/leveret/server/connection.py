@@ -207,11 +207,13 @@ class AMQPConnection(asyncio.Protocol):
         A connection that consumes is never paused: its own acks may be what
         drains the queue.
         """
-        if self._flow_queues is None or any(ch.consumers for ch in self.channels.values()):
+        flow = self._flow_queues
+        if flow is None or queue in flow:
             return
-        if queue not in self._flow_queues:
-            self._flow_queues.add(queue)
-            queue.throttle(self)
+        if any(ch.consumers for ch in self.channels.values()):
+            return
+        flow.add(queue)
+        queue.throttle(self)
 
     def pause_for_disk(self) -> None:
         if not self._waiting_for_disk and self.vhost is not None:

@@ -247,7 +247,7 @@ class PublishMethods:
             for queue in queues:
                 if not queue.enqueue(message, barrier):
                     accepted = False
-                if queue.consumers and len(queue.ready) > FLOW_LIMIT:
+                if queue.consumers and queue.ready.n > FLOW_LIMIT:
                     self.conn.maybe_throttle(queue)
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
