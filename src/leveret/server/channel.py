@@ -40,7 +40,7 @@ from leveret.protocol.constants import (
     UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
-from leveret.protocol.frames import body_frames, header_frame
+from leveret.protocol.frames import FRAME_HEAD, body_frames, header_frame
 from leveret.server.model_methods import ModelMethods
 from leveret.server.publishing import FailureReporter, PublishMethods, Transaction
 
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from leveret.server.connection import AMQPConnection
 
 log = logging.getLogger("leveret.channel")
+
+pack_frame_head = FRAME_HEAD.pack
 
 
 class Channel(ModelMethods, PublishMethods):
@@ -245,11 +247,22 @@ class Channel(ModelMethods, PublishMethods):
         deliver = wire.encode_deliver(
             n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
         )
-        if len(body) <= frame_max - 8:
-            self.conn.write(
-                b"".join(
-                    (deliver, header_frame(n, message.header), *body_frames(n, body, frame_max))
-                )
+        size = len(body)
+        if size <= frame_max - 8:
+            # Deliver, header and body frames go out as pieces; the connection joins
+            # everything written in this loop turn once.
+            header = message.header
+            self.conn.write_parts(
+                (
+                    deliver,
+                    pack_frame_head(2, n, len(header)),
+                    header,
+                    b"\xce",
+                    pack_frame_head(3, n, size),
+                    body,
+                    b"\xce",
+                ),
+                len(deliver) + len(header) + size + 16,
             )
         else:
             self._send_content(deliver, message, body)

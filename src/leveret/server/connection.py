@@ -260,6 +260,15 @@ class AMQPConnection(asyncio.Protocol):
         if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
             self._set_writable(False)
 
+    def write_parts(self, parts: tuple[bytes, ...], size: int) -> None:
+        """Like write() for several pieces; they are joined once, at flush time."""
+        self._out.extend(parts)
+        self._out_bytes += size
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+        if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
+            self._set_writable(False)
+
     def confirms_due(self, channel: Channel) -> None:
         self._confirm_channels.add(channel)
         if self._flush_handle is None:
