@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from leveret.broker.broker import Broker
 from leveret.config import ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
+
+if TYPE_CHECKING:
+    from leveret.store.durable_state import DurableState
 
 log = logging.getLogger("leveret.server")
 
@@ -23,7 +27,7 @@ class Server:
     ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
-        self.durable_state = None
+        self.durable_state: DurableState | None = None
         self.alarms: ResourceAlarms | None = None
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
@@ -86,5 +90,4 @@ class Server:
         if self.durable_state is not None:
             self.durable_state.close()
             self.durable_state = None
-        self.alarms: ResourceAlarms | None = None
         log.info("Leveret stopped")
