@@ -70,6 +70,7 @@ class GroupCommitter:
         self._work = threading.Condition(self._lock)
         self._progress = threading.Condition(self._lock)
         self._pending: list[tuple[int, object, object]] = []
+        self._pending_records = 0
         self._closing = False
         self._written: dict[int, int] = {}
         self._fds: dict[int, int] = {}
@@ -97,6 +98,7 @@ class GroupCommitter:
                 raise StoreError("store is closed")
             if generation is None or generation == self.generation:
                 self._pending.append((_WRITE, records, on_durable))
+                self._pending_records += len(records)
                 if len(self._pending) == 1:
                     self._work.notify()
                 return True
@@ -107,8 +109,8 @@ class GroupCommitter:
 
     @property
     def backlog(self) -> int:
-        """Operations queued but not yet taken by the writer thread (approximate)."""
-        return len(self._pending)
+        """Records queued but not yet taken by the writer thread (approximate)."""
+        return self._pending_records
 
     def submit_unlink(self, seq: int) -> None:
         """Delete a segment file, but only after everything queued before it is durable.
@@ -177,6 +179,7 @@ class GroupCommitter:
                     return
                 batch = self._pending
                 self._pending = []
+                self._pending_records = 0
             try:
                 self._process(batch)
             except Exception:  # never let the writer die silently
@@ -312,6 +315,7 @@ class GroupCommitter:
         with self._lock:
             rest = self._pending
             self._pending = []
+            self._pending_records = 0
             self.generation += 1
             self.failed_from = min(firsts.items()) if firsts else None
             failed = batch[durable:] + rest

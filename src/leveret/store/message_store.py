@@ -357,10 +357,14 @@ class MessageStore:
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (and fsynced per mode)."""
         assert self.committer is not None
+        if self._log is not None:
+            self._log.flush_pending()
         return self.committer.drain(timeout)
 
     def close(self) -> None:
         """Write out what is pending and stop the writer thread."""
+        if self._log is not None:
+            self._log.flush_pending()
         if self.committer is not None:
             self.committer.close()
         if self._log is not None:

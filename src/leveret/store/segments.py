@@ -148,6 +148,9 @@ class SegmentLog:
         self._gen = committer.generation
         self._sizes: dict[int, int] = {}  # seq -> bytes used (reserved) in that segment
         self._read_fds: dict[int, int] = {}  # seq -> fd open for reading
+        self._local_ops: list[tuple[int, int, Sequence[bytes]]] = []
+        self._local_cbs: list[OnDurable] = []
+        self._flush_scheduled = False
 
     # ---- startup ---------------------------------------------------------------------
 
@@ -212,6 +215,7 @@ class SegmentLog:
     def reserve(self, nbytes: int) -> tuple[int, int]:
         """Claim `nbytes` at the tail, rolling to a new segment when this one is full."""
         if self.committer.generation != self._gen:
+            self.flush_pending()  # ops of the failed generation are refused, with errors
             self._resync()
         tail = self._tail
         if not self.active or (tail + nbytes > self.segment_size and tail > HEADER_SIZE):
@@ -226,8 +230,46 @@ class SegmentLog:
     ) -> tuple[int, int]:
         """Append one record (given as chunks totalling `nbytes`); returns (seq, offset)."""
         seq, off = self.reserve(nbytes)
-        self.committer.submit(((seq, off, parts),), on_durable, self._gen)
+        self._queue_op((seq, off, parts), on_durable)
         return seq, off
+
+    # Records are handed to the writer thread once per event-loop turn, not one by
+    # one: a lock round-trip and a list entry per record cost the loop (which shares
+    # the GIL with the writer) more than the write itself. Order is kept: every path
+    # that depends on earlier records being queued (read, retire, drain) flushes first.
+
+    def _queue_op(self, op: tuple[int, int, Sequence[bytes]], on_durable: OnDurable | None) -> None:
+        self._local_ops.append(op)
+        if on_durable is not None:
+            self._local_cbs.append(on_durable)
+        if not self._flush_scheduled:
+            loop = self.committer.loop
+            if loop is None:
+                self.flush_pending()
+            else:
+                self._flush_scheduled = True
+                loop.call_soon(self.flush_pending)
+
+    def flush_pending(self) -> None:
+        """Hand every record appended since the last flush to the writer thread."""
+        self._flush_scheduled = False
+        ops = self._local_ops
+        if not ops:
+            return
+        callbacks = self._local_cbs
+        self._local_ops = []
+        self._local_cbs = []
+        if not callbacks:
+            on_durable = None
+        elif len(callbacks) == 1:
+            on_durable = callbacks[0]
+        else:
+
+            def on_durable(exc: BaseException | None, callbacks=callbacks) -> None:
+                for callback in callbacks:
+                    callback(exc)
+
+        self.committer.submit(ops, on_durable, self._gen)
 
     def _roll(self) -> None:
         seq = max(self.active, max(self._sizes, default=0)) + 1
@@ -235,7 +277,7 @@ class SegmentLog:
         self.active = seq
         self._tail = HEADER_SIZE
         self._sizes[seq] = HEADER_SIZE
-        self.committer.submit(((seq, 0, (header,)),), None, self._gen)
+        self._queue_op((seq, 0, (header,)), None)
 
     def _resync(self) -> None:
         """After a failed write, abandon the reserved-but-unwritten tail for a new segment."""
@@ -258,6 +300,7 @@ class SegmentLog:
 
     def read(self, seq: int, offset: int, size: int) -> bytes:
         """Read back `size` bytes, waiting if the committer has not written them yet."""
+        self.flush_pending()
         self.committer.wait_written(seq, offset + size)
         # Paged-out bodies are read one by one at delivery time; keep files open.
         fds = self._read_fds
@@ -296,4 +339,5 @@ class SegmentLog:
         if fd is not None:
             os.close(fd)
         if self._sizes.pop(seq, None) is not None:
+            self.flush_pending()  # the unlink must come after every queued write
             self.committer.submit_unlink(seq)
