@@ -82,7 +82,10 @@ def test_reject_publish_without_confirms_drops_silently(connection, names):
     ch.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     ch.basic_publish("", q, b"kept")
     ch.basic_publish("", q, b"dropped")
-    assert ch.queue_declare(q, passive=True).method.message_count == 1
+    # Without confirms a publish is asynchronous (RabbitMQ may not have enqueued yet).
+    assert wait_until(
+        connection, lambda: ch.queue_declare(q, passive=True).method.message_count == 1
+    )
     assert drain(ch, q) == [b"kept"]
 
 
