@@ -53,7 +53,8 @@ def assert_sane(result: dict[str, Any]) -> None:
 
 
 def test_json_summary_counts_traffic(broker_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, result = run_json(capsys, "--uri", broker_url, "--duration", "1")
+    # 2 s so that the once-a-second timeline tick fires well inside the run.
+    code, result = run_json(capsys, "--uri", broker_url, "--duration", "2")
     assert code == 0
     assert_sane(result)
     assert result["published"] > 0
