@@ -117,6 +117,10 @@ def test_data_dir_is_created(server, tmp_path):
         (["--log-level", "loud"], "invalid choice: 'loud'"),
         (["--max-memory-bytes", "-5"], "must not be negative"),
         (["--frame-max", "100"], "--frame-max must be at least 4096"),
+        (["--consumer-timeout-ms", "-1"], "must not be negative"),
+        (["--memory-high-watermark", "lots"], "expected a whole number"),
+        (["--disk-free-limit", "-10"], "must not be negative"),
+        (["--heartbeat", "1.5"], "expected a whole number"),
     ],
 )
 def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):
