@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from pamqp import commands, frame
 from pamqp.header import ContentHeader
@@ -140,3 +142,96 @@ def test_garbage_method_is_a_syntax_error():
         wire.decode_method(broken)
     assert info.value.code == 501  # RabbitMQ: FRAME_ERROR - cannot decode
     assert "Queue.Declare" in info.value.reply_text
+
+
+# -- client-side hot codecs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mandatory,immediate", [(False, False), (True, False), (True, True)])
+def test_encode_publish_matches_pamqp(mandatory, immediate):
+    ours = wire.encode_publish(3, "amq.topic", "ключ.a", mandatory, immediate)
+    theirs = frame.marshal(
+        commands.Basic.Publish(
+            exchange="amq.topic", routing_key="ключ.a", mandatory=mandatory, immediate=immediate
+        ),
+        3,
+    )
+    assert ours == theirs
+
+
+def test_encode_publish_refuses_long_names():
+    with pytest.raises(ValueError, match="255 bytes"):
+        wire.encode_publish(1, "x" * 256, "")
+
+
+def test_decode_deliver_get_ok_return_match_pamqp():
+    d = _payload(commands.Basic.Deliver("ctag-ü", 2**40, True, "ex", "r.k"))
+    assert wire.decode_deliver(d) == ("ctag-ü", 2**40, True, "ex", "r.k")
+    g = _payload(commands.Basic.GetOk(5, False, "", "q", 123456))
+    assert wire.decode_get_ok(g) == (5, False, "", "q", 123456)
+    r = _payload(commands.Basic.Return(312, "NO_ROUTE", "ex", "rk"))
+    assert wire.decode_return(r) == (312, "NO_ROUTE", "ex", "rk")
+    n = _payload(commands.Basic.Nack(9, True, False))
+    assert wire.decode_nack(n) == (9, True, False)
+
+
+def test_decode_deliver_rejects_a_truncated_frame():
+    d = _payload(commands.Basic.Deliver("ctag", 1, False, "ex", "rk"))
+    with pytest.raises(FrameError):
+        wire.decode_deliver(d[:-3])
+
+
+@pytest.mark.parametrize("multiple,requeue", [(False, False), (True, True), (True, False)])
+def test_settle_frames_match_pamqp(multiple, requeue):
+    assert wire.encode_ack(2, 77, multiple) == frame.marshal(commands.Basic.Ack(77, multiple), 2)
+    assert wire.encode_nack(2, 77, multiple, requeue) == frame.marshal(
+        commands.Basic.Nack(77, multiple, requeue), 2
+    )
+    assert wire.encode_reject(2, 77, requeue) == frame.marshal(
+        commands.Basic.Reject(77, requeue), 2
+    )
+
+
+PROPERTY_CASES = [
+    {},
+    {"delivery_mode": 2},
+    {"content_type": "application/json", "message_id": "m-1", "priority": 9},
+    {
+        "content_type": "text/plain",
+        "content_encoding": "utf-8",
+        "headers": {"a": 1, "b": "two", "nested": {"x": [1, 2]}},
+        "delivery_mode": 1,
+        "priority": 0,
+        "correlation_id": "c",
+        "reply_to": "amq.rabbitmq.reply-to",
+        "expiration": "60000",
+        "message_id": "id",
+        "timestamp": datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC),
+        "type": "t",
+        "user_id": "guest",
+        "app_id": "app",
+    },
+]
+
+
+@pytest.mark.parametrize("props", PROPERTY_CASES)
+def test_basic_properties_match_pamqp(props):
+    from leveret.protocol.properties import BasicProperties, content_header_frame
+
+    ours = content_header_frame(4, 10, BasicProperties(**props).encode())
+    pamqp_props = {("message_type" if k == "type" else k): v for k, v in props.items()}
+    theirs = frame.marshal(ContentHeader(0, 10, commands.Basic.Properties(**pamqp_props)), 4)
+    assert ours == theirs
+    decoded = BasicProperties.decode(theirs[7:-1])
+    assert decoded.as_dict() == props
+
+
+def test_basic_properties_refuse_bad_values():
+    from leveret.protocol.properties import BasicProperties
+
+    with pytest.raises(ValueError, match="delivery_mode"):
+        BasicProperties(delivery_mode=300).encode()
+    with pytest.raises(ValueError, match="message_id"):
+        BasicProperties(message_id="x" * 256).encode()
+    with pytest.raises(ValueError, match="timestamp"):
+        BasicProperties(timestamp="yesterday").encode()

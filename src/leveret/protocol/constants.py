@@ -80,9 +80,87 @@ CLASS_BASIC = 60
 CLASS_CONFIRM = 85
 CLASS_TX = 90
 
-# Method indexes (class_id << 16 | method_id) of the hot-path methods.
-BASIC_PUBLISH = (60 << 16) | 40
-BASIC_ACK = (60 << 16) | 80
-BASIC_DELIVER = (60 << 16) | 60
-BASIC_NACK = (60 << 16) | 120
-BASIC_REJECT = (60 << 16) | 90
+# Method ids. A method frame starts with class id and method id as two shorts;
+# read as one unsigned 32-bit int that is (class_id << 16) | method_id, which is
+# what every dispatch table here is keyed on. Names follow the spec.
+
+# connection
+CONNECTION_START = 0x000A000A  # 10.10 Connection.Start
+CONNECTION_START_OK = 0x000A000B  # 10.11 Connection.StartOk
+CONNECTION_SECURE = 0x000A0014  # 10.20 Connection.Secure
+CONNECTION_SECURE_OK = 0x000A0015  # 10.21 Connection.SecureOk
+CONNECTION_TUNE = 0x000A001E  # 10.30 Connection.Tune
+CONNECTION_TUNE_OK = 0x000A001F  # 10.31 Connection.TuneOk
+CONNECTION_OPEN = 0x000A0028  # 10.40 Connection.Open
+CONNECTION_OPEN_OK = 0x000A0029  # 10.41 Connection.OpenOk
+CONNECTION_CLOSE = 0x000A0032  # 10.50 Connection.Close
+CONNECTION_CLOSE_OK = 0x000A0033  # 10.51 Connection.CloseOk
+CONNECTION_BLOCKED = 0x000A003C  # 10.60 Connection.Blocked
+CONNECTION_UNBLOCKED = 0x000A003D  # 10.61 Connection.Unblocked
+CONNECTION_UPDATE_SECRET = 0x000A0046  # 10.70 Connection.UpdateSecret
+CONNECTION_UPDATE_SECRET_OK = 0x000A0047  # 10.71 Connection.UpdateSecretOk
+
+# channel
+CHANNEL_OPEN = 0x0014000A  # 20.10 Channel.Open
+CHANNEL_OPEN_OK = 0x0014000B  # 20.11 Channel.OpenOk
+CHANNEL_FLOW = 0x00140014  # 20.20 Channel.Flow
+CHANNEL_FLOW_OK = 0x00140015  # 20.21 Channel.FlowOk
+CHANNEL_CLOSE = 0x00140028  # 20.40 Channel.Close
+CHANNEL_CLOSE_OK = 0x00140029  # 20.41 Channel.CloseOk
+
+# exchange
+EXCHANGE_DECLARE = 0x0028000A  # 40.10 Exchange.Declare
+EXCHANGE_DECLARE_OK = 0x0028000B  # 40.11 Exchange.DeclareOk
+EXCHANGE_DELETE = 0x00280014  # 40.20 Exchange.Delete
+EXCHANGE_DELETE_OK = 0x00280015  # 40.21 Exchange.DeleteOk
+EXCHANGE_BIND = 0x0028001E  # 40.30 Exchange.Bind
+EXCHANGE_BIND_OK = 0x0028001F  # 40.31 Exchange.BindOk
+EXCHANGE_UNBIND = 0x00280028  # 40.40 Exchange.Unbind
+EXCHANGE_UNBIND_OK = 0x00280033  # 40.51 Exchange.UnbindOk
+
+# queue
+QUEUE_DECLARE = 0x0032000A  # 50.10 Queue.Declare
+QUEUE_DECLARE_OK = 0x0032000B  # 50.11 Queue.DeclareOk
+QUEUE_BIND = 0x00320014  # 50.20 Queue.Bind
+QUEUE_BIND_OK = 0x00320015  # 50.21 Queue.BindOk
+QUEUE_PURGE = 0x0032001E  # 50.30 Queue.Purge
+QUEUE_PURGE_OK = 0x0032001F  # 50.31 Queue.PurgeOk
+QUEUE_DELETE = 0x00320028  # 50.40 Queue.Delete
+QUEUE_DELETE_OK = 0x00320029  # 50.41 Queue.DeleteOk
+QUEUE_UNBIND = 0x00320032  # 50.50 Queue.Unbind
+QUEUE_UNBIND_OK = 0x00320033  # 50.51 Queue.UnbindOk
+
+# basic
+BASIC_QOS = 0x003C000A  # 60.10 Basic.Qos
+BASIC_QOS_OK = 0x003C000B  # 60.11 Basic.QosOk
+BASIC_CONSUME = 0x003C0014  # 60.20 Basic.Consume
+BASIC_CONSUME_OK = 0x003C0015  # 60.21 Basic.ConsumeOk
+BASIC_CANCEL = 0x003C001E  # 60.30 Basic.Cancel
+BASIC_CANCEL_OK = 0x003C001F  # 60.31 Basic.CancelOk
+BASIC_PUBLISH = 0x003C0028  # 60.40 Basic.Publish
+BASIC_RETURN = 0x003C0032  # 60.50 Basic.Return
+BASIC_DELIVER = 0x003C003C  # 60.60 Basic.Deliver
+BASIC_GET = 0x003C0046  # 60.70 Basic.Get
+BASIC_GET_OK = 0x003C0047  # 60.71 Basic.GetOk
+BASIC_GET_EMPTY = 0x003C0048  # 60.72 Basic.GetEmpty
+BASIC_ACK = 0x003C0050  # 60.80 Basic.Ack
+BASIC_REJECT = 0x003C005A  # 60.90 Basic.Reject
+BASIC_RECOVER_ASYNC = 0x003C0064  # 60.100 Basic.RecoverAsync
+BASIC_RECOVER = 0x003C006E  # 60.110 Basic.Recover
+BASIC_RECOVER_OK = 0x003C006F  # 60.111 Basic.RecoverOk
+BASIC_NACK = 0x003C0078  # 60.120 Basic.Nack
+
+# confirm
+CONFIRM_SELECT = 0x0055000A  # 85.10 Confirm.Select
+CONFIRM_SELECT_OK = 0x0055000B  # 85.11 Confirm.SelectOk
+
+# tx
+TX_SELECT = 0x005A000A  # 90.10 Tx.Select
+TX_SELECT_OK = 0x005A000B  # 90.11 Tx.SelectOk
+TX_COMMIT = 0x005A0014  # 90.20 Tx.Commit
+TX_COMMIT_OK = 0x005A0015  # 90.21 Tx.CommitOk
+TX_ROLLBACK = 0x005A001E  # 90.30 Tx.Rollback
+TX_ROLLBACK_OK = 0x005A001F  # 90.31 Tx.RollbackOk
+
+# Methods that carry content (a header frame and body frames follow).
+CONTENT_METHODS = frozenset({BASIC_PUBLISH, BASIC_RETURN, BASIC_DELIVER, BASIC_GET_OK})

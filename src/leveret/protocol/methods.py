@@ -1,9 +1,14 @@
 """Method payloads: decoding with pamqp, plus hand-written codecs for the hot path.
 
 pamqp builds an object per method and walks its attributes generically, which
-is fine for declares and binds but costs too much per message. basic.publish,
-basic.ack and basic.deliver are therefore (de)coded here with precompiled
-structs; tests/test_protocol_codec.py checks them against pamqp's output.
+is fine for declares and binds but costs too much per message. The per-message
+methods are therefore (de)coded here with precompiled structs, in both
+directions, so that the broker and leveret.client share one codec:
+
+    client → broker: basic.publish, basic.ack, basic.nack, basic.reject
+    broker → client: basic.deliver, basic.get-ok, basic.return, basic.ack/nack (confirms)
+
+tests/unit/test_protocol_codec.py checks them against pamqp's output.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.exceptions import UnmarshalingException
 
-from leveret.protocol.constants import FRAME_ERROR, SYNTAX_ERROR
+from leveret.protocol.constants import (
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    FRAME_ERROR,
+    SYNTAX_ERROR,
+)
 from leveret.protocol.errors import FrameError
 
 METHOD_INDEX = struct.Struct(">I")
@@ -23,6 +35,10 @@ _SHORT = struct.Struct(">H")
 _ACK = struct.Struct(">QB")
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
 _DELIVER_TAIL = struct.Struct(">QB")  # delivery tag, redelivered
+_PUBLISH_HEAD = struct.Struct(">BHIIH")  # frame type, channel, size, method, reserved
+_SETTLE = struct.Struct(">BHIIQBB")  # a whole ack/nack/reject frame
+_RETURN_CODE = struct.Struct(">H")
+_GET_OK_COUNT = struct.Struct(">I")
 
 
 def method_index(payload: bytes) -> int:
@@ -164,3 +180,100 @@ def encode_confirm(channel: int, delivery_tag: int, multiple: bool, nack: bool =
     if nack:
         return struct.pack(">BHIHHQBB", 1, channel, 13, 60, 120, delivery_tag, multiple, 0xCE)
     return struct.pack(">BHIHHQBB", 1, channel, 13, 60, 80, delivery_tag, multiple, 0xCE)
+
+
+# --- hot path, client side ---------------------------------------------------
+
+
+def encode_publish(
+    channel: int, exchange: str, routing_key: str, mandatory: bool = False, immediate: bool = False
+) -> bytes:
+    """A whole basic.publish method frame.
+
+    Raises ValueError for a name over 255 bytes (a short string cannot hold it).
+    """
+    ex = exchange.encode()
+    rk = routing_key.encode()
+    if len(ex) > 255 or len(rk) > 255:
+        raise ValueError(
+            "exchange name and routing key must each be at most 255 bytes of UTF-8 "
+            f"(got {len(ex)} and {len(rk)})"
+        )
+    args = b"".join(
+        (bytes((len(ex),)), ex, bytes((len(rk),)), rk, bytes((mandatory | immediate << 1,)))
+    )
+    return _PUBLISH_HEAD.pack(1, channel, 6 + len(args), BASIC_PUBLISH, 0) + args + b"\xce"
+
+
+def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
+    """basic.deliver → (consumer_tag, delivery_tag, redelivered, exchange, routing_key)."""
+    try:
+        n = payload[4]
+        consumer_tag = payload[5 : 5 + n].decode()
+        pos = 5 + n
+        delivery_tag, redelivered = _DELIVER_TAIL.unpack_from(payload, pos)
+        pos += 9
+        n = payload[pos]
+        exchange = payload[pos + 1 : pos + 1 + n].decode()
+        pos += 1 + n
+        n = payload[pos]
+        routing_key = payload[pos + 1 : pos + 1 + n].decode()
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Deliver frame: {exc}") from None
+    return consumer_tag, delivery_tag, bool(redelivered), exchange, routing_key
+
+
+def decode_get_ok(payload: bytes) -> tuple[int, bool, str, str, int]:
+    """basic.get-ok → (delivery_tag, redelivered, exchange, routing_key, message_count)."""
+    try:
+        delivery_tag, redelivered = _DELIVER_TAIL.unpack_from(payload, 4)
+        pos = 13
+        n = payload[pos]
+        exchange = payload[pos + 1 : pos + 1 + n].decode()
+        pos += 1 + n
+        n = payload[pos]
+        routing_key = payload[pos + 1 : pos + 1 + n].decode()
+        pos += 1 + n
+        message_count = _GET_OK_COUNT.unpack_from(payload, pos)[0]
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.GetOk frame: {exc}") from None
+    return delivery_tag, bool(redelivered), exchange, routing_key, message_count
+
+
+def decode_return(payload: bytes) -> tuple[int, str, str, str]:
+    """basic.return → (reply_code, reply_text, exchange, routing_key)."""
+    try:
+        code = _RETURN_CODE.unpack_from(payload, 4)[0]
+        pos = 6
+        values = []
+        for _ in range(3):
+            n = payload[pos]
+            values.append(payload[pos + 1 : pos + 1 + n].decode(errors="replace"))
+            pos += 1 + n
+    except (IndexError, struct.error) as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Return frame: {exc}") from None
+    return code, values[0], values[1], values[2]
+
+
+def decode_nack(payload: bytes) -> tuple[int, bool, bool]:
+    """basic.nack → (delivery_tag, multiple, requeue)."""
+    try:
+        tag, bits = _ACK.unpack_from(payload, 4)
+    except struct.error as exc:
+        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Nack frame: {exc}") from None
+    return tag, bool(bits & 1), bool(bits & 2)
+
+
+def encode_ack(channel: int, delivery_tag: int, multiple: bool = False) -> bytes:
+    """A whole basic.ack frame (a consumer's ack, or a broker's confirm)."""
+    return _SETTLE.pack(1, channel, 13, BASIC_ACK, delivery_tag, multiple, 0xCE)
+
+
+def encode_nack(
+    channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True
+) -> bytes:
+    return _SETTLE.pack(1, channel, 13, BASIC_NACK, delivery_tag, multiple | requeue << 1, 0xCE)
+
+
+def encode_reject(channel: int, delivery_tag: int, requeue: bool = True) -> bytes:
+    return _SETTLE.pack(1, channel, 13, BASIC_REJECT, delivery_tag, requeue, 0xCE)

@@ -1,0 +1,1189 @@
+"""A sans-IO AMQP 0-9-1 connection, for either end of the wire.
+
+Like h11 for HTTP (and h2's `data_to_send`), this module never touches a
+socket or a clock: bytes go in through `receive_data()`, which returns
+events; methods such as `send_method()` or `send_publish()` queue bytes that
+`data_to_send()` hands back for the caller to write. The same state machine
+serves the client role (leveret.client, `leveret perf`, the tests' raw
+helpers) and the server role, so the two ends cannot disagree about framing,
+the handshake, tuning, the channel lifecycle or content assembly.
+
+What the core decides itself, because the spec leaves no choice:
+- the handshake steps and their order, tuning (the smaller non-zero limit),
+  the protocol header;
+- answering a peer's connection.close and channel.close with close-ok, and
+  dropping frames on a channel (or connection) that is being closed until
+  its close-ok arrives (spec 2.3.5.2);
+- assembling a content method, its header and its body frames into one event,
+  and splitting outgoing bodies to fit frame_max.
+
+What it leaves to its caller, as events: authentication and vhost choice
+(server), every other method. Protocol violations by the peer are returned as
+a `ProtocolError` event after connection.close has been queued; nothing after
+the bad frame is processed.
+
+Hot frames (publish, deliver, ack, nack, content) are decoded with the
+hand-written codecs in protocol.methods and protocol.properties; everything
+else goes through pamqp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands as cmd
+from pamqp import decode as pamqp_decode
+
+from leveret.protocol import methods as wire
+from leveret.protocol.constants import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_GET_OK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_RETURN,
+    CHANNEL_CLOSE,
+    CHANNEL_CLOSE_OK,
+    CHANNEL_ERROR,
+    CHANNEL_OPEN,
+    CHANNEL_OPEN_OK,
+    CLASS_BASIC,
+    CLASS_CONNECTION,
+    COMMAND_INVALID,
+    CONNECTION_BLOCKED,
+    CONNECTION_CLOSE,
+    CONNECTION_CLOSE_OK,
+    CONNECTION_OPEN,
+    CONNECTION_OPEN_OK,
+    CONNECTION_START,
+    CONNECTION_START_OK,
+    CONNECTION_TUNE,
+    CONNECTION_TUNE_OK,
+    CONNECTION_UNBLOCKED,
+    FRAME_BODY,
+    FRAME_ERROR,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    NOT_ALLOWED,
+    PRECONDITION_FAILED,
+    PROTOCOL_HEADER,
+    REPLY_SUCCESS,
+    UNEXPECTED_FRAME,
+)
+from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_, FrameError
+from leveret.protocol.frames import HEARTBEAT_FRAME, FrameReader, body_frames, header_frame
+from leveret.protocol.properties import content_header_frame, parse_header
+
+CLIENT = "client"
+SERVER = "server"
+
+DEFAULT_FRAME_MAX = 131072
+DEFAULT_CHANNEL_MAX = 2047
+
+# Connection states. Client: NEW → AWAITING_START → AWAITING_TUNE → AWAITING_OPEN_OK → OPEN.
+# Server: AWAITING_HEADER → AWAITING_START_OK → (caller accepts) → AWAITING_TUNE_OK
+#         → AWAITING_OPEN → (caller accepts) → OPEN. Either: OPEN → CLOSING → CLOSED.
+NEW = "new"
+AWAITING_HEADER = "awaiting-header"
+AWAITING_START = "awaiting-start"
+AWAITING_START_OK = "awaiting-start-ok"
+AUTHENTICATING = "authenticating"
+AWAITING_TUNE = "awaiting-tune"
+AWAITING_TUNE_OK = "awaiting-tune-ok"
+AWAITING_OPEN = "awaiting-open"
+OPENING = "opening"
+AWAITING_OPEN_OK = "awaiting-open-ok"
+OPEN = "open"
+CLOSING = "closing"
+CLOSED = "closed"
+
+# Channel states.
+CH_OPENING = 1
+CH_OPEN = 2
+CH_CLOSING = 3
+
+MAX_BODY_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+
+
+class UsageError(Exception):
+    """The local program asked for something the connection's state does not allow.
+
+    For example publishing on a channel that is closed, or opening a channel
+    before the handshake finished. Nothing was sent.
+    """
+
+
+# --- events -------------------------------------------------------------------
+
+
+class Event:
+    """Base class of everything receive_data() returns."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class StartOkReceived(Event):
+    """Server role: the client's credentials; answer with accept_login() or close()."""
+
+    __slots__ = ("mechanism", "username", "password", "client_properties", "locale")
+
+    def __init__(
+        self,
+        mechanism: str,
+        username: str | None,
+        password: str | None,
+        client_properties: dict[str, Any],
+        locale: str,
+    ) -> None:
+        self.mechanism = mechanism
+        self.username = username
+        self.password = password
+        self.client_properties = client_properties
+        self.locale = locale
+
+
+class OpenRequested(Event):
+    """Server role: connection.open; answer with accept_open() or close()."""
+
+    __slots__ = ("virtual_host",)
+
+    def __init__(self, virtual_host: str) -> None:
+        self.virtual_host = virtual_host
+
+
+class ConnectionOpened(Event):
+    """Client role: connection.open-ok arrived; the tuned limits are final."""
+
+    __slots__ = ("server_properties", "channel_max", "frame_max", "heartbeat")
+
+    def __init__(
+        self, server_properties: dict[str, Any], channel_max: int, frame_max: int, heartbeat: int
+    ) -> None:
+        self.server_properties = server_properties
+        self.channel_max = channel_max
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+
+
+class ConnectionClosed(Event):
+    """The peer sent connection.close; close-ok is queued and the state is CLOSED."""
+
+    __slots__ = ("reply_code", "reply_text", "class_id", "method_id")
+
+    def __init__(self, reply_code: int, reply_text: str, class_id: int, method_id: int) -> None:
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+
+
+class ConnectionCloseOk(Event):
+    """The peer acknowledged our connection.close; the state is CLOSED."""
+
+    __slots__ = ()
+
+
+class ConnectionBlocked(Event):
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class ConnectionUnblocked(Event):
+    __slots__ = ()
+
+
+class ProtocolError(Event):
+    """The peer broke the protocol. connection.close with the error is queued
+    (unless `drop`: the byte stream is unusable and the caller should just drop
+    the connection after writing what is queued)."""
+
+    __slots__ = ("error", "drop")
+
+    def __init__(self, error: AMQPError, drop: bool) -> None:
+        self.error = error
+        self.drop = drop
+
+
+class ChannelProtocolError(Event):
+    """A frame broke a channel-level rule (a message over max_body_size);
+    channel.close with the error is queued and the channel's frames are
+    dropped until close-ok."""
+
+    __slots__ = ("channel", "error")
+
+    def __init__(self, channel: int, error: AMQPError) -> None:
+        self.channel = channel
+        self.error = error
+
+
+class BadProtocolHeader(Event):
+    """Server role: not an AMQP 0-9-1 header; ours is queued; drop the connection."""
+
+    __slots__ = ("received",)
+
+    def __init__(self, received: bytes) -> None:
+        self.received = received
+
+
+class ChannelOpened(Event):
+    """Client: channel.open-ok arrived. Server: the peer opened it (open-ok is queued)."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: int) -> None:
+        self.channel = channel
+
+
+class ChannelClosed(Event):
+    """The peer closed a channel; close-ok is queued and the number is free again."""
+
+    __slots__ = ("channel", "reply_code", "reply_text", "class_id", "method_id")
+
+    def __init__(
+        self, channel: int, reply_code: int, reply_text: str, class_id: int, method_id: int
+    ) -> None:
+        self.channel = channel
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+
+
+class ChannelCloseOk(Event):
+    """The peer acknowledged our channel.close; the number is free again."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: int) -> None:
+        self.channel = channel
+
+
+class MethodReceived(Event):
+    """Any other method, as a pamqp object (the cold path)."""
+
+    __slots__ = ("channel", "method")
+
+    def __init__(self, channel: int, method: Any) -> None:
+        self.channel = channel
+        self.method = method
+
+
+class Deliver(Event):
+    """basic.deliver with its content. `header` is the raw content header payload
+    (BasicProperties.decode() reads it); `body` is the whole body."""
+
+    __slots__ = (
+        "channel",
+        "consumer_tag",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "header",
+        "body",
+    )
+
+    def __init__(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        self.channel = channel
+        self.consumer_tag = consumer_tag
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header
+        self.body = body
+
+
+class GetOk(Event):
+    __slots__ = (
+        "channel",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "message_count",
+        "header",
+        "body",
+    )
+
+    def __init__(
+        self,
+        channel: int,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        message_count: int,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        self.channel = channel
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.message_count = message_count
+        self.header = header
+        self.body = body
+
+
+class Return(Event):
+    """basic.return with its content: a mandatory publish that could not be routed."""
+
+    __slots__ = ("channel", "reply_code", "reply_text", "exchange", "routing_key", "header", "body")
+
+    def __init__(
+        self,
+        channel: int,
+        reply_code: int,
+        reply_text: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        self.channel = channel
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header
+        self.body = body
+
+
+class Publish(Event):
+    """Server role: basic.publish with its content."""
+
+    __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate", "header", "body")
+
+    def __init__(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        mandatory: bool,
+        immediate: bool,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        self.channel = channel
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.header = header
+        self.body = body
+
+
+class Ack(Event):
+    """basic.ack: a confirm (client role) or a consumer's ack (server role)."""
+
+    __slots__ = ("channel", "delivery_tag", "multiple")
+
+    def __init__(self, channel: int, delivery_tag: int, multiple: bool) -> None:
+        self.channel = channel
+        self.delivery_tag = delivery_tag
+        self.multiple = multiple
+
+
+class Nack(Event):
+    __slots__ = ("channel", "delivery_tag", "multiple", "requeue")
+
+    def __init__(self, channel: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        self.channel = channel
+        self.delivery_tag = delivery_tag
+        self.multiple = multiple
+        self.requeue = requeue
+
+
+# --- per-channel state ----------------------------------------------------------
+
+
+class _Channel:
+    """Lifecycle and content-assembly state of one channel number."""
+
+    __slots__ = ("number", "state", "content", "header", "body_left", "parts")
+
+    def __init__(self, number: int, state: int) -> None:
+        self.number = number
+        self.state = state
+        # Content being assembled: (method id, decoded method fields) until the
+        # body is complete; then header payload and body parts.
+        self.content: tuple[int, tuple] | None = None
+        self.header: bytes | None = None
+        self.body_left = 0
+        self.parts: list[bytes] = []
+
+
+def _content_event(channel: int, index: int, fields: tuple, header: bytes, body: bytes) -> Event:
+    if index == BASIC_DELIVER:
+        return Deliver(channel, *fields, header, body)
+    if index == BASIC_PUBLISH:
+        return Publish(channel, *fields, header, body)
+    if index == BASIC_GET_OK:
+        return GetOk(channel, *fields, header, body)
+    return Return(channel, *fields, header, body)
+
+
+_CONTENT_DECODERS = {
+    BASIC_DELIVER: wire.decode_deliver,
+    BASIC_GET_OK: wire.decode_get_ok,
+    BASIC_RETURN: wire.decode_return,
+    BASIC_PUBLISH: wire.decode_publish,
+}
+_CLIENT_CONTENT = frozenset({BASIC_DELIVER, BASIC_GET_OK, BASIC_RETURN})
+
+
+def parse_credentials(mechanism: str, response: bytes | str) -> tuple[str | None, str | None]:
+    """(username, password) from a PLAIN or AMQPLAIN response; (None, None) if unreadable."""
+    if isinstance(response, str):
+        response = response.encode("utf-8", "surrogateescape")
+    if mechanism == "PLAIN":
+        parts = response.split(b"\x00")
+        if len(parts) == 3:
+            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        return None, None
+    if mechanism == "AMQPLAIN":
+        try:
+            table = pamqp_decode.field_table(len(response).to_bytes(4, "big") + response)[1]
+        except Exception:  # pamqp raises several types for a bad table
+            return None, None
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        if login is None:
+            return None, None
+        return str(login), str(password)
+    return None, None
+
+
+class Connection:
+    """One AMQP connection's protocol state, either role; no I/O.
+
+    Client role::
+
+        conn = Connection(CLIENT, username="guest", password="guest", vhost="/")
+        conn.initiate()                 # queues the protocol header
+        sock.sendall(conn.data_to_send())
+        for event in conn.receive_data(sock.recv(65536)): ...   # until ConnectionOpened
+
+    Server role::
+
+        conn = Connection(SERVER, server_properties={...}, mechanisms="PLAIN")
+        events = conn.receive_data(data)  # StartOkReceived → accept_login(...)
+                                          # OpenRequested → accept_open()
+    """
+
+    def __init__(
+        self,
+        role: str,
+        *,
+        username: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        client_properties: dict[str, Any] | None = None,
+        server_properties: dict[str, Any] | None = None,
+        mechanisms: str = "PLAIN AMQPLAIN",
+        locale: str = "en_US",
+        frame_max: int = DEFAULT_FRAME_MAX,
+        channel_max: int = DEFAULT_CHANNEL_MAX,
+        heartbeat: int | None = None,
+        max_body_size: int = MAX_BODY_SIZE,
+    ) -> None:
+        if role not in (CLIENT, SERVER):
+            raise ValueError(f"role must be {CLIENT!r} or {SERVER!r}, not {role!r}")
+        if frame_max and frame_max < FRAME_MIN_SIZE:
+            raise ValueError(f"frame_max must be 0 or at least {FRAME_MIN_SIZE}, got {frame_max}")
+        if not 0 <= channel_max <= 65535:
+            raise ValueError(f"channel_max must be 0..65535, got {channel_max}")
+        if heartbeat is not None and not 0 <= heartbeat <= 65535:
+            raise ValueError(f"heartbeat must be 0..65535 seconds, got {heartbeat}")
+        self.role = role
+        self.client = role == CLIENT
+        self.state = NEW if self.client else AWAITING_HEADER
+        self.username = username
+        self.password = password
+        self.vhost = vhost
+        self.client_properties = dict(client_properties or {})
+        self.server_properties = dict(server_properties or {})
+        self.mechanisms = mechanisms
+        self.locale = locale
+        # What we offer (server) or ask for (client); replaced by the tuned values.
+        self.frame_max = frame_max or DEFAULT_FRAME_MAX
+        self.channel_max = channel_max or 65535
+        self.heartbeat = heartbeat if heartbeat is not None else 60
+        self._wanted_heartbeat = heartbeat
+        self.max_body_size = max_body_size
+        self.reader = FrameReader(self.frame_max)
+        self._header_buf = b""
+        self._channels: dict[int, _Channel] = {}
+        self._out: list[bytes] = []
+        self._events: list[Event] = []
+        self._next_channel = 1
+
+    # --- output -----------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, as one byte string."""
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    @property
+    def has_data_to_send(self) -> bool:
+        return bool(self._out)
+
+    def _method(self, channel: int, method: Any) -> None:
+        self._out.append(wire.encode_method(method, channel))
+
+    # --- state queries ------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == OPEN
+
+    def channel_is_open(self, number: int) -> bool:
+        ch = self._channels.get(number)
+        return ch is not None and ch.state == CH_OPEN
+
+    def channel_state(self, number: int) -> str:
+        ch = self._channels.get(number)
+        if ch is None:
+            return "closed"
+        return {CH_OPENING: "opening", CH_OPEN: "open", CH_CLOSING: "closing"}[ch.state]
+
+    @property
+    def open_channels(self) -> list[int]:
+        return [n for n, ch in self._channels.items() if ch.state == CH_OPEN]
+
+    # --- handshake, client role -----------------------------------------------------
+
+    def initiate(self) -> None:
+        """Client role: queue the protocol header; the server answers with connection.start."""
+        if not self.client or self.state != NEW:
+            raise UsageError("initiate() is for a new client-role connection")
+        self._out.append(PROTOCOL_HEADER)
+        self.state = AWAITING_START
+
+    def _client_handshake(self, index: int, payload: bytes) -> None:
+        method = wire.decode_method(payload)
+        if index == CONNECTION_CLOSE:
+            self._peer_closed(method)
+            return
+        expected = {
+            AWAITING_START: CONNECTION_START,
+            AWAITING_TUNE: CONNECTION_TUNE,
+            AWAITING_OPEN_OK: CONNECTION_OPEN_OK,
+        }[self.state]
+        if index != expected:
+            raise ConnectionError_(
+                COMMAND_INVALID,
+                f"expected {wire.method_name(expected)}, got {method.name} during the handshake",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        if index == CONNECTION_START:
+            self.server_properties = dict(method.server_properties or {})
+            offered = (method.mechanisms or "").split()
+            mechanism = "PLAIN" if "PLAIN" in offered else "AMQPLAIN"
+            if mechanism not in offered:
+                raise ConnectionError_(
+                    NOT_ALLOWED,
+                    f"the server offers no mechanism this client speaks ({method.mechanisms!r})",
+                )
+            if mechanism == "PLAIN":
+                response: Any = f"\0{self.username}\0{self.password}"
+            else:
+                from pamqp import encode
+
+                response = encode.field_table({"LOGIN": self.username, "PASSWORD": self.password})[
+                    4:
+                ].decode("utf-8", "surrogateescape")
+            self._method(
+                0,
+                cmd.Connection.StartOk(
+                    client_properties=self.client_properties,
+                    mechanism=mechanism,
+                    response=response,
+                    locale=self.locale,
+                ),
+            )
+            self.state = AWAITING_TUNE
+        elif index == CONNECTION_TUNE:
+            self.channel_max = _negotiate(self.channel_max, method.channel_max) or 65535
+            self.frame_max = _negotiate(self.frame_max, method.frame_max) or DEFAULT_FRAME_MAX
+            if self._wanted_heartbeat is None:
+                self.heartbeat = method.heartbeat
+            else:
+                self.heartbeat = self._wanted_heartbeat
+            self.reader.frame_max = self.frame_max
+            self._method(
+                0,
+                cmd.Connection.TuneOk(
+                    channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+                ),
+            )
+            self._method(0, cmd.Connection.Open(virtual_host=self.vhost))
+            self.state = AWAITING_OPEN_OK
+        else:
+            self.state = OPEN
+            self._events.append(
+                ConnectionOpened(
+                    self.server_properties, self.channel_max, self.frame_max, self.heartbeat
+                )
+            )
+
+    # --- handshake, server role -------------------------------------------------------
+
+    def _check_protocol_header(self, data: bytes) -> bytes:
+        buf = self._header_buf + data
+        if len(buf) < 8 and PROTOCOL_HEADER.startswith(buf):
+            self._header_buf = buf
+            return b""
+        self._header_buf = b""
+        if buf[:8] != PROTOCOL_HEADER:
+            # Spec 4.2.2: answer with the version we speak, then close.
+            self._out.append(PROTOCOL_HEADER)
+            self.state = CLOSED
+            self._events.append(BadProtocolHeader(bytes(buf[:8])))
+            return b""
+        self.state = AWAITING_START_OK
+        self._method(
+            0,
+            cmd.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=self.server_properties,
+                mechanisms=self.mechanisms,
+                locales=self.locale,
+            ),
+        )
+        return buf[8:]
+
+    def _server_handshake(self, index: int, payload: bytes) -> None:
+        method = wire.decode_method(payload)
+        if index == CONNECTION_CLOSE:
+            self._peer_closed(method)
+            return
+        expected = {
+            AWAITING_START_OK: CONNECTION_START_OK,
+            AWAITING_TUNE_OK: CONNECTION_TUNE_OK,
+            AWAITING_OPEN: CONNECTION_OPEN,
+        }.get(self.state)
+        if expected is None or index != expected:
+            wanted = wire.method_name(expected) if expected else "nothing"
+            raise ConnectionError_(
+                COMMAND_INVALID,
+                f"expected {wanted}, got {method.name} during the handshake",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        if index == CONNECTION_START_OK:
+            props = dict(method.client_properties or {})
+            self.client_properties = props
+            username, password = parse_credentials(method.mechanism, method.response)
+            self.state = AUTHENTICATING
+            self._events.append(
+                StartOkReceived(method.mechanism, username, password, props, method.locale)
+            )
+        elif index == CONNECTION_TUNE_OK:
+            channel_max = method.channel_max or self.channel_max
+            frame_max = method.frame_max or self.frame_max
+            for what, value, limit in (
+                ("channel_max", channel_max, self.channel_max),
+                ("frame_max", frame_max, self.frame_max),
+            ):
+                if value > limit:
+                    raise ConnectionError_(
+                        NOT_ALLOWED,
+                        f"negotiated {what} = {value} is higher than the maximum allowed "
+                        f"value ({limit})",
+                        10,
+                        31,
+                    )
+            if frame_max < FRAME_MIN_SIZE:
+                raise ConnectionError_(
+                    NOT_ALLOWED,
+                    f"negotiated frame_max = {frame_max} is lower than the minimum allowed "
+                    f"value ({FRAME_MIN_SIZE})",
+                    10,
+                    31,
+                )
+            self.channel_max = channel_max
+            self.frame_max = frame_max
+            self.reader.frame_max = frame_max
+            self.heartbeat = method.heartbeat
+            self.state = AWAITING_OPEN
+        else:
+            self.state = OPENING
+            self._events.append(OpenRequested(method.virtual_host))
+
+    def accept_login(self) -> None:
+        """Server role: the credentials of StartOkReceived are good; queue connection.tune."""
+        if self.state != AUTHENTICATING:
+            raise UsageError(f"accept_login() in state {self.state}")
+        self.state = AWAITING_TUNE_OK
+        self._method(
+            0,
+            cmd.Connection.Tune(
+                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+            ),
+        )
+
+    def accept_open(self) -> None:
+        """Server role: the vhost of OpenRequested is fine; queue open-ok."""
+        if self.state != OPENING:
+            raise UsageError(f"accept_open() in state {self.state}")
+        self.state = OPEN
+        self._method(0, cmd.Connection.OpenOk())
+
+    # --- input --------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes from the peer; returns the events they complete, in order."""
+        events = self._events = []
+        state = self.state
+        if state == AWAITING_HEADER:
+            data = self._check_protocol_header(data)
+            if not data:
+                return events
+        elif state == CLOSED:
+            return events
+        channels = self._channels
+        try:
+            for frame_type, number, payload in self.reader.feed(data):
+                if number:
+                    ch = channels.get(number)
+                    if ch is not None and ch.state == CH_OPEN and self.state == OPEN:
+                        try:
+                            if frame_type == FRAME_METHOD:
+                                self._channel_method(ch, payload)
+                            elif frame_type == FRAME_BODY:
+                                self._body(ch, payload)
+                            elif frame_type == FRAME_HEADER:
+                                self._header(ch, payload)
+                            else:
+                                raise ConnectionError_(
+                                    UNEXPECTED_FRAME,
+                                    f"heartbeat frame on channel {number}; must be 0",
+                                )
+                        except ChannelError as exc:
+                            if exc.is_connection_error:
+                                raise
+                            self.close_channel_with_error(number, exc)
+                            events.append(ChannelProtocolError(number, exc))
+                    else:
+                        self._frame_for_other_channel(frame_type, number, payload, ch)
+                elif frame_type == FRAME_METHOD:
+                    self._connection_method(payload)
+                elif frame_type != FRAME_HEARTBEAT:
+                    raise ConnectionError_(
+                        UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
+                    )
+                if self.state == CLOSED:
+                    break
+        except AMQPError as exc:
+            self._protocol_error(exc)
+        return events
+
+    def _protocol_error(self, exc: AMQPError) -> None:
+        drop = isinstance(exc, FrameError) or self.state in (AWAITING_HEADER, NEW)
+        if self.state not in (CLOSING, CLOSED):
+            self._method(
+                0, cmd.Connection.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id)
+            )
+            handshake_done = self.state == OPEN
+            self.state = CLOSING if handshake_done and not drop else CLOSED
+            drop = drop or not handshake_done
+        self._channels.clear()
+        self._events.append(ProtocolError(exc, drop))
+
+    def _connection_method(self, payload: bytes) -> None:
+        index = wire.method_index(payload)
+        state = self.state
+        if state == OPEN:
+            method = wire.decode_method(payload)
+            if index == CONNECTION_CLOSE:
+                self._peer_closed(method)
+            elif index == CONNECTION_BLOCKED:
+                self._events.append(ConnectionBlocked(method.reason))
+            elif index == CONNECTION_UNBLOCKED:
+                self._events.append(ConnectionUnblocked())
+            elif index >> 16 == CLASS_CONNECTION:
+                self._events.append(MethodReceived(0, method))
+            else:
+                raise ConnectionError_(
+                    CHANNEL_ERROR,
+                    f"method {method.name} is not valid on channel 0",
+                    index >> 16,
+                    index & 0xFFFF,
+                )
+        elif state == CLOSING:
+            # After connection.close only close and close-ok matter.
+            if index == CONNECTION_CLOSE_OK:
+                self.state = CLOSED
+                self._events.append(ConnectionCloseOk())
+            elif index == CONNECTION_CLOSE:
+                self._method(0, cmd.Connection.CloseOk())
+                self.state = CLOSED
+                self._events.append(ConnectionCloseOk())
+        elif self.client:
+            self._client_handshake(index, payload)
+        else:
+            self._server_handshake(index, payload)
+
+    def _peer_closed(self, method: Any) -> None:
+        self._method(0, cmd.Connection.CloseOk())
+        self.state = CLOSED
+        self._channels.clear()
+        self._events.append(
+            ConnectionClosed(
+                method.reply_code, method.reply_text, method.class_id, method.method_id
+            )
+        )
+
+    def _frame_for_other_channel(
+        self, frame_type: int, number: int, payload: bytes, ch: _Channel | None
+    ) -> None:
+        """A frame for a channel that is not open, or before/after the connection is."""
+        if self.state == CLOSING:
+            return  # after connection.close everything but close/close-ok is dropped
+        if self.state != OPEN:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME if frame_type != FRAME_METHOD else COMMAND_INVALID,
+                f"frame on channel {number} before the connection was opened",
+            )
+        index = wire.method_index(payload) if frame_type == FRAME_METHOD else 0
+        if ch is not None:
+            if ch.state == CH_CLOSING:
+                # Waiting for close-ok: only close and close-ok matter (spec 2.3.5.2).
+                if index == CHANNEL_CLOSE_OK:
+                    del self._channels[number]
+                    self._events.append(ChannelCloseOk(number))
+                elif index == CHANNEL_CLOSE:
+                    self._method(number, cmd.Channel.CloseOk())
+                return
+            # CH_OPENING (client role): expect open-ok, or a close.
+            if index == CHANNEL_OPEN_OK:
+                ch.state = CH_OPEN
+                self._events.append(ChannelOpened(number))
+                return
+            if index == CHANNEL_CLOSE:
+                self._channel_closed_by_peer(ch, wire.decode_method(payload))
+                return
+            raise ConnectionError_(
+                CHANNEL_ERROR,
+                f"expected 'channel.open-ok' on channel {number}, got "
+                + (wire.method_name(index) if index else f"a frame of type {frame_type}"),
+            )
+        if frame_type == FRAME_METHOD and index == CHANNEL_OPEN and not self.client:
+            if number > self.channel_max:
+                raise ConnectionError_(
+                    NOT_ALLOWED,
+                    f"channel {number} is above the negotiated channel_max ({self.channel_max})",
+                    20,
+                    10,
+                )
+            self._channels[number] = _Channel(number, CH_OPEN)
+            self._method(number, cmd.Channel.OpenOk())
+            self._events.append(ChannelOpened(number))
+            return
+        if frame_type == FRAME_METHOD:
+            if index == CHANNEL_CLOSE_OK:  # stray close-ok for a channel already gone
+                return
+            if self.client and index == CHANNEL_CLOSE:
+                # A close for a channel we already forgot: answer it, or the peer waits.
+                self._method(number, cmd.Channel.CloseOk())
+                return
+            raise ConnectionError_(
+                CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {number}, got {wire.method_name(index)}",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        raise ConnectionError_(
+            CHANNEL_ERROR, f"content frame on channel {number}, which is not open"
+        )
+
+    def _channel_closed_by_peer(self, ch: _Channel, method: Any) -> None:
+        self._method(ch.number, cmd.Channel.CloseOk())
+        del self._channels[ch.number]
+        self._events.append(
+            ChannelClosed(
+                ch.number, method.reply_code, method.reply_text, method.class_id, method.method_id
+            )
+        )
+
+    def _channel_method(self, ch: _Channel, payload: bytes) -> None:
+        index = wire.method_index(payload)
+        if ch.content is not None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"expected content header for class 60, got method "
+                f"{wire.method_name(index)} on channel {ch.number} instead",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        if self.client:
+            if index == BASIC_DELIVER or index == BASIC_GET_OK or index == BASIC_RETURN:
+                ch.content = (index, _CONTENT_DECODERS[index](payload))
+                ch.header = None
+                return
+            if index == BASIC_ACK:
+                self._events.append(Ack(ch.number, *wire.decode_ack(payload)))
+                return
+        else:
+            if index == BASIC_PUBLISH:
+                ch.content = (index, wire.decode_publish(payload))
+                ch.header = None
+                return
+            if index == BASIC_ACK:
+                self._events.append(Ack(ch.number, *wire.decode_ack(payload)))
+                return
+            if index in _CLIENT_CONTENT:
+                raise ConnectionError_(
+                    COMMAND_INVALID,
+                    f"method {wire.method_name(index)} is not valid from a client on channel "
+                    f"{ch.number}",
+                    index >> 16,
+                    index & 0xFFFF,
+                )
+        if index == BASIC_NACK:
+            self._events.append(Nack(ch.number, *wire.decode_nack(payload)))
+            return
+        method = wire.decode_method(payload)
+        if index == CHANNEL_CLOSE:
+            self._channel_closed_by_peer(ch, method)
+        elif index == CHANNEL_OPEN:
+            raise ConnectionError_(
+                CHANNEL_ERROR, f"second 'channel.open' seen on channel {ch.number}", 20, 10
+            )
+        else:
+            self._events.append(MethodReceived(ch.number, method))
+
+    def _header(self, ch: _Channel, payload: bytes) -> None:
+        if ch.content is None or ch.header is not None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header on channel {ch.number} without a preceding content method",
+            )
+        class_id, _weight, body_size, _flags, _mode = parse_header(payload)
+        if class_id != CLASS_BASIC:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content header for class {class_id} does not match method class 60",
+            )
+        if body_size > self.max_body_size:
+            ch.content = None
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"message size {body_size} is larger than configured max size {self.max_body_size}",
+                CLASS_BASIC,
+                40,
+            )
+        if body_size == 0:
+            index, fields = ch.content
+            ch.content = None
+            self._events.append(_content_event(ch.number, index, fields, payload, b""))
+        else:
+            ch.header = payload
+            ch.body_left = body_size
+            ch.parts = []
+
+    def _body(self, ch: _Channel, payload: bytes) -> None:
+        header = ch.header
+        if header is None:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME,
+                f"content body frame on channel {ch.number} without a content header",
+            )
+        left = ch.body_left - len(payload)
+        if left > 0:
+            ch.body_left = left
+            ch.parts.append(payload)
+            return
+        if left < 0:
+            raise ConnectionError_(
+                FRAME_ERROR, "content body frames exceed the body size in the content header"
+            )
+        parts = ch.parts
+        if parts:
+            parts.append(payload)
+            payload = b"".join(parts)
+            ch.parts = []
+        index, fields = ch.content  # type: ignore[misc]
+        ch.content = None
+        ch.header = None
+        self._events.append(_content_event(ch.number, index, fields, header, payload))
+
+    # --- channels -------------------------------------------------------------------------
+
+    def open_channel(self, number: int | None = None) -> int:
+        """Client role: queue channel.open; ChannelOpened follows. Returns the number."""
+        if not self.client:
+            raise UsageError("only the client opens channels")
+        if self.state != OPEN:
+            raise UsageError(f"cannot open a channel: the connection is {self.state}")
+        if number is None:
+            number = self._free_channel()
+        elif number in self._channels:
+            raise UsageError(f"channel {number} is already in use")
+        elif not 1 <= number <= self.channel_max:
+            raise UsageError(f"channel number {number} is outside 1..{self.channel_max}")
+        self._channels[number] = _Channel(number, CH_OPENING)
+        self._method(number, cmd.Channel.Open())
+        return number
+
+    def _free_channel(self) -> int:
+        limit = self.channel_max
+        n = self._next_channel
+        for _ in range(limit):
+            if n > limit:
+                n = 1
+            if n not in self._channels:
+                self._next_channel = n + 1
+                return n
+            n += 1
+        raise UsageError(f"all {limit} channels are in use")
+
+    def close_channel(
+        self,
+        number: int,
+        code: int = REPLY_SUCCESS,
+        text: str = "",
+        class_id: int = 0,
+        method_id: int = 0,
+    ) -> None:
+        """Queue channel.close; ChannelCloseOk follows. Frames until then are dropped."""
+        ch = self._channels.get(number)
+        if ch is None or ch.state == CH_CLOSING:
+            return
+        ch.state = CH_CLOSING
+        ch.content = None
+        self._method(number, cmd.Channel.Close(code, text[:255], class_id, method_id))
+
+    def close_channel_with_error(self, number: int, exc: AMQPError) -> None:
+        self.close_channel(number, exc.code, exc.reply_text, exc.class_id, exc.method_id)
+
+    def close(
+        self, code: int = REPLY_SUCCESS, text: str = "", class_id: int = 0, method_id: int = 0
+    ) -> None:
+        """Queue connection.close; ConnectionCloseOk follows.
+
+        Before the handshake finished there is nobody to wait for: the state is
+        CLOSED at once and the caller should drop the connection after writing.
+        """
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state in (NEW, AWAITING_HEADER):
+            self.state = CLOSED
+            return
+        handshake_done = self.state == OPEN
+        self._method(0, cmd.Connection.Close(code, text[:255], class_id, method_id))
+        self.state = CLOSING if handshake_done else CLOSED
+        for ch in self._channels.values():
+            ch.content = None
+
+    # --- sending on channels ------------------------------------------------------------------
+
+    def _check_open(self, number: int) -> None:
+        ch = self._channels.get(number)
+        if ch is None or ch.state != CH_OPEN or self.state != OPEN:
+            if self.state != OPEN:
+                raise UsageError(f"connection is {self.state}")
+            state = "closed" if ch is None else self.channel_state(number)
+            raise UsageError(f"channel {number} is {state}")
+
+    def send_method(self, channel: int, method: Any) -> None:
+        """Queue a method (a pamqp object) on an open channel, or on channel 0."""
+        if channel:
+            self._check_open(channel)
+        elif self.state in (CLOSING, CLOSED):
+            raise UsageError(f"connection is {self.state}")
+        self._method(channel, method)
+
+    def send_publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: bytes,
+        mandatory: bool = False,
+        immediate: bool = False,
+    ) -> None:
+        """Queue basic.publish with its content.
+
+        `properties` is BasicProperties.encode() output (flags and list), or
+        protocol.properties.EMPTY_PROPERTIES.
+        """
+        self._check_open(channel)
+        out = self._out
+        out.append(wire.encode_publish(channel, exchange, routing_key, mandatory, immediate))
+        out.append(content_header_frame(channel, len(body), properties))
+        if body:
+            out += body_frames(channel, body, self.frame_max)
+
+    def send_publish_frames(self, channel: int, frames: bytes) -> None:
+        """Queue pre-encoded publish frames (method, header, body) as they are.
+
+        For callers that encode a message once and send it many times (`leveret
+        perf`, republishing after a reconnect); the channel must be open.
+        """
+        self._check_open(channel)
+        self._out.append(frames)
+
+    def send_content(self, channel: int, method: Any, header: bytes, body: bytes) -> None:
+        """Queue a content method (a pamqp object or a whole encoded method frame),
+        a content header (a header payload, as Deliver.header) and the body."""
+        self._check_open(channel)
+        out = self._out
+        out.append(method if isinstance(method, bytes) else wire.encode_method(method, channel))
+        out.append(header_frame(channel, header))
+        if body:
+            out += body_frames(channel, body, self.frame_max)
+
+    def send_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:
+        self._check_open(channel)
+        self._out.append(wire.encode_ack(channel, delivery_tag, multiple))
+
+    def send_nack(
+        self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True
+    ) -> None:
+        self._check_open(channel)
+        self._out.append(wire.encode_nack(channel, delivery_tag, multiple, requeue))
+
+    def send_reject(self, channel: int, delivery_tag: int, requeue: bool = True) -> None:
+        self._check_open(channel)
+        self._out.append(wire.encode_reject(channel, delivery_tag, requeue))
+
+    def send_heartbeat(self) -> None:
+        if self.state not in (CLOSED, NEW, AWAITING_HEADER):
+            self._out.append(HEARTBEAT_FRAME)
+
+
+def _negotiate(ours: int, theirs: int) -> int:
+    """Tuning rule: the smaller of two limits, where 0 means 'no limit'."""
+    if not ours:
+        return theirs
+    if not theirs:
+        return ours
+    return min(ours, theirs)
