@@ -223,3 +223,32 @@ def wait_until(conn, predicate, timeout: float = 5.0, step: float = 0.02) -> boo
             return False
         conn.process_data_events(time_limit=step)
     return True
+
+
+# One local SparkSession for the whole test session (it takes seconds to start), for the
+# tests in tests/spark. PYSPARK_PYTHON must be this interpreter, or Spark's Python
+# workers start another Python that has neither leveret nor pyarrow. `local[2,4]` gives
+# two cores and lets a failed task be retried (plain `local[2]` fails the job at once).
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from leveret.spark import LeveretDataSource
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("leveret-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(LeveretDataSource)
+    yield session
+    session.stop()
