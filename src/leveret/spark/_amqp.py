@@ -139,7 +139,8 @@ class Client:
         self.timeout = timeout
         self.label = label
         self.sock: socket.socket | None = None
-        self._buf = bytearray()
+        # immutable, so payload views handed out stay valid while more data arrives
+        self._buf = b""
         self._pos = 0
         self.frame_max = CLIENT_FRAME_MAX
         self._pending_deliveries: list[Delivery] = []  # arrived while awaiting a reply
@@ -264,9 +265,6 @@ class Client:
     def _fill(self, need: int) -> None:
         """Make at least `need` unread bytes available in the buffer."""
         assert self.sock is not None
-        if self._pos and self._pos > len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
         while len(self._buf) - self._pos < need:
             try:
                 chunk = self.sock.recv(262144)
@@ -280,7 +278,11 @@ class Client:
                 ) from None
             if not chunk:
                 raise ConnectionLost(f"{self.endpoint.address} closed the connection")
-            self._buf += chunk
+            self._append(chunk)
+
+    def _append(self, chunk: bytes) -> None:
+        self._buf = self._buf[self._pos :] + chunk if self._pos < len(self._buf) else chunk
+        self._pos = 0
 
     def _read_frame(self) -> tuple[int, int, memoryview]:
         """(channel, frame type, payload); the payload view is valid until the next read."""
@@ -500,7 +502,7 @@ class Client:
                 ) from None
             if not chunk:
                 raise ConnectionLost(f"{self.endpoint.address} closed the connection")
-            self._buf += chunk
+            self._append(chunk)
         finally:
             self.sock.settimeout(self.timeout)
         while self._complete_frame_buffered():
