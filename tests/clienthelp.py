@@ -80,13 +80,25 @@ def rabbitmq_connection_names(client_name: str, timeout: float = 10.0) -> list[s
         time.sleep(0.2)
 
 
-def close_from_rabbitmq(client_name: str) -> int:
-    """Close (management API DELETE) every RabbitMQ connection with this client name."""
-    names = rabbitmq_connection_names(client_name)
-    for name in names:
-        with contextlib.suppress(urllib.error.HTTPError):
-            api_delete("/connections/" + quote(name, safe=""))
-    return len(names)
+def close_from_rabbitmq(client_name: str, timeout: float = 30.0) -> int:
+    """Close (management API DELETE) the open RabbitMQ connections with this client name.
+
+    Polls until at least one is closed: the management API lists a new
+    connection only after its next stats tick, and may still list one that
+    has just gone.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        closed = 0
+        for name in rabbitmq_connection_names(client_name, timeout=1.0):
+            try:
+                api_delete("/connections/" + quote(name, safe=""))
+                closed += 1
+            except urllib.error.HTTPError:
+                pass  # already gone
+        if closed or time.monotonic() > deadline:
+            return closed
+        time.sleep(0.5)
 
 
 def close_from_leveret(broker: Any) -> int:

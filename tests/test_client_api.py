@@ -524,3 +524,48 @@ def test_rpc_timeout(amqp_url, names):
                 await ch.rpc_call(b"hello?", routing_key=q.name, timeout=0.5)
 
     run(main())
+
+
+# -- connection.blocked ---------------------------------------------------------------------
+
+
+@pytest.mark.leveret_only
+def test_publishing_waits_while_blocked_with_a_timeout(leveret_embedded):
+    from leveret.client import BlockedTimeout
+    from leveret.client import events as ev
+
+    broker = leveret_embedded
+
+    def set_memory_limit(limit: int) -> None:
+        def apply() -> None:
+            broker.server.alarms.memory_limit = limit
+            broker.server.alarms.check()
+
+        broker.call(apply)
+
+    async def main() -> None:
+        seen: list = []
+        async with await connect(broker.url) as conn:
+            conn.add_listener(seen.append)
+            ch = await conn.channel()
+            q = await ch.declare_queue("i12-blocked")
+            await asyncio.to_thread(set_memory_limit, 1)  # any RSS is over the limit
+            await asyncio.wait_for(_until(lambda: conn.blocked), 10)
+            assert conn.blocked_reason == "low on memory"
+            with pytest.raises(BlockedTimeout, match="low on memory"):
+                await ch.publish(b"held", routing_key=q.name, timeout=0.3)
+            waiting = asyncio.create_task(ch.publish(b"waits", routing_key=q.name))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await asyncio.to_thread(set_memory_limit, 0)
+            await asyncio.wait_for(waiting, 10)
+            assert not conn.blocked
+            assert (await q.get(no_ack=True)).body == b"waits"
+        assert [type(e) for e in seen] == [ev.Blocked, ev.Unblocked]
+
+    run(main())
+
+
+async def _until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)

@@ -279,6 +279,7 @@ class Channel:
         if self._open_fut.done():
             self._open_fut = conn._loop.create_future()
         self._state = _OPENING
+        self._seq = 0  # a new channel numbers its publishes from 1 again
         conn._core.open_channel(self.number)
         conn._flush_soon()
         await asyncio.wait_for(asyncio.shield(self._open_fut), 30)
@@ -1006,6 +1007,13 @@ class Consumer:
         ch._consumers[self.consumer_tag] = self
         try:
             await ch._call(self._consume_method(), BASIC_CONSUME_OK)
+        except ConnectionLost:
+            if ch._state == _CLOSED or not ch.connection.recovery:
+                ch._consumers.pop(self.consumer_tag, None)
+                self._started = False
+                raise
+            # Registered consumers are restored by recovery: this one too.
+            await ch.connection._wait_ready()
         except BaseException:
             ch._consumers.pop(self.consumer_tag, None)
             self._started = False
@@ -1053,8 +1061,15 @@ class Consumer:
     def _push(self, message: Message) -> None:
         if self._cancelling:
             if not self.no_ack:
-                message.nack(requeue=True)
+                self._hand_back(message)
             return
+        if self.offset is not None and self.last_offset is not None:
+            # A resumed stream consumer: a broker may start at the chunk holding
+            # the requested offset; what the code already had is skipped.
+            offset = message.offset
+            if offset is not None and offset <= self.last_offset:
+                message.ack()
+                return
         self._buffer.append(message)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -1112,8 +1127,16 @@ class Consumer:
             if not self.no_ack:
                 for message in leftovers:
                     with contextlib.suppress(ClientError):
-                        message.nack(requeue=True)
+                        self._hand_back(message)
             self._end(None)
+
+    def _hand_back(self, message: Message) -> None:
+        """A delivery the code never saw: requeue it (a stream keeps it anyway, and
+        RabbitMQ refuses nack on streams, so there it is just acked for credit)."""
+        if self.offset is not None:
+            message.ack()
+        else:
+            message.nack(requeue=True)
 
 
 class Exchange:

@@ -77,6 +77,7 @@ class _Link(asyncio.Protocol):
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.dead = False
+        self.abort_reason: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -473,6 +474,9 @@ class Connection:
                 now - self._last_recv,
                 core.heartbeat,
             )
+            link.abort_reason = (
+                f"missed heartbeats (nothing heard for {now - self._last_recv:.0f} s)"
+            )
             if link.transport is not None:
                 link.transport.abort()
             return
@@ -489,7 +493,7 @@ class Connection:
             self._handshake_failed(link, f"connection lost during the handshake: {reason}")
         if link is not self._link:
             return
-        reason = f"{exc}" if exc else "closed by the broker"
+        reason = link.abort_reason or (f"{exc}" if exc else "closed by the broker")
         self._link_failed(link, ConnectionLost(reason))
 
     def _link_failed(self, link: _Link, exc: ConnectionClosed) -> None:
@@ -515,7 +519,7 @@ class Connection:
                 channel._on_link_lost(lost)
             return
         log.warning(
-            "connection to %s:%s lost: %s%s",
+            "connection to %s:%s failed: %s%s",
             link.host,
             link.port,
             exc,
