@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from pamqp import commands
 from pamqp.base import Frame
-from pamqp.header import ContentHeader
+from pamqp.decode import field_table
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -105,13 +105,90 @@ def parse_url(url: str) -> Endpoint:
     )
 
 
+class Properties:
+    """Received basic properties; absent ones are None. `timestamp` is seconds (an int).
+
+    Class attributes are the defaults, so decoding sets only what a message carries.
+    """
+
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+
+# (flag bit, attribute, kind): s = shortstr, t = table, o = octet, q = u64
+_PROPERTY_LAYOUT = (
+    (1 << 15, "content_type", "s"),
+    (1 << 14, "content_encoding", "s"),
+    (1 << 13, "headers", "t"),
+    (1 << 12, "delivery_mode", "o"),
+    (1 << 11, "priority", "o"),
+    (1 << 10, "correlation_id", "s"),
+    (1 << 9, "reply_to", "s"),
+    (1 << 8, "expiration", "s"),
+    (1 << 7, "message_id", "s"),
+    (1 << 6, "timestamp", "q"),
+    (1 << 5, "type", "s"),
+    (1 << 4, "user_id", "s"),
+    (1 << 3, "app_id", "s"),
+    (1 << 2, "cluster_id", "s"),
+)
+# a headers table that holds only x-stream-offset (a long): what every stream delivery
+# of a message without headers carries, decoded without the generic table decoder
+_OFFSET_ONLY = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
+_I64 = struct.Struct(">q")
+
+
+def decode_properties(data: bytes | memoryview, pos: int) -> Properties:
+    """Basic properties from a content header payload, starting at the property flags."""
+    (flags,) = _U16.unpack_from(data, pos)
+    if not flags:
+        return Properties()
+    pos += 2  # (bit 0, a continuation of the flags, is never set for basic: 14 properties)
+    props = Properties()
+    for bit, name, kind in _PROPERTY_LAYOUT:
+        if not flags & bit:
+            continue
+        if kind == "s":
+            n = data[pos]
+            setattr(props, name, bytes(data[pos + 1 : pos + 1 + n]).decode("utf-8", "replace"))
+            pos += 1 + n
+        elif kind == "o":
+            setattr(props, name, data[pos])
+            pos += 1
+        elif kind == "q":
+            setattr(props, name, _U64.unpack_from(data, pos)[0])
+            pos += 8
+        else:
+            if bytes(data[pos : pos + 21]) == _OFFSET_ONLY:
+                props.headers = {"x-stream-offset": _I64.unpack_from(data, pos + 21)[0]}
+                pos += 29
+            else:
+                (size,) = _U32.unpack_from(data, pos)
+                _used, table = field_table(bytes(data[pos : pos + 4 + size]))
+                props.headers = table
+                pos += 4 + size
+    return props
+
+
 @dataclass(slots=True)
 class Delivery:
     delivery_tag: int
     redelivered: bool
     exchange: str
     routing_key: str
-    properties: commands.Basic.Properties
+    properties: Properties
     body: bytes
 
 
@@ -121,7 +198,7 @@ class Returned:
     reply_text: str
     exchange: str
     routing_key: str
-    properties: commands.Basic.Properties
+    properties: Properties
     body: bytes
 
 
@@ -373,16 +450,23 @@ class Client:
         return self._expect(reply, channel, method.name)
 
     # ----------------------------------------------------------------- content
-    def _read_content(self) -> tuple[commands.Basic.Properties, bytes]:
+    def _read_content(self) -> tuple[Properties, bytes]:
         ch, kind, payload = self._read_frame()
         if kind != FRAME_HEADER:
             raise ConnectionLost(f"expected a content header from {self.endpoint.address}")
         _cls, _weight, size = _CONTENT_HEAD.unpack_from(payload)
-        header = ContentHeader()
-        header.unmarshal(bytes(payload))
-        props = header.properties
+        props = decode_properties(payload, 12)
         if size == 0:
             return props, b""
+        if len(self._buf) - self._pos >= size + 8 and self._buf[self._pos] == FRAME_BODY:
+            # the common case: the whole body in one frame that is already buffered
+            (n,) = _U32.unpack_from(self._buf, self._pos + 3)
+            if n == size:
+                start = self._pos + 7
+                if self._buf[start + n] != 0xCE:
+                    raise ConnectionLost(f"bad frame end from {self.endpoint.address}")
+                self._pos = start + n + 1
+                return props, self._buf[start : start + n]
         parts = []
         got = 0
         while got < size:

@@ -102,19 +102,27 @@ def _plan_partitions(opts: ReadOptions, parts: list[OffsetRange]) -> list[RangeP
     return [RangePartition(r.stream, r.start, r.end) for r in cut]
 
 
-class BatchReader(DataSourceReader):
+class _Tails:
+    opts: ReadOptions
+
+    def fetch_tails(self, timestamp: int | None = None) -> list[PartitionTail]:
+        """The partitions' tails now (a method, so a subclass can get them another way)."""
+        return fetch_tails(self.opts, timestamp)
+
+
+class BatchReader(_Tails, DataSourceReader):
     """spark.read: the ranges are fixed here, on the driver, from the tails at planning time."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        tails = fetch_tails(opts)
+        tails = self.fetch_tails()
         order = [t.stream for t in tails]
         if opts.starting_timestamp is not None:
-            start = planning.at_timestamp(fetch_tails(opts, opts.starting_timestamp))
+            start = planning.at_timestamp(self.fetch_tails(opts.starting_timestamp))
         else:
             start = planning.resolve("startingOffsets", opts.starting or "earliest", tails)
         if opts.ending_timestamp is not None:
-            end = planning.at_timestamp(fetch_tails(opts, opts.ending_timestamp))
+            end = planning.at_timestamp(self.fetch_tails(opts.ending_timestamp))
         else:
             end = planning.resolve("endingOffsets", opts.ending, tails, default=planning.LATEST)
             planning.check_end("endingOffsets", end, tails)
@@ -130,18 +138,18 @@ class BatchReader(DataSourceReader):
         return read_range(self.opts, partition.stream, partition.start, partition.end)
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StreamReader(_Tails, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """readStream: offsets {stream: next offset to read}; Spark checkpoints them."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.tails = fetch_tails(opts)  # fails now, on the driver, if anything is wrong
+        self.tails = self.fetch_tails()  # fails now, on the driver, if anything is wrong
         self.target: dict[str, int] | None = None  # Trigger.AvailableNow's end
 
     def initialOffset(self) -> dict:
         opts = self.opts
         if opts.starting_timestamp is not None:
-            return planning.at_timestamp(fetch_tails(opts, opts.starting_timestamp))
+            return planning.at_timestamp(self.fetch_tails(opts.starting_timestamp))
         start = planning.resolve("startingOffsets", opts.starting or "latest", self.tails)
         return planning.check_start(start, self.tails, opts.fail_on_data_loss)
 
@@ -151,10 +159,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {t.stream: t.next for t in fetch_tails(self.opts)}
+        self.target = {t.stream: t.next for t in self.fetch_tails()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        tails = fetch_tails(self.opts)
+        tails = self.fetch_tails()
         self.tails = tails
         available = {t.stream: t.next for t in tails}
         if self.target is not None:
@@ -169,7 +177,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {t.stream: t.next for t in self.tails} if self.tails else None
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        tails = fetch_tails(self.opts)
+        tails = self.fetch_tails()
         order = [t.stream for t in tails]
         # a partition the checkpoint does not know starts at its beginning, as in Kafka
         start = {s: start.get(s, t.first) for s, t in ((t.stream, t) for t in tails)}

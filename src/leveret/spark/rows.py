@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from leveret.spark._amqp import Delivery
+from leveret.spark._amqp import Delivery, Properties
 
 PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
     ("content_type", "string"),
@@ -67,14 +67,6 @@ def header_text(value: Any) -> str | None:
     return json.dumps(value, default=str, sort_keys=True)
 
 
-def _seconds(value: Any) -> dt.datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    return dt.datetime.fromtimestamp(int(value), dt.UTC)
-
-
 class BatchBuilder:
     """Collects deliveries of one stream column by column; `take()` makes a RecordBatch."""
 
@@ -85,55 +77,43 @@ class BatchBuilder:
 
     def _reset(self) -> None:
         self.offsets: list[int] = []
-        self.timestamps: list[dt.datetime | None] = []
         self.exchanges: list[str] = []
         self.keys: list[str] = []
         self.bodies: list[bytes] = []
-        self.props: list[list[Any]] = [[] for _ in PROPERTY_FIELDS]
-        self.headers: list[list[tuple[str, str | None]] | None] = []
+        self.props: list[Properties] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def add(self, offset: int, d: Delivery) -> None:
-        p = d.properties
         self.offsets.append(offset)
-        ts = _seconds(p.timestamp)
-        self.timestamps.append(ts)
         self.exchanges.append(d.exchange)
         self.keys.append(d.routing_key)
         self.bodies.append(d.body)
-        cols = self.props
-        for i, (name, _kind) in enumerate(PROPERTY_FIELDS):
-            if name == "timestamp":
-                cols[i].append(ts)
-            else:
-                cols[i].append(getattr(p, _PAMQP_ATTR.get(name, name)))
-        if self.include_headers:
-            h = p.headers
-            self.headers.append(
-                None
-                if h is None
-                else [(k, header_text(v)) for k, v in h.items() if k != OFFSET_HEADER]
-            )
+        self.props.append(d.properties)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
-        props = pa.StructArray.from_arrays(
-            [
-                pa.array(col, type=_ARROW_KIND[kind])
-                for col, (_n, kind) in zip(self.props, PROPERTY_FIELDS, strict=True)
-            ],
-            fields=list(PROPERTIES_TYPE),
-        )
+        props = self.props
+        timestamps = pa.array(
+            [None if p.timestamp is None else p.timestamp * 1_000_000 for p in props],
+            pa.int64(),
+        ).cast(_TS)
+        columns = []
+        for name, kind in PROPERTY_FIELDS:
+            if name == "timestamp":
+                columns.append(timestamps)
+            else:
+                columns.append(pa.array([getattr(p, name) for p in props], _ARROW_KIND[kind]))
+        props_array = pa.StructArray.from_arrays(columns, fields=list(PROPERTIES_TYPE))
         arrays = [
             pa.array([self.stream] * n, pa.string()),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, _TS),
+            timestamps,
             pa.array(self.exchanges, pa.string()),
             pa.array(self.keys, pa.string()),
             pa.array(self.bodies, pa.binary()),
-            props,
+            props_array,
         ]
         names = [
             "partition",
@@ -145,7 +125,13 @@ class BatchBuilder:
             "properties",
         ]
         if self.include_headers:
-            arrays.append(pa.array(self.headers, HEADERS_TYPE))
+            headers = [
+                None
+                if p.headers is None
+                else [(k, header_text(v)) for k, v in p.headers.items() if k != OFFSET_HEADER]
+                for p in props
+            ]
+            arrays.append(pa.array(headers, HEADERS_TYPE))
             names.append("headers")
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, names=names)

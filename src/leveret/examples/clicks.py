@@ -1,0 +1,322 @@
+"""Click counts per page per minute: Leveret -> Spark Structured Streaming -> Leveret + Parquet.
+
+    python -m leveret.examples.clicks                  # starts an embedded broker
+    python -m leveret.examples.clicks --uri amqp://guest:guest@127.0.0.1:5672/%2F
+
+1. A producer publishes JSON click events through a consistent-hash exchange
+   (`clicks.in`, hashing the user id) into the super stream `clicks` (4 partitions).
+2. A Spark job reads the super stream with format("leveret"), counts clicks per page
+   per minute of event time (a 1-minute window with a 1-minute watermark) ...
+3. ... and writes each finished window both to the exchange `click-counts` (exactly
+   once: deterministic ids in `x-deduplication-header`) and to Parquet.
+4. A consumer bound to `click-counts` prints the counts as they arrive.
+
+The events carry a simulated clock (`--minutes` minutes of clicks, published in a few
+seconds), and a last event two minutes later moves the watermark past every window, so
+the run ends on its own once every window's count has arrived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from pamqp import commands
+
+from leveret.spark._amqp import ChannelClosed, Client, ConnectionLost
+
+SUPER_STREAM = "clicks"
+PARTITIONS = 4
+HASH_EXCHANGE = "clicks.in"
+RESULTS_EXCHANGE = "click-counts"
+RESULTS_QUEUE = "click-counts.printer"
+PAGES = ("/", "/pricing", "/docs", "/blog", "/signup")
+END_PAGE = "/_end"  # the event that moves the watermark past the last window
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m leveret.examples.clicks", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--uri", help="AMQP URL of a Leveret broker (default: start an embedded one)")
+    p.add_argument("--minutes", type=int, default=5, help="minutes of simulated clicks (5)")
+    p.add_argument(
+        "--per-minute", type=int, default=2000, help="clicks per simulated minute (2000)"
+    )
+    p.add_argument(
+        "--seconds", type=float, default=10.0, help="real seconds to publish them in (10)"
+    )
+    p.add_argument("--out", help="directory for the Parquet output and checkpoints (a temp dir)")
+    p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    args = p.parse_args(argv)
+    for name in ("minutes", "per_minute"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    return args
+
+
+def _declare_exchange(uri: str, name: str, kind: str, arguments: dict | None = None) -> bool:
+    """Declare an exchange on a connection of its own; False if the broker lacks the type."""
+    try:
+        with Client(uri).connect() as c:
+            c.call(
+                commands.Exchange.Declare(
+                    exchange=name, exchange_type=kind, durable=True, arguments=arguments or {}
+                ),
+                commands.Exchange.DeclareOk,
+            )
+        return True
+    except ChannelClosed:
+        return False
+
+
+def setup(uri: str) -> dict:
+    """The super stream (as RabbitMQ makes one), the hash exchange in front, the results.
+
+    Returns where the producer publishes and how results are deduplicated.
+    """
+    _declare_exchange(uri, SUPER_STREAM, "direct")
+    hashed = _declare_exchange(uri, HASH_EXCHANGE, "x-consistent-hash")
+    dedup = _declare_exchange(
+        uri, RESULTS_EXCHANGE, "x-message-deduplication", {"x-cache-size": 100_000}
+    ) or _declare_exchange(uri, RESULTS_EXCHANGE, "topic")
+    with Client(uri).connect() as c:
+        for i in range(PARTITIONS):
+            stream = f"{SUPER_STREAM}-{i}"
+            c.call(
+                commands.Queue.Declare(
+                    queue=stream, durable=True, arguments={"x-queue-type": "stream"}
+                ),
+                commands.Queue.DeclareOk,
+            )
+            c.call(
+                commands.Queue.Bind(
+                    queue=stream,
+                    exchange=SUPER_STREAM,
+                    routing_key=str(i),
+                    arguments={"x-stream-partition-order": i},
+                ),
+                commands.Queue.BindOk,
+            )
+            if hashed:  # consistent-hash binding: the routing key is the partition's weight
+                c.call(
+                    commands.Queue.Bind(queue=stream, exchange=HASH_EXCHANGE, routing_key="1"),
+                    commands.Queue.BindOk,
+                )
+        c.call(commands.Queue.Declare(queue=RESULTS_QUEUE, durable=True), commands.Queue.DeclareOk)
+        c.call(
+            commands.Queue.Bind(queue=RESULTS_QUEUE, exchange=RESULTS_EXCHANGE, routing_key="#"),
+            commands.Queue.BindOk,
+        )
+    if not hashed:
+        print("  (no x-consistent-hash exchange: the producer picks partitions itself)")
+    if not dedup:
+        print("  (no x-message-deduplication exchange: results may repeat after a crash)")
+    return {"hashed": hashed, "dedup": dedup}
+
+
+def clicks(minutes: int, per_minute: int, start_ms: int, seed: int = 7) -> Iterator[dict]:
+    rng = random.Random(seed)
+    step = 60_000 / per_minute
+    for i in range(minutes * per_minute):
+        yield {
+            "id": f"c{i}",
+            "user": f"u{rng.randrange(500)}",
+            "page": rng.choices(PAGES, weights=(5, 2, 3, 2, 1))[0],
+            "ts": int(start_ms + i * step),
+        }
+
+
+def produce(uri: str, args: argparse.Namespace, start_ms: int, hashed: bool) -> int:
+    """Publish the clicks (keyed by user) paced over --seconds; returns how many."""
+
+    def target(user: str) -> tuple[str, str]:
+        if hashed:
+            return HASH_EXCHANGE, user
+        return SUPER_STREAM, str(zlib.crc32(user.encode()) % PARTITIONS)
+
+    total = args.minutes * args.per_minute
+    pace = args.seconds / total
+    began = time.monotonic()
+    with Client(uri).connect() as c:
+        c.confirm_select()
+        props = commands.Basic.Properties(content_type="application/json", delivery_mode=2)
+        for n, event in enumerate(clicks(args.minutes, args.per_minute, start_ms), 1):
+            c.publish(*target(event["user"]), json.dumps(event).encode(), props)
+            if n % 500 == 0:
+                c.wait_for_confirms()
+                ahead = began + n * pace - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+        end = {
+            "id": "end",
+            "user": "u0",
+            "page": END_PAGE,
+            "ts": start_ms + (args.minutes + 2) * 60_000,
+        }
+        for i in range(PARTITIONS):  # every partition's watermark must move
+            c.publish(SUPER_STREAM, str(i), json.dumps(end).encode(), props)
+        c.wait_for_confirms()
+    return total
+
+
+def start_job(spark, uri: str, out: Path):
+    """The Structured Streaming job: two sinks of one windowed count, each exactly once."""
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.format("leveret")
+        .option("uri", uri)
+        .option("superStream", SUPER_STREAM)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(
+            F.from_json(
+                F.col("body").cast("string"), "id string, user string, page string, ts long"
+            ).alias("e")
+        )
+        .select("e.page", (F.col("e.ts") / 1000).cast("timestamp").alias("event_time"))
+    )
+    counts = (
+        events.withWatermark("event_time", "1 minute")
+        .groupBy(F.window("event_time", "1 minute"), "page")
+        .count()
+        .where(F.col("page") != END_PAGE)
+        .select(F.col("window.start").alias("minute"), "page", F.col("count").alias("clicks"))
+    )
+    to_leveret = (
+        counts.select(
+            F.to_json(F.struct("minute", "page", "clicks")).alias("body"),
+            F.col("page").alias("routing_key"),
+        )
+        .writeStream.format("leveret")
+        .option("uri", uri)
+        .option("exchange", RESULTS_EXCHANGE)
+        .option("checkpointLocation", str(out / "checkpoints" / "to-leveret"))
+        .outputMode("append")
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    to_parquet = (
+        counts.writeStream.format("parquet")
+        .option("path", str(out / "counts.parquet"))
+        .option("checkpointLocation", str(out / "checkpoints" / "to-parquet"))
+        .outputMode("append")
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    return [to_leveret, to_parquet]
+
+
+def print_results(uri: str, expected: int, stop: threading.Event, seen: dict) -> None:
+    """The consumer: print each window's count as it arrives, until all clicks are counted."""
+    with Client(uri, timeout=1.0).connect() as c:
+        c.qos(100)
+        c.consume(RESULTS_QUEUE)
+        while not stop.is_set() and seen["clicks"] < expected:
+            try:
+                for d in c.deliveries():
+                    r = json.loads(d.body)
+                    c.ack(d.delivery_tag)
+                    key = (r["minute"], r["page"])
+                    if key not in seen["windows"]:
+                        seen["windows"][key] = r["clicks"]
+                        seen["clicks"] += r["clicks"]
+                    print(
+                        f"  {r['minute'][11:16]}  {r['page']:<10} {r['clicks']:>6} clicks",
+                        flush=True,
+                    )
+                    if seen["clicks"] >= expected or stop.is_set():
+                        break
+            except ConnectionLost:
+                continue  # no delivery within a second: look at the stop flag again
+
+
+@contextlib.contextmanager
+def broker_for(uri: str | None, data_dir: Path) -> Iterator[str]:
+    if uri:
+        yield uri
+        return
+    from leveret.testing import embedded_broker
+
+    with embedded_broker(persistence=True, data_dir=str(data_dir)) as broker:
+        print(f"started an embedded Leveret at {broker.url}", flush=True)
+        yield broker.url
+
+
+def spark_session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from leveret.spark import LeveretDataSource
+
+    spark = (
+        SparkSession.builder.appName("leveret-clicks")
+        .master(os.environ.get("SPARK_MASTER", "local[2]"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(LeveretDataSource)
+    return spark
+
+
+def main(argv: list[str] | None = None, spark=None) -> dict:
+    from leveret.spark import LeveretDataSource
+
+    args = parse_args(argv)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="leveret-clicks-"))
+    out.mkdir(parents=True, exist_ok=True)
+    with broker_for(args.uri, out / "broker") as uri:
+        print("setting up the super stream, the hash exchange and the results exchange", flush=True)
+        made = setup(uri)
+        spark = spark or spark_session()
+        spark.dataSource.register(LeveretDataSource)
+        queries = start_job(spark, uri, out)
+        start_ms = (int(time.time()) // 60) * 60_000
+        expected = args.minutes * args.per_minute
+        seen: dict = {"clicks": 0, "windows": {}}
+        stop = threading.Event()
+        printer = threading.Thread(target=print_results, args=(uri, expected, stop, seen))
+        printer.start()
+        print(f"publishing {expected} clicks ({args.minutes} simulated minutes) ...", flush=True)
+        try:
+            produce(uri, args, start_ms, made["hashed"])
+            printer.join(args.timeout)
+        finally:
+            stop.set()
+            printer.join(10)
+            for q in queries:
+                q.stop()
+        parquet = spark.read.parquet(str(out / "counts.parquet"))
+        in_parquet = parquet.groupBy().sum("clicks").collect()[0][0] or 0
+        print(
+            f"done: {seen['clicks']} of {expected} clicks counted in {len(seen['windows'])} "
+            f"windows; Parquet ({out / 'counts.parquet'}) holds {in_parquet}",
+            flush=True,
+        )
+        return {
+            "expected": expected,
+            "printed": seen["clicks"],
+            "parquet": in_parquet,
+            "windows": len(seen["windows"]),
+            "out": str(out),
+        }
+
+
+if __name__ == "__main__":
+    result = main()
+    sys.exit(0 if result["printed"] == result["expected"] == result["parquet"] else 1)
