@@ -1049,10 +1049,14 @@ class Consumer:
                     self._waiter = None
         message = buffer.popleft()
         if self.offset is not None:
-            offset = message.offset
-            if offset is not None:
-                self.last_offset = offset
+            self._handed_out(message)
         return message
+
+    def _handed_out(self, message: Message) -> None:
+        """Stream consumers remember the last offset the code got, to resume after it."""
+        offset = message.offset
+        if offset is not None:
+            self.last_offset = offset
 
     async def get(self, timeout: float | None = None) -> Message:
         """The next message (TimeoutError after `timeout` s)."""
@@ -1071,9 +1075,7 @@ class Consumer:
                 message.ack()
                 return
         self._buffer.append(message)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter
