@@ -184,6 +184,8 @@ def test_streaming_write_ids_come_from_the_query_and_batch(spark, amqp_url, name
 
 def test_driver_errors_name_the_problem_before_any_task(spark, amqp_url, names):
     df = spark.createDataFrame([("a",)], "body string")
+    group = f"write-errors-{names.token}"
+    spark.sparkContext.setJobGroup(group, "no job may start")
 
     def write(frame, **opts):
         w = frame.write.format("leveret").mode("append")
@@ -208,4 +210,18 @@ def test_driver_errors_name_the_problem_before_any_task(spark, amqp_url, names):
             uri=amqp_url,
             exchange="amq.fanout",
         )
-    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+
+
+def test_reading_needs_the_tail_offsets_extension_and_says_so(spark, amqp_url, names):
+    """On RabbitMQ (LEVERET_TEST_URL) the request for tail offsets comes back unroutable."""
+    from conftest import against_rabbitmq
+
+    if not against_rabbitmq():
+        pytest.skip("checks the error a broker without the extension gives (RabbitMQ)")
+    conn = pika.BlockingConnection(connection_params(amqp_url))
+    q = names.queue("stream")
+    conn.channel().queue_declare(q, durable=True, arguments={"x-queue-type": "stream"})
+    with pytest.raises(Exception, match="does not answer Leveret's tail-offsets extension"):
+        spark.read.format("leveret").option("uri", amqp_url).option("stream", q).load().collect()
+    conn.close()

@@ -111,6 +111,11 @@ def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], what: str) 
     return out
 
 
+def check_names(options: Mapping[str, str]) -> None:
+    """Refuse option names that neither reading nor writing knows."""
+    _normalise(options, READ_OPTIONS + WRITE_OPTIONS, "format('leveret')")
+
+
 def _uri(opts: dict[str, str]) -> str:
     uri = opts.get("uri")
     if not uri:

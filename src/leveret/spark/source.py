@@ -16,7 +16,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from leveret.spark.options import parse_read, parse_write
+from leveret.spark.options import check_names, parse_read, parse_write
 from leveret.spark.rows import schema_ddl
 
 
@@ -31,6 +31,8 @@ class LeveretDataSource(DataSource):
         return "leveret"
 
     def schema(self) -> str:
+        """Called by load(): misspelt option names fail here, the rest when the query runs."""
+        check_names(self.options)
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return schema_ddl(include)
 
