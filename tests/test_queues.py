@@ -297,3 +297,60 @@ def test_queue_with_no_name_uses_last_declared(connection):
     ch.basic_publish("", q, b"x")
     method, _props, body = ch.basic_get("", auto_ack=True)
     assert body == b"x"
+
+
+# Unbinding is idempotent in RabbitMQ 3.10.8: each of these answers unbind-ok
+# (checked with the same pika calls against the reference broker).  aio-pika's
+# RPC.close() unbinds its reply queue after the queue was auto-deleted.
+
+
+def test_unbind_missing_queue_is_ok(connection, names):
+    ch = connection.channel()
+    ch.queue_unbind(names.queue("gone"), "amq.direct", "k")
+    assert ch.is_open
+
+
+def test_unbind_from_missing_exchange_is_ok(connection, names):
+    ch = connection.channel()
+    q = names.queue()
+    ch.queue_declare(q)
+    ch.queue_unbind(q, names.exchange("gone"), "k")
+    ch.queue_unbind(names.queue("gone"), names.exchange("gone"), "k")
+    assert ch.is_open
+    ch.queue_delete(q)
+
+
+def test_exchange_unbind_missing_ends_is_ok(connection, names):
+    ch = connection.channel()
+    ch.exchange_unbind(destination=names.exchange("gone"), source="amq.direct", routing_key="k")
+    ch.exchange_unbind(destination="amq.fanout", source=names.exchange("gone"), routing_key="k")
+    assert ch.is_open
+
+
+def test_unbind_after_auto_delete_queue_went(connection, names):
+    """The aio-pika RPC teardown: cancel, the auto-delete queue goes, then unbind."""
+    ch = connection.channel()
+    x = names.exchange()
+    ch.exchange_declare(x, "direct")
+    q = ch.queue_declare("", auto_delete=True).method.queue
+    ch.queue_bind(q, x, "k")
+    tag = ch.basic_consume(q, lambda *a: None)
+    ch.basic_cancel(tag)
+    with _closed_with(404):
+        connection.channel().queue_declare(q, passive=True)
+    ch.queue_unbind(q, x, "k")
+    assert ch.is_open
+    ch.exchange_delete(x)
+
+
+def test_unbind_default_exchange_still_refused(connection, names):
+    ch = connection.channel()
+    q = names.queue()
+    ch.queue_declare(q)
+    with _closed_with(403) as info:
+        ch.queue_unbind(q, "", q)
+    assert "operation not permitted on the default exchange" in info.value.reply_text
+    ch2 = connection.channel()
+    with _closed_with(403):
+        ch2.exchange_unbind(destination="amq.fanout", source="", routing_key="k")
+    connection.channel().queue_delete(q)

@@ -287,13 +287,33 @@ class VirtualHost:
 
     def unbind(
         self,
-        source: Exchange,
-        destination: Queue | Exchange,
+        source_name: str,
+        destination_name: str,
+        to_queue: bool,
         routing_key: str,
         arguments: dict[str, Any],
+        connection: Any = None,
     ) -> None:
-        if source is self.default_exchange or destination is self.default_exchange:
+        """Remove a binding named by its ends; idempotent, as in RabbitMQ.
+
+        Takes names rather than objects because unbinding something that is gone
+        (the queue, the source or the destination exchange) succeeds: teardown code
+        such as aio-pika's RPC pattern unbinds after the queue was auto-deleted.
+        """
+        if not source_name or (not to_queue and not destination_name):
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        source = self.exchanges.get(source_name)
+        if to_queue:
+            if destination_name not in self.queues:
+                return
+            destination: Queue | Exchange = self.get_queue(destination_name, connection)
+        else:
+            dest_exchange = self.exchanges.get(destination_name)
+            if dest_exchange is None:
+                return
+            destination = dest_exchange
+        if source is None:
+            return
         binding = source.bindings.get((destination, routing_key, _args_key(arguments)))
         if binding is not None:
             self._drop_binding(binding, cascade=True)

@@ -66,13 +66,7 @@ class ModelMethods:
             self.send_method(cmd.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: cmd.Exchange.Unbind) -> None:
-        vhost = self.vhost
-        vhost.unbind(
-            vhost.get_exchange(m.source),
-            vhost.get_exchange(m.destination),
-            m.routing_key,
-            _args(m.arguments),
-        )
+        self.vhost.unbind(m.source, m.destination, False, m.routing_key, _args(m.arguments))
         if not m.nowait:
             self.send_method(cmd.Exchange.UnbindOk())
 
@@ -120,10 +114,10 @@ class ModelMethods:
             self.send_method(cmd.Queue.BindOk())
 
     def on_queue_unbind(self, m: cmd.Queue.Unbind) -> None:
-        queue = self.queue_by_name(m.queue)
-        self.vhost.unbind(
-            self.vhost.get_exchange(m.exchange), queue, m.routing_key, _args(m.arguments)
-        )
+        name = m.queue or self.last_queue_name
+        if not name:
+            raise ChannelError(NOT_FOUND, "no previously declared queue")
+        self.vhost.unbind(m.exchange, name, True, m.routing_key, _args(m.arguments), self.conn)
         self.send_method(cmd.Queue.UnbindOk())
 
     def on_queue_purge(self, m: cmd.Queue.Purge) -> None:
