@@ -44,6 +44,10 @@ CONNECTION_CLOSE_OK = (10 << 16) | 51
 CHANNEL_OPEN = (20 << 16) | 10
 OUTPUT_HIGH_WATER = 1024 * 1024  # stop delivering to a connection above this backlog
 CLOSE_OK_TIMEOUT = 3.0
+# After the close handshake the socket stays open, read and discarded, until the
+# client's FIN or this many seconds: closing with unread input makes the kernel
+# send a TCP reset, which destroys the close-ok the client has not read yet.
+LINGER_TIMEOUT = 10.0
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -311,10 +315,8 @@ class AMQPConnection(asyncio.Protocol):
         if buf[:8] != PROTOCOL_HEADER:
             # Spec 4.2.2: answer with the version we speak, then close.
             log.info("client %s sent an unsupported protocol header %r", self.peer, buf[:8])
-            self.state = "closed"
-            assert self.transport is not None
-            self.transport.write(PROTOCOL_HEADER)
-            self.transport.close()
+            self.write(PROTOCOL_HEADER)
+            self._linger()
             return b""
         self._header_buf = b""
         self.state = "start-ok"
@@ -354,8 +356,7 @@ class AMQPConnection(asyncio.Protocol):
             if index in (CONNECTION_CLOSE, CONNECTION_CLOSE_OK):
                 if index == CONNECTION_CLOSE:
                     self.send_method(0, cmd.Connection.CloseOk())
-                    self._flush()
-                self._drop()
+                self._linger()  # close() already tore the channels down
             return
         method = wire.decode_method(payload)
         expected = {
@@ -377,12 +378,12 @@ class AMQPConnection(asyncio.Protocol):
         elif isinstance(method, cmd.Connection.Open):
             self._on_open(method)
         elif isinstance(method, cmd.Connection.Close):
+            self._flush()  # publisher confirms already due go out before close-ok
+            self._teardown()  # no deliveries after close-ok: requeue, drop consumers
             self.send_method(0, cmd.Connection.CloseOk())
-            self.state = "closing"
-            self._flush()
-            self._drop()
+            self._linger()
         elif isinstance(method, cmd.Connection.CloseOk):
-            self._drop()
+            self._linger()
         elif isinstance(method, cmd.Connection.UpdateSecret):
             self.send_method(0, cmd.Connection.UpdateSecretOk())
         elif isinstance(method, cmd.Connection.Blocked | cmd.Connection.Unblocked):
@@ -575,7 +576,7 @@ class AMQPConnection(asyncio.Protocol):
         log.warning("closing connection %s: %s", self.peer, exc.reply_text)
         self.close(exc.code, exc.reply_text, exc.class_id, exc.method_id)
         if drop or self.state == "header":
-            self._drop()
+            self._linger()
 
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
         """Start the server side of the close handshake."""
@@ -587,9 +588,9 @@ class AMQPConnection(asyncio.Protocol):
         self._flush()
         self._teardown()
         if handshake_done:
-            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._drop))
+            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._linger))
         else:
-            self._drop()
+            self._linger()
 
     def force_close(self, reason: str = "shutdown") -> None:
         self.close(
@@ -597,10 +598,34 @@ class AMQPConnection(asyncio.Protocol):
             f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
 
-    def _drop(self) -> None:
-        if self.transport is not None and self.state != "closed":
-            self.state = "closed"
-            self.transport.close()
+    def _linger(self) -> None:
+        """End the connection without a TCP reset.
+
+        Sends what is buffered and a FIN, then keeps reading (and discarding, as
+        state "closed" makes data_received do) until the client's FIN, when
+        eof_received lets the transport close, or LINGER_TIMEOUT.  A client may
+        legally go on writing after its connection.close (amqplib does, for
+        publishes buffered on other channels); closing the socket on unread data
+        would reset the connection and lose the close-ok it is waiting for.
+        """
+        transport = self.transport
+        if transport is None or self.state == "closed":
+            return
+        self._flush()
+        self.state = "closed"
+        if transport.is_closing():
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        timer = self.loop.call_later(LINGER_TIMEOUT, transport.close)
+        self._timers.append(timer)
+
+    def eof_received(self) -> bool:
+        """The client's FIN: let asyncio close the transport (after our buffered writes)."""
+        return False
 
     def _teardown(self) -> None:
         """Requeue unacked messages, drop consumers and exclusive queues. Idempotent."""
