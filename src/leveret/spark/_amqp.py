@@ -310,6 +310,23 @@ class Client:
             ) from None
         self.call(commands.Channel.Open(), commands.Channel.OpenOk, 1)
 
+    def connect_patiently(self, patience: float) -> Client:
+        """Connect, retrying a refused or unreachable broker for up to `patience` seconds.
+
+        For tasks: a broker that restarts (or fails over) while a query runs costs a task a
+        short wait instead of its retries. The driver connects once, to fail fast.
+        """
+        deadline = time.monotonic() + patience
+        delay = 0.1
+        while True:
+            try:
+                return self.connect()
+            except ConnectFailed:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     def close(self) -> None:
         """Polite close; never raises (the task is over either way)."""
         if self.sock is None:

@@ -7,6 +7,7 @@ to give the broker credit back, so a replayed task reads the very same messages 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from leveret.spark import planning
-from leveret.spark._amqp import Client
+from leveret.spark._amqp import Client, ConnectFailed, ConnectionLost
 from leveret.spark._tail import PartitionTail, stream_offsets
 from leveret.spark.options import ReadOptions, fail_once
 from leveret.spark.planning import DataLoss, OffsetRange
@@ -49,17 +50,44 @@ def fetch_tails(opts: ReadOptions, timestamp: int | None = None) -> list[Partiti
 def read_range(opts: ReadOptions, stream: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Consume offsets [start, end) of `stream` and yield them as Arrow batches.
 
-    Offsets below `start` (a stream consumer may begin at a chunk boundary) are skipped;
-    a first offset above `start`, or a hole, means retention deleted data.
+    Offsets below the next expected one (a stream consumer may begin at a chunk boundary)
+    are skipped; a first offset above it, or a hole, means retention deleted data. A
+    connection lost mid-range is opened again (for up to `timeout` seconds) and the read
+    goes on from the next expected offset, so a broker restart costs no task retry.
     """
     rows = BatchBuilder(stream, opts.include_headers)
-    fail_at = start + max(1, (end - start) // 2) if opts.debug_fail_once else None
-    expected = start
+    state = {"expected": start, "fail_at": None}
+    if opts.debug_fail_once:
+        state["fail_at"] = start + max(1, (end - start) // 2)
+    lost_since: float | None = None
+    while state["expected"] < end:
+        before = state["expected"]
+        try:
+            yield from _consume(opts, stream, end, rows, state)
+        except (ConnectionLost, ConnectFailed):
+            if state["expected"] > before:
+                lost_since = None
+            now = time.monotonic()
+            lost_since = lost_since or now
+            if now - lost_since > opts.timeout:
+                raise
+            time.sleep(0.2)
+            continue
+        break
+    if len(rows):
+        yield rows.take()
+
+
+def _consume(
+    opts: ReadOptions, stream: str, end: int, rows: BatchBuilder, state: dict
+) -> Iterator[pa.RecordBatch]:
     ack_every = max(1, opts.prefetch // 2)
     unacked = 0
-    with Client(opts.uri, timeout=opts.timeout, label="leveret-spark task").connect() as client:
+    expected = state["expected"]
+    task = Client(opts.uri, timeout=opts.timeout, label="leveret-spark task")
+    with task.connect_patiently(opts.timeout) as client:
         client.qos(opts.prefetch)
-        client.consume(stream, {OFFSET_HEADER: start})
+        client.consume(stream, {OFFSET_HEADER: expected})
         for d in client.deliveries():
             unacked += 1
             if unacked >= ack_every:
@@ -81,20 +109,19 @@ def read_range(opts: ReadOptions, stream: str, start: int, end: int) -> Iterator
                         "'failOnDataLoss' to false to skip them"
                     )
                 if offset >= end:
-                    break
+                    state["expected"] = end
+                    return
             rows.add(offset, d)
-            expected = offset + 1
-            if fail_at is not None and expected >= fail_at:
+            expected = state["expected"] = offset + 1
+            if state["fail_at"] is not None and expected >= state["fail_at"]:
+                state["fail_at"] = None
                 yield rows.take()
                 if fail_once(opts.debug_fail_once):
                     raise RuntimeError(f"debugFailOnce: injected failure in stream {stream!r}")
-                fail_at = None
             if expected >= end:
-                break
+                return
             if len(rows) >= ARROW_BATCH_ROWS:
                 yield rows.take()
-    if len(rows):
-        yield rows.take()
 
 
 def _plan_partitions(opts: ReadOptions, parts: list[OffsetRange]) -> list[RangePartition]:

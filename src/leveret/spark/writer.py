@@ -127,7 +127,8 @@ def publish_rows(opts: WriteOptions, prefix: str, rows: Iterator[Row]) -> Publis
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     count = 0
-    client = Client(opts.uri, timeout=opts.timeout, label="leveret-spark writer").connect()
+    client = Client(opts.uri, timeout=opts.timeout, label="leveret-spark writer")
+    client.connect_patiently(opts.timeout)
     try:
         client.confirm_select()
         for row in rows:
