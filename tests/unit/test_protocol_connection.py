@@ -420,3 +420,59 @@ def test_named_method_constants_match_pamqp():
         cls_name, method = cls.name.split(".")
         snake = "".join("_" + c if c.isupper() else c for c in method).lstrip("_").upper()
         assert getattr(k, f"{cls_name.upper()}_{snake}") == index, cls.name
+
+
+# -- the fast path and the frame-by-frame path agree ------------------------------------
+
+
+def _summary(events):
+    out = []
+    for e in events:
+        fields = tuple(getattr(e, name) for name in e.__slots__)
+        out.append((type(e).__name__, fields))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 19, 64, 1000, 10**9])
+def test_any_split_of_the_byte_stream_gives_the_same_events(chunk):
+    client, server = handshake({"frame_max": 4096}, {"frame_max": 4096})
+    n = open_channel(client, server)
+    header = struct.pack(">HHQ", 60, 0, 0) + BasicProperties(message_id="m").encode()
+    bodies = [b"", b"x", b"y" * 4088, b"z" * 4089, b"w" * 10000, b"small"]
+    for i, body in enumerate(bodies):
+        h = header[:4] + struct.pack(">Q", len(body)) + header[12:]
+        server.send_content(n, cmd.Basic.Deliver("ctag", i + 1, i % 2 == 1, "ex", "rk"), h, body)
+        server.send_method(n, cmd.Basic.Ack(i + 1, False))
+    server.send_method(0, cmd.Connection.Blocked("x"))
+    wire_bytes = server.data_to_send()
+    events = []
+    for start in range(0, len(wire_bytes), chunk):
+        events += client.receive_data(wire_bytes[start : start + chunk])
+    deliveries = [e for e in events if isinstance(e, pc.Deliver)]
+    assert [d.body for d in deliveries] == bodies
+    assert [d.delivery_tag for d in deliveries] == list(range(1, 7))
+    assert [d.redelivered for d in deliveries] == [i % 2 == 1 for i in range(6)]
+    assert all(BasicProperties.decode(d.header).message_id == "m" for d in deliveries)
+    assert [type(e).__name__ for e in events] == ["Deliver", "Ack"] * 6 + ["ConnectionBlocked"]
+    # The same stream fed whole, to a fresh client: identical events.
+    client2, server2 = handshake({"frame_max": 4096}, {"frame_max": 4096})
+    open_channel(client2, server2)
+    assert _summary(client2.receive_data(wire_bytes)) == _summary(events)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 33, 10**9])
+def test_publishes_split_anywhere_reach_the_server_whole(chunk):
+    client, server = handshake()
+    n = open_channel(client, server)
+    bodies = [b"a" * size for size in (0, 1, 100, 131064, 131065, 300000)]
+    for body in bodies:
+        client.send_publish(n, "amq.direct", "key", body, EMPTY_PROPERTIES, mandatory=True)
+    wire_bytes = client.data_to_send()
+    events = []
+    for start in range(0, len(wire_bytes), chunk):
+        events += server.receive_data(wire_bytes[start : start + chunk])
+    assert [type(e) for e in events] == [pc.Publish] * len(bodies)
+    assert [e.body for e in events] == bodies
+    assert all(
+        (e.exchange, e.routing_key, e.mandatory) == ("amq.direct", "key", True) for e in events
+    )

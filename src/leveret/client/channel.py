@@ -173,6 +173,7 @@ class Channel:
         self._tx = False
         self._publish_frames: dict[tuple[str, str, bool], bytes] = {}
         self._return_callbacks: list[Any] = []
+        self._confirm_listeners: list[Any] = []
         self._reply_consumer: Consumer | None = None
 
     def __repr__(self) -> str:
@@ -201,6 +202,7 @@ class Channel:
 
     def _on_broker_close(self, exc: ChannelClosed) -> None:
         log.warning("channel %d closed by the broker: %s", self.number, exc)
+        self.connection._emit(ev.ChannelClosedByBroker(self.number, exc.reply_code, exc.reply_text))
         self._close(exc)
 
     def _on_close_ok(self) -> None:
@@ -810,6 +812,60 @@ class Channel:
                 order.popleft()
         if not self._room.is_set():
             self._room.set()
+        if self._confirm_listeners:
+            for listener in self._confirm_listeners:
+                listener(tag, multiple, nack)
+
+    # --- the low-level publishing API (load generators, batch writers) ------------------
+
+    def add_confirm_listener(self, listener: Any) -> None:
+        """Call `listener(delivery_tag, multiple, nack)` for every confirm the broker sends,
+        including those of send_encoded() publishes."""
+        self._confirm_listeners.append(listener)
+
+    def encode_publish(
+        self,
+        body: bytes | str,
+        routing_key: str = "",
+        exchange: str | Exchange = "",
+        *,
+        properties: BasicProperties | None = None,
+        mandatory: bool = False,
+    ) -> bytes:
+        """A publish (method, header and body frames) encoded once, for send_encoded()."""
+        return self._encode(body, _name(exchange), routing_key, mandatory, properties)
+
+    @property
+    def can_publish(self) -> bool:
+        """Whether a publish can be written now: open, not blocked, socket not backed up."""
+        conn = self.connection
+        return (
+            self._state == _OPEN
+            and conn._state == "open"
+            and not conn.blocked
+            and conn._writable.is_set()
+        )
+
+    async def wait_publishable(self, timeout: float | None = None) -> None:
+        """Wait until can_publish (BlockedTimeout if blocked longer than `timeout`)."""
+        await self._publish_ready(timeout)
+
+    def send_encoded(self, frames: bytes, count: int = 1) -> None:
+        """Write `count` publishes encoded by encode_publish() (concatenated) at once.
+
+        Nothing is awaited and, on a confirm channel, nothing is tracked per
+        message: the publishes take sequence numbers and their confirms reach
+        the confirm listeners only. Check can_publish first (or await
+        wait_publishable()); ChannelClosed if the channel is closed.
+        """
+        self._check_closed()
+        core = self.connection._core
+        if core is None or self._state != _OPEN:
+            raise ConnectionLost("the connection is not open")
+        core.send_publish_frames(self.number, frames)
+        if self.confirms:
+            self._seq += count
+        self.connection._flush_soon()
 
     def add_return_callback(self, callback: Any) -> None:
         """Call `callback(MessageReturned)` for returns that no awaited publish claims
@@ -849,34 +905,46 @@ class Channel:
         consumer_tag: str | None = None,
         arguments: dict[str, Any] | None = None,
         offset: Any = None,
+        on_message: Any = None,
     ) -> Consumer:
         """A consumer on `queue`: iterate it with `async for`, or `await` it to start it.
 
         `prefetch` sets basic.qos for this consumer. `offset` makes it a stream
         consumer ("first", "last", "next", an offset number or a datetime);
         after a reconnect it resumes after the last message it handed out.
+        With `on_message`, each message is passed to `on_message(message)` on
+        the event loop as it arrives instead of being buffered for iteration
+        (the callback must not block).
         """
-        return Consumer(self, queue, prefetch, no_ack, exclusive, consumer_tag, arguments, offset)
+        consumer = Consumer(
+            self, queue, prefetch, no_ack, exclusive, consumer_tag, arguments, offset
+        )
+        if on_message is not None:
+            consumer._callback = on_message
+        return consumer
 
     def _on_deliver(self, event: pc.Deliver) -> None:
         consumer = self._consumers.get(event.consumer_tag)
         if consumer is None:
             log.debug("delivery for unknown consumer %r dropped", event.consumer_tag)
             return
-        consumer._push(
-            Message(
-                event.body,
-                event.delivery_tag,
-                event.redelivered,
-                event.exchange,
-                event.routing_key,
-                event.consumer_tag,
-                event.header,
-                self,
-                self._epoch,
-                consumer.no_ack,
-            )
+        message = Message(
+            event.body,
+            event.delivery_tag,
+            event.redelivered,
+            event.exchange,
+            event.routing_key,
+            event.consumer_tag,
+            event.header,
+            self,
+            self._epoch,
+            consumer.no_ack,
         )
+        callback = consumer._callback
+        if callback is not None and consumer._plain:
+            callback(message)  # the common case of _push, without the call
+        else:
+            consumer._push(message)
 
     def _settle(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> bool:
         conn = self.connection
@@ -889,7 +957,12 @@ class Channel:
             core.send_nack(self.number, delivery_tag, multiple, requeue)
         else:
             core.send_reject(self.number, delivery_tag, requeue)
-        conn._flush_soon()
+        if multiple:
+            # A cumulative ack frees many prefetch slots: let the broker know now
+            # rather than after the rest of this read is processed.
+            conn._flush()
+        else:
+            conn._flush_soon()
         return True
 
     # --- direct reply-to and RPC ---------------------------------------------------------------------
@@ -971,6 +1044,8 @@ class Consumer:
         self._done = False
         self._error: BaseException | None = None
         self._cancelling = False
+        self._callback: Any = None
+        self._plain = offset is None  # no stream offsets to track or skip
 
     def __repr__(self) -> str:
         return f"<leveret.client.Consumer {self.consumer_tag} on {self.queue_name!r}>"
@@ -1074,6 +1149,12 @@ class Consumer:
             if offset is not None and offset <= self.last_offset:
                 message.ack()
                 return
+        callback = self._callback
+        if callback is not None:
+            if self.offset is not None:
+                self._handed_out(message)
+            callback(message)
+            return
         self._buffer.append(message)
         self._wake()
 
@@ -1117,6 +1198,7 @@ class Consumer:
             self._wake()
             return
         self._cancelling = True
+        self._plain = False
         try:
             if ch._state == _OPEN:
                 await ch._call(cmd.Basic.Cancel(consumer_tag=self.consumer_tag), BASIC_CANCEL_OK)

@@ -309,9 +309,11 @@ class Connection:
                 p.connect_timeout,
             )
         except TimeoutError:
-            raise ConnectError(f"{where}: timed out after {p.connect_timeout:g} s") from None
+            raise ConnectError(
+                f"cannot connect to {where}: timed out after {p.connect_timeout:g} s"
+            ) from None
         except OSError as exc:
-            raise ConnectError(f"{where}: {exc.strerror or exc}") from None
+            raise ConnectError(f"cannot connect to {where}: {exc.strerror or exc}") from None
         self._link, self._core = link, core
         self._last_recv = self._last_send = self._loop.time()
         core.initiate()
@@ -720,7 +722,7 @@ class Connection:
 
 
 async def connect(
-    url: str | list[str] = "amqp://guest:guest@127.0.0.1:5672/%2F",
+    url: str | list[str] | ConnectionParameters = "amqp://guest:guest@127.0.0.1:5672/%2F",
     *,
     name: str | None = None,
     heartbeat: int | None = None,
@@ -736,7 +738,8 @@ async def connect(
     """Open a connection.
 
     `url` is an amqp:// or amqps:// URL (several hosts may be given comma
-    separated, or several URLs as a list; they are tried in order). `name`
+    separated, or several URLs as a list; they are tried in order), or
+    ConnectionParameters. `name`
     shows up as the connection name in the broker's management UI.
     `heartbeat` overrides the broker's suggestion (0 disables). `ssl_context`
     replaces the context built from the URL's TLS options.
@@ -749,7 +752,8 @@ async def connect(
     broker or a refused login raise at once (InvalidURL, ConnectError,
     AuthenticationError).
     """
-    params = parse_urls(url).with_options(
+    base = url if isinstance(url, ConnectionParameters) else parse_urls(url)
+    params = base.with_options(
         connection_name=name,
         heartbeat=heartbeat,
         ssl_context=ssl_context,

@@ -104,3 +104,12 @@ class Unblocked(ClientEvent):
 class ConsumerCancelledByBroker(ClientEvent):
     consumer_tag: str
     queue: str
+
+
+@dataclass(frozen=True)
+class ChannelClosedByBroker(ClientEvent):
+    """The broker closed a channel (a channel error); the connection carries on."""
+
+    channel: int
+    reply_code: int
+    reply_text: str

@@ -11,40 +11,31 @@ import sys
 import time
 from typing import Any, TextIO
 
-from pamqp import commands, frame, header
-
-from leveret.perf.amqp import (
-    FRAME_HEADER,
-    AMQPConnection,
-    BrokerError,
-    ConfirmTracker,
-    connect,
-)
+from leveret.client import BasicProperties, ClientError
+from leveret.perf.amqp import BrokerError, ConfirmTracker, PerfConnection, open_connection
 from leveret.perf.options import BrokerAddress
 from leveret.perf.stats import LIVE_HEADER, LatencySamples, live_line, ns_to_ms, percentile
+from leveret.protocol.frames import body_frames
+from leveret.protocol.methods import encode_publish
+from leveret.protocol.properties import content_header_frame
 
 COUNTERS = ("published", "confirmed", "nacked", "consumed")
 _STAMP = struct.Struct(">Q")
 
 
 def encode_message(
-    exchange: str, routing_key: str, size: int, persistent: bool, frame_max: int
+    exchange: str, routing_key: str, size: int, persistent: bool, frame_max: int, channel: int = 1
 ) -> tuple[bytes, bytes | None]:
-    """Pre-encode one publish (method + header + body frames).
+    """Pre-encode one publish (method + header + body frames), with the protocol core's codecs.
 
     Returns (prefix, suffix): the 8-byte send timestamp goes between them. When the
     body is too small to carry a timestamp, returns (whole message, None).
     """
-    method = frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), 1)
-    props = commands.Basic.Properties(delivery_mode=2 if persistent else 1)
-    content = frame.marshal(header.ContentHeader(body_size=size, properties=props), 1)
+    method = encode_publish(channel, exchange, routing_key)
+    props = BasicProperties(delivery_mode=2 if persistent else 1).encode()
+    content = content_header_frame(channel, size, props)
     body = bytes(8) + b"x" * (size - 8) if size >= 8 else b"x" * size
-    chunk = frame_max - 8
-    frames = b"".join(
-        FRAME_HEADER.pack(3, 1, len(part)) + part + b"\xce"
-        for part in (body[i : i + chunk] for i in range(0, len(body), chunk))
-    )
-    whole = method + content + frames
+    whole = method + content + b"".join(body_frames(channel, body, frame_max))
     if size < 8:
         return whole, None
     at = len(method) + len(content) + 7
@@ -78,9 +69,9 @@ class PerfRun:
         self.abort = asyncio.Event()
         self.stopping = False
         self.interrupted = False
-        self.setup: AMQPConnection | None = None
-        self.producers: list[AMQPConnection] = []
-        self.consumers: list[AMQPConnection] = []
+        self.setup: PerfConnection | None = None
+        self.producers: list[PerfConnection] = []
+        self.consumers: list[PerfConnection] = []
         self.window = LatencySamples()
         self.measuring = False
         self.second_latencies: list[int] = []
@@ -104,9 +95,11 @@ class PerfRun:
         self.notes.append("interrupted; summary covers the time until then")
         self.abort.set()
 
-    async def _connect(self, label: str) -> AMQPConnection:
+    async def _connect(self, label: str) -> PerfConnection:
         a = self.address
-        return await connect(a.host, a.port, a.user, a.password, a.vhost, label, self._error)
+        return await open_connection(
+            a.host, a.port, a.user, a.password, a.vhost, label, self._error
+        )
 
     # -- phases -----------------------------------------------------------------------
 
@@ -118,7 +111,7 @@ class PerfRun:
             await self._declare()
             await self._open_clients()
             await self._measure()
-        except BrokerError as exc:
+        except (BrokerError, ClientError) as exc:
             self._error(str(exc))
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -128,52 +121,47 @@ class PerfRun:
 
     async def _declare(self) -> None:
         self.setup = setup = await self._connect("setup")
+        ch = setup.channel = await setup.conn.channel(confirms=False)
         a = self.args
         if a.fanout:
-            await setup.call(
-                commands.Exchange.Declare(
-                    exchange=self.exchange, exchange_type="fanout", durable=a.persistent
-                ),
-                commands.Exchange.DeclareOk,
-            )
+            await ch.declare_exchange(self.exchange, "fanout", durable=a.persistent)
             self.declared_exchange = True
         for q in self.queues:
-            await setup.call(
-                commands.Queue.Declare(queue=q, durable=a.persistent), commands.Queue.DeclareOk
-            )
+            await ch.declare_queue(q, durable=a.persistent)
             self.declared_queues.append(q)
             if a.producers:  # consumer-only runs drain what is already there
-                await setup.call(commands.Queue.Purge(queue=q), commands.Queue.PurgeOk)
+                await ch.purge_queue(q)
             if a.fanout:
-                await setup.call(
-                    commands.Queue.Bind(queue=q, exchange=self.exchange, routing_key=""),
-                    commands.Queue.BindOk,
-                )
+                await ch.bind_queue(q, self.exchange)
 
-    async def _open_consumer(self, idx: int, queues: list[str]) -> AMQPConnection:
+    async def _open_consumer(self, idx: int, queues: list[str]) -> PerfConnection:
         a = self.args
         conn = await self._connect(f"consumer {idx}")
         self.consumers.append(conn)
-        if not a.autoack and a.prefetch:
-            await conn.call(commands.Basic.Qos(prefetch_count=a.prefetch), commands.Basic.QosOk)
+        ch = conn.channel = await conn.conn.channel(confirms=False)
         conn.manual_ack = not a.autoack
         if a.multi_ack_every is not None:
             conn.ack_every = max(1, a.multi_ack_every)
         else:
             conn.ack_every = max(1, a.prefetch // 4) if a.prefetch else 100
+        prefetch = a.prefetch if not a.autoack and a.prefetch else None
         for q in queues:
-            await conn.call(
-                commands.Basic.Consume(queue=q, consumer_tag=f"perf-{idx}-{q}", no_ack=a.autoack),
-                commands.Basic.ConsumeOk,
-            )
+            await ch.consume(
+                q,
+                prefetch=prefetch,
+                no_ack=a.autoack,
+                consumer_tag=f"perf-{idx}-{q}",
+                on_message=conn.on_message,
+            ).start()
         return conn
 
-    async def _open_producer(self, idx: int) -> AMQPConnection:
+    async def _open_producer(self, idx: int) -> PerfConnection:
         conn = await self._connect(f"producer {idx}")
         self.producers.append(conn)
+        conn.channel = ch = await conn.conn.channel(confirms=bool(self.args.confirm))
         if self.args.confirm:
             conn.confirms = ConfirmTracker()
-            await conn.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+            ch.add_confirm_listener(conn.confirms.on_confirm)
         return conn
 
     async def _open_clients(self) -> None:
@@ -221,7 +209,7 @@ class PerfRun:
 
     # -- traffic ----------------------------------------------------------------------
 
-    async def _produce(self, conn: AMQPConnection, idx: int) -> None:
+    async def _produce(self, conn: PerfConnection, idx: int) -> None:
         """Publish in batches of pre-encoded frames, one timestamp per batch."""
         a = self.args
         if self.exchange:
@@ -229,7 +217,7 @@ class PerfRun:
         else:
             routing_key = self.queues[idx % len(self.queues)]
         prefix, suffix = encode_message(
-            self.exchange, routing_key, a.size, a.persistent, conn.frame_max
+            self.exchange, routing_key, a.size, a.persistent, conn.frame_max, conn.channel.number
         )
         msg_len = len(prefix) + (len(suffix) + 8 if suffix is not None else 0)
         batch_max = max(1, min(1000, 16384 // msg_len))
@@ -240,16 +228,13 @@ class PerfRun:
         stamp = time.monotonic_ns
         pack_ts = _STAMP.pack
         sleep = asyncio.sleep
-        assert conn.transport is not None
-        write = conn.transport.write
+        channel = conn.channel
+        send = channel.send_encoded
         start = clock()
         sent = 0
         while not self.stopping and conn.error is None:
-            if not conn.writable.is_set():
-                await conn.writable.wait()
-                continue
-            if not conn.unblocked.is_set():
-                await conn.unblocked.wait()
+            if not channel.can_publish:
+                await channel.wait_publishable()
                 continue
             k = batch_max
             if window and tracker is not None:
@@ -274,7 +259,7 @@ class PerfRun:
             else:
                 one = prefix + pack_ts(stamp()) + suffix
                 data = one * k if k > 1 else one
-            write(data)
+            send(data, k)
             conn.published += k
             sent += k
             await sleep(0)
@@ -355,15 +340,14 @@ class PerfRun:
             return
         conn = self.setup
         try:
-            if conn is None or conn.error is not None or conn.lost.done():
+            if conn is None or conn.error is not None or conn.closed or not conn.channel.is_open:
                 conn = await self._connect("clean-up")
+                conn.channel = await conn.conn.channel(confirms=False)
             for q in self.declared_queues:
-                await conn.call(commands.Queue.Delete(queue=q), commands.Queue.DeleteOk)
+                await conn.channel.delete_queue(q)
             if self.declared_exchange:
-                await conn.call(
-                    commands.Exchange.Delete(exchange=self.exchange), commands.Exchange.DeleteOk
-                )
-        except BrokerError as exc:
+                await conn.channel.delete_exchange(self.exchange)
+        except (BrokerError, ClientError) as exc:
             self.notes.append(f"clean-up incomplete: {exc}")
         finally:
             if conn is not None:

@@ -29,6 +29,7 @@ else goes through pamqp.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from pamqp import commands as cmd
@@ -73,11 +74,27 @@ from leveret.protocol.constants import (
     UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_, FrameError
-from leveret.protocol.frames import HEARTBEAT_FRAME, FrameReader, body_frames, header_frame
+from leveret.protocol.frames import (
+    FRAME_HEAD,
+    HEARTBEAT_FRAME,
+    KNOWN_FRAME_TYPES,
+    FrameReader,
+    body_frames,
+    header_frame,
+)
 from leveret.protocol.properties import content_header_frame, parse_header
 
 CLIENT = "client"
 SERVER = "server"
+
+_FRAME_HEAD = FRAME_HEAD
+_U32 = struct.Struct(">I")
+_ACK_ARGS = struct.Struct(">QB")  # delivery tag, bits
+# A content header frame's head and fixed start: type, channel, size, class, weight, body size.
+_HEADER_FRAME = struct.Struct(">BHIHHQ")
+# basic.deliver after the consumer tag: delivery tag, redelivered, length of the exchange name.
+_DELIVER_MIDDLE = struct.Struct(">QBB")
+FRAME_END = 0xCE
 
 DEFAULT_FRAME_MAX = 131072
 DEFAULT_CHANNEL_MAX = 2047
@@ -530,7 +547,8 @@ class Connection:
         self.heartbeat = heartbeat if heartbeat is not None else 60
         self._wanted_heartbeat = heartbeat
         self.max_body_size = max_body_size
-        self.reader = FrameReader(self.frame_max)
+        self.reader = FrameReader(self.frame_max)  # holds frame_max for incoming frames
+        self._buf = b""
         self._header_buf = b""
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
@@ -758,7 +776,13 @@ class Connection:
     # --- input --------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> list[Event]:
-        """Feed bytes from the peer; returns the events they complete, in order."""
+        """Feed bytes from the peer; returns the events they complete, in order.
+
+        Frames are cut out of one buffer in place. A content method whose
+        header and single body frame are already in the buffer (almost every
+        delivery or publish) becomes its event in one step, and confirms and
+        acks are decoded inline; everything else goes frame by frame.
+        """
         events = self._events = []
         state = self.state
         if state == AWAITING_HEADER:
@@ -767,42 +791,174 @@ class Connection:
                 return events
         elif state == CLOSED:
             return events
+        # Work on bytes (slices of bytes are the payloads, copied once). What is
+        # left over is at most a few frames: a message waiting for its body.
+        buf = self._buf + data if self._buf else data
+        n = len(buf)
+        pos = 0
+        head = _FRAME_HEAD.unpack_from
+        u32 = _U32.unpack_from
         channels = self._channels
+        fast_content = BASIC_DELIVER if self.client else BASIC_PUBLISH
+        frame_max = self.reader.frame_max
         try:
-            for frame_type, number, payload in self.reader.feed(data):
-                if number:
-                    ch = channels.get(number)
-                    if ch is not None and ch.state == CH_OPEN and self.state == OPEN:
-                        try:
-                            if frame_type == FRAME_METHOD:
-                                self._channel_method(ch, payload)
-                            elif frame_type == FRAME_BODY:
-                                self._body(ch, payload)
-                            elif frame_type == FRAME_HEADER:
-                                self._header(ch, payload)
-                            else:
-                                raise ConnectionError_(
-                                    UNEXPECTED_FRAME,
-                                    f"heartbeat frame on channel {number}; must be 0",
-                                )
-                        except ChannelError as exc:
-                            if exc.is_connection_error:
-                                raise
-                            self.close_channel_with_error(number, exc)
-                            events.append(ChannelProtocolError(number, exc))
-                    else:
-                        self._frame_for_other_channel(frame_type, number, payload, ch)
-                elif frame_type == FRAME_METHOD:
-                    self._connection_method(payload)
-                elif frame_type != FRAME_HEARTBEAT:
-                    raise ConnectionError_(
-                        UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
+            while n - pos >= 8:
+                frame_type, number, size = head(buf, pos)
+                end = pos + 7 + size
+                if size + 8 > frame_max:
+                    raise FrameError(
+                        FRAME_ERROR,
+                        f"frame of {size + 8} bytes on channel {number} "
+                        f"exceeds the negotiated frame_max of {frame_max}",
                     )
+                if end >= n:
+                    break
+                if buf[end] != FRAME_END:
+                    raise FrameError(
+                        FRAME_ERROR,
+                        f"bad frame end octet 0x{buf[end]:02x} (expected 0xce) on channel {number}",
+                    )
+                if frame_type == FRAME_METHOD and number:
+                    ch = channels.get(number)
+                    if ch is not None and ch.state == CH_OPEN and ch.content is None:
+                        index = u32(buf, pos + 7)[0]
+                        if index == fast_content:
+                            done = self._whole_content(buf, pos, end, n, number, index)
+                            if done < 0:
+                                break  # wait for the rest of the message
+                            if done:
+                                pos = done
+                                continue
+                        elif index == BASIC_ACK and self.state == OPEN:
+                            tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
+                            events.append(Ack(number, tag, bool(bits & 1)))
+                            pos = end + 1
+                            continue
+                payload = buf[pos + 7 : end]
+                pos = end + 1
+                self._frame(frame_type, number, payload)
                 if self.state == CLOSED:
                     break
         except AMQPError as exc:
             self._protocol_error(exc)
+        finally:
+            self._buf = buf[pos:] if pos < n else b""
         return events
+
+    def _whole_content(
+        self, buf: bytes, pos: int, end: int, n: int, number: int, index: int
+    ) -> int:
+        """The fast path for a content method at `pos`: if its header and one body
+        frame follow in the buffer, emit the event and return the position after
+        them; -1 if they are not all here yet; 0 to take the frame-by-frame path
+        (several body frames, or anything unusual, which that path reports)."""
+        hpos = end + 1
+        if n - hpos < 20:
+            # Too short for a header frame (head, class, weight, size, flags, end).
+            if n - hpos < 7:
+                return -1
+            htype, hnum, hsize = _FRAME_HEAD.unpack_from(buf, hpos)
+            return -1 if htype == FRAME_HEADER and hnum == number and hsize >= 14 else 0
+        htype, hnum, hsize, class_id, _weight, body_size = _HEADER_FRAME.unpack_from(buf, hpos)
+        hend = hpos + 7 + hsize
+        frame_max = self.reader.frame_max
+        if (
+            htype != FRAME_HEADER
+            or hnum != number
+            or hsize < 14
+            or class_id != CLASS_BASIC
+            or hsize + 8 > frame_max
+            or body_size > self.max_body_size
+            or self.state != OPEN
+        ):
+            return 0
+        if hend >= n:
+            return -1
+        if buf[hend] != FRAME_END:
+            return 0
+        if body_size:
+            bpos = hend + 1
+            if n - bpos < 7:
+                return -1
+            btype, bnum, bsize = _FRAME_HEAD.unpack_from(buf, bpos)
+            bend = bpos + 7 + bsize
+            if btype != FRAME_BODY or bnum != number or bsize != body_size or bsize + 8 > frame_max:
+                return 0
+            if bend >= n:
+                return -1
+            if buf[bend] != FRAME_END:
+                return 0
+            body = buf[bpos + 7 : bend]
+            after = bend + 1
+        else:
+            body = b""
+            after = hend + 1
+        if index == BASIC_DELIVER:
+            # Inline basic.deliver: consumer tag, delivery tag, redelivered, exchange, key.
+            p = pos + 11
+            k = buf[p]
+            q = p + 1 + k
+            if q + 11 > end:
+                return 0
+            delivery_tag, redelivered, k2 = _DELIVER_MIDDLE.unpack_from(buf, q)
+            r = q + 10 + k2
+            if r >= end:
+                return 0
+            k3 = buf[r]
+            if r + 1 + k3 != end:
+                return 0  # the frame-by-frame path reports a malformed frame
+            try:
+                self._events.append(
+                    Deliver(
+                        number,
+                        buf[p + 1 : q].decode(),
+                        delivery_tag,
+                        redelivered == 1,
+                        buf[q + 10 : r].decode(),
+                        buf[r + 1 : end].decode(),
+                        buf[hpos + 7 : hend],
+                        body,
+                    )
+                )
+            except UnicodeDecodeError:
+                return 0
+        else:
+            fields = wire.decode_publish(buf, pos + 7)
+            self._events.append(Publish(number, *fields, buf[hpos + 7 : hend], body))
+        return after
+
+    def _frame(self, frame_type: int, number: int, payload: bytes) -> None:
+        """One frame, the general way."""
+        if frame_type not in KNOWN_FRAME_TYPES:
+            raise FrameError(FRAME_ERROR, f"unknown frame type {frame_type}")
+        if number:
+            ch = self._channels.get(number)
+            if ch is not None and ch.state == CH_OPEN and self.state == OPEN:
+                try:
+                    if frame_type == FRAME_METHOD:
+                        self._channel_method(ch, payload)
+                    elif frame_type == FRAME_BODY:
+                        self._body(ch, payload)
+                    elif frame_type == FRAME_HEADER:
+                        self._header(ch, payload)
+                    else:
+                        raise ConnectionError_(
+                            UNEXPECTED_FRAME,
+                            f"heartbeat frame on channel {number}; must be 0",
+                        )
+                except ChannelError as exc:
+                    if exc.is_connection_error:
+                        raise
+                    self.close_channel_with_error(number, exc)
+                    self._events.append(ChannelProtocolError(number, exc))
+            else:
+                self._frame_for_other_channel(frame_type, number, payload, ch)
+        elif frame_type == FRAME_METHOD:
+            self._connection_method(payload)
+        elif frame_type != FRAME_HEARTBEAT:
+            raise ConnectionError_(
+                UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
+            )
 
     def _protocol_error(self, exc: AMQPError) -> None:
         drop = isinstance(exc, FrameError) or self.state in (AWAITING_HEADER, NEW)

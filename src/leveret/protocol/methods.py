@@ -111,10 +111,13 @@ def encode_method(method: Any, channel: int) -> bytes:
 # --- hot path ---------------------------------------------------------------
 
 
-def decode_publish(payload: bytes) -> tuple[str, str, bool, bool]:
-    """basic.publish → (exchange, routing_key, mandatory, immediate) without pamqp."""
+def decode_publish(payload: bytes, start: int = 0) -> tuple[str, str, bool, bool]:
+    """basic.publish → (exchange, routing_key, mandatory, immediate) without pamqp.
+
+    `start` is where the payload begins in `payload` (a frame buffer, say).
+    """
     try:
-        pos = 6  # method index (4) + reserved short (2)
+        pos = start + 6  # method index (4) + reserved short (2)
         n = payload[pos]
         exchange = payload[pos + 1 : pos + 1 + n].decode()
         pos += 1 + n
@@ -205,12 +208,15 @@ def encode_publish(
     return _PUBLISH_HEAD.pack(1, channel, 6 + len(args), BASIC_PUBLISH, 0) + args + b"\xce"
 
 
-def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
-    """basic.deliver → (consumer_tag, delivery_tag, redelivered, exchange, routing_key)."""
+def decode_deliver(payload: bytes, start: int = 0) -> tuple[str, int, bool, str, str]:
+    """basic.deliver → (consumer_tag, delivery_tag, redelivered, exchange, routing_key).
+
+    `start` is where the payload begins in `payload` (a frame buffer, say).
+    """
     try:
-        n = payload[4]
-        consumer_tag = payload[5 : 5 + n].decode()
-        pos = 5 + n
+        n = payload[start + 4]
+        consumer_tag = payload[start + 5 : start + 5 + n].decode()
+        pos = start + 5 + n
         delivery_tag, redelivered = _DELIVER_TAIL.unpack_from(payload, pos)
         pos += 9
         n = payload[pos]
