@@ -354,3 +354,27 @@ def test_unbind_default_exchange_still_refused(connection, names):
     with _closed_with(403):
         ch2.exchange_unbind(destination="amq.fanout", source="", routing_key="k")
     connection.channel().queue_delete(q)
+
+
+def test_delete_ok_comes_before_the_cancel_notification(raw, names):
+    """Order pinned against RabbitMQ 3.10.8: queue.delete-ok, then basic.cancel."""
+    from pamqp import commands as c
+
+    client = raw()
+    client.handshake()
+    client.send_method(1, c.Channel.Open())
+    client.wait_for(c.Channel.OpenOk)
+    q = names.queue()
+    client.send_method(1, c.Queue.Declare(queue=q))
+    client.wait_for(c.Queue.DeclareOk)
+    client.publish(1, "", q, b"m")
+    client.send_method(1, c.Basic.Consume(queue=q, consumer_tag="t1"))
+    client.wait_for(c.Basic.ConsumeOk)
+    client.wait_for(c.Basic.Deliver)
+    client.send_method(1, c.Queue.Delete(queue=q))
+    _ch, first = client.wait_for(c.Queue.DeleteOk, c.Basic.Cancel)
+    _ch, second = client.wait_for(c.Queue.DeleteOk, c.Basic.Cancel)
+    assert isinstance(first, c.Queue.DeleteOk)
+    assert first.message_count == 0  # the one message is unacked, not ready
+    assert isinstance(second, c.Basic.Cancel)
+    assert second.consumer_tag == "t1"

@@ -138,7 +138,10 @@ class ModelMethods:
             raise ChannelError(PRECONDITION_FAILED, f"{queue.describe()} in use")
         if m.if_empty and queue.message_count:
             raise ChannelError(PRECONDITION_FAILED, f"{queue.describe()} not empty")
-        count = self.vhost.delete_queue(queue)
-        self.conn.exclusive_queues.discard(queue)
+        # delete-ok goes out before the basic.cancel notifications for the queue's
+        # consumers, as from RabbitMQ: py-amqp raises on a cancel it receives while
+        # it waits for delete-ok for a consumer on the same channel (kombu's suite).
         if not m.nowait:
-            self.send_method(cmd.Queue.DeleteOk(count))
+            self.send_method(cmd.Queue.DeleteOk(queue.message_count))
+        self.vhost.delete_queue(queue)
+        self.conn.exclusive_queues.discard(queue)
