@@ -40,6 +40,7 @@ def read(streaming: bool = False, **opts: str):
         ({"minPartitions": "-1"}, False, "minPartitions"),
         ({"maxRecordsPerPartition": "1.5"}, False, "maxRecordsPerPartition"),
         ({"prefetch": "0"}, False, "prefetch"),
+        ({"prefetch": "65536"}, False, "prefetch"),
         ({"timeout": "0"}, False, "timeout"),
         ({"uri": "http://x"}, False, "uri"),
         ({"uri": "amqp://h:port/"}, False, "uri"),

@@ -155,6 +155,11 @@ def decode_properties(data: bytes | memoryview, pos: int) -> Properties:
     (flags,) = _U16.unpack_from(data, pos)
     if not flags:
         return Properties()
+    if flags == 0x2000 and data[pos + 2 : pos + 23] == _OFFSET_ONLY:
+        # the usual stream delivery: no properties but the x-stream-offset header
+        props = Properties()
+        props.headers = {"x-stream-offset": _I64.unpack_from(data, pos + 23)[0]}
+        return props
     pos += 2  # (bit 0, a continuation of the flags, is never set for basic: 14 properties)
     props = Properties()
     for bit, name, kind in _PROPERTY_LAYOUT:
@@ -202,10 +207,19 @@ class Returned:
     body: bytes
 
 
+_NAMES: dict[bytes, str] = {}  # exchange names and routing keys repeat: decode each once
+
+
 def _shortstr(buf: bytes | memoryview, pos: int) -> tuple[str, int]:
     n = buf[pos]
     pos += 1
-    return bytes(buf[pos : pos + n]).decode("utf-8", "replace"), pos + n
+    raw = bytes(buf[pos : pos + n])
+    text = _NAMES.get(raw)
+    if text is None:
+        text = raw.decode("utf-8", "replace")
+        if len(_NAMES) < 10000:
+            _NAMES[raw] = text
+    return text, pos + n
 
 
 class Client:

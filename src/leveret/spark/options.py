@@ -152,6 +152,13 @@ def _positive_int(opts: dict[str, str], name: str) -> int | None:
     return value
 
 
+def _prefetch(opts: dict[str, str]) -> int:
+    value = _positive_int(opts, "prefetch") or 2000
+    if value > 65535:  # basic.qos's prefetch-count is a short
+        raise OptionError(f"option 'prefetch' must be at most 65535, got {opts['prefetch']!r}")
+    return value
+
+
 def _timestamp(opts: dict[str, str], name: str) -> int | None:
     if name not in opts:
         return None
@@ -257,7 +264,7 @@ def parse_read(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         min_partitions=_positive_int(opts, "minPartitions"),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
-        prefetch=_positive_int(opts, "prefetch") or 2000,
+        prefetch=_prefetch(opts),
         timeout=_positive_float(opts, "timeout", 30.0),
         debug_fail_once=opts.get("debugFailOnce") or None,
         raw=opts,
