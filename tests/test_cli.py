@@ -121,6 +121,11 @@ def test_data_dir_is_created(server, tmp_path):
         (["--memory-high-watermark", "lots"], "expected a whole number"),
         (["--disk-free-limit", "-10"], "must not be negative"),
         (["--heartbeat", "1.5"], "expected a whole number"),
+        (["--listen", "5672"], "expected HOST:PORT, got '5672'"),
+        (["--listen", "::1:5672"], "an IPv6 address needs brackets: [::1]:5672"),
+        (["--listen", "[::1]5672"], "expected [IPV6]:PORT"),
+        (["--listen", "127.0.0.1:99999"], "bad port in '127.0.0.1:99999'"),
+        (["--listen", "127.0.0.1:x"], "bad port in '127.0.0.1:x'"),
     ],
 )
 def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):

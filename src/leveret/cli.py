@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from leveret import __version__
-from leveret.config import ServerConfig
+from leveret.config import Listener, ServerConfig
 
 log = logging.getLogger("leveret")
 
@@ -32,6 +32,30 @@ def _port(text: str) -> int:
     return value
 
 
+def _listen(text: str) -> Listener:
+    """HOST:PORT for --listen; an IPv6 address goes in brackets: [::1]:5672."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise argparse.ArgumentTypeError(
+                f"expected [IPV6]:PORT, got {text!r} (the port goes after the bracket)"
+            )
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+        if ":" in host:
+            raise argparse.ArgumentTypeError(
+                f"an IPv6 address needs brackets: [{host}]:{port_text}, got {text!r}"
+            )
+    try:
+        port = _port(port_text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"bad port in {text!r}: {exc}") from None
+    return Listener(host, port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leveret", description="Leveret: a RabbitMQ-compatible AMQP 0-9-1 broker"
@@ -46,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--port", type=_port, default=defaults.port, help="AMQP port (default %(default)s)"
+    )
+    server.add_argument(
+        "--listen",
+        type=_listen,
+        action="append",
+        metavar="HOST:PORT",
+        help="listen here instead of --host/--port; repeat for several, e.g. "
+        "--listen 127.0.0.1:5672 --listen [::1]:5672",
     )
     server.add_argument(
         "--data-dir",
@@ -146,6 +178,7 @@ def run_server(args: argparse.Namespace) -> int:
     config = ServerConfig(
         host=args.host,
         port=args.port,
+        listeners=args.listen or [],
         data_dir=str(Path(args.data_dir)),
         heartbeat=args.heartbeat,
         frame_max=args.frame_max or ServerConfig.frame_max,

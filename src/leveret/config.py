@@ -16,10 +16,25 @@ def _default_memory_budget() -> int:
         return 1024 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Listener:
+    """One address the broker accepts connections on (`--listen HOST:PORT`)."""
+
+    host: str
+    port: int
+    kind: str = "amqp"  # the protocol spoken on it
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
 @dataclass
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 5672
+    # Explicit listeners; when empty the broker listens on host:port alone.
+    listeners: list[Listener] = field(default_factory=list)
     data_dir: str = "./leveret-data"
     # Values offered in connection.tune; a client's lower non-zero value wins.
     channel_max: int = 2047
@@ -37,3 +52,7 @@ class ServerConfig:
     # RabbitMQ's default watermark is 40% of RAM.
     memory_high_watermark: int = field(default_factory=lambda: _default_memory_budget() * 8 // 5)
     disk_free_limit: int = 50 * 1024 * 1024  # bytes free under data_dir, as RabbitMQ
+
+    def effective_listeners(self) -> list[Listener]:
+        """What the server binds: the explicit listeners, else host:port."""
+        return list(self.listeners) or [Listener(self.host, self.port)]

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from leveret.broker.broker import Broker
-from leveret.config import ServerConfig
+from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
 
@@ -31,8 +31,10 @@ class Server:
         self.alarms: ResourceAlarms | None = None
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self.port = config.port
+        # (host, port) actually bound, one per listener (ports resolved when 0)
+        self.addresses: list[tuple[str, int]] = []
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -45,20 +47,29 @@ class Server:
             self.config.data_dir if self.config.persistence else None,
         )
         self.alarms.start()
-        self._server = await self.loop.create_server(
-            lambda: AMQPConnection(self),
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info(
-            "Leveret listening for AMQP 0-9-1 on %s:%d (started in %.3f s)",
-            self.config.host,
-            self.port,
-            time.monotonic() - started,
-        )
+        try:
+            for listener in self.config.effective_listeners():
+                server = await self.loop.create_server(
+                    lambda: AMQPConnection(self),
+                    listener.host,
+                    listener.port,
+                    reuse_address=True,
+                    backlog=1024,
+                )
+                self._servers.append(server)
+                port = server.sockets[0].getsockname()[1]
+                self.addresses.append((listener.host, port))
+                log.info(
+                    "Leveret listening for AMQP 0-9-1 on %s",
+                    Listener(listener.host, port, listener.kind),
+                )
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
+            raise
+        self.port = self.addresses[0][1]
+        log.info("Leveret started in %.3f s", time.monotonic() - started)
 
     def _open_store(self) -> None:
         from leveret.store.durable_state import DurableState
@@ -74,8 +85,8 @@ class Server:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
         if self.alarms is not None:
             self.alarms.stop()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             conn.force_close(reason)
         deadline = self.loop.time() + 2.0
@@ -84,9 +95,9 @@ class Server:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
         if self.durable_state is not None:
             self.durable_state.close()
             self.durable_state = None
