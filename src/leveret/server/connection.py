@@ -93,6 +93,7 @@ class AMQPConnection(asyncio.Protocol):
         self._last_send = 0.0
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._tick_due = 0.0  # when the heartbeat tick should run next
         self._flow_queues: set | None = set()  # queues this connection is paused for
         self._reading_paused = False
         self.alarm_reason: str | None = None  # set while a resource alarm is on
@@ -498,6 +499,7 @@ class AMQPConnection(asyncio.Protocol):
         if alarms is not None and alarms.blocking:
             self.alarm_raised(alarms.reason)
         if self.heartbeat:
+            self._tick_due = self.loop.time() + self.heartbeat / 2
             self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         log.info("connection %s opened: user '%s', vhost '%s'", self.peer, self.user, vhost.name)
 
@@ -509,6 +511,13 @@ class AMQPConnection(asyncio.Protocol):
         now = self.loop.time()
         if self._reading_paused:
             self._last_recv = now  # we are not reading, so we cannot hear heartbeats
+        late = now - self._tick_due > self.heartbeat / 2
+        self._tick_due = now + self.heartbeat / 2
+        if late:
+            # The loop itself stalled (a long fsync, GC, a burst of work): the
+            # client's frames may be sitting unread in the socket.  Judge only
+            # after the loop has had a turn to read them.
+            self._last_recv = max(self._last_recv, now - self.heartbeat)
         if now - self._last_recv > 2 * self.heartbeat:
             log.warning("missed heartbeats from client %s, timeout: %ds", self.peer, self.heartbeat)
             self.state = "closed"
