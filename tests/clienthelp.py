@@ -245,3 +245,21 @@ def free_port() -> int:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "no")
+
+
+def broker_has_streams(url: str) -> bool:
+    """Whether the broker at `url` declares stream queues (x-queue-type=stream)."""
+    from leveret.client import ClientError, connect
+
+    async def probe() -> bool:
+        async with await connect(url) as conn:
+            ch = await conn.channel()
+            name = f"stream-probe-{os.getpid()}"
+            try:
+                q = await ch.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            except ClientError:
+                return False
+            await q.delete()
+            return True
+
+    return run(probe(), timeout=30)

@@ -23,6 +23,7 @@ import pytest
 from clienthelp import (
     RABBITMQ_URL,
     TcpProxy,
+    broker_has_streams,
     close_from_leveret,
     close_from_rabbitmq,
     rabbitmq_reachable,
@@ -353,14 +354,27 @@ def test_acking_a_message_from_before_the_reconnect_is_a_no_op(amqp_url, names, 
 # -- streams -------------------------------------------------------------------------------------
 
 
-def _stream_url(request: pytest.FixtureRequest) -> str:
+def _stream_broker(request: pytest.FixtureRequest) -> tuple[str, Callable[[str], Awaitable[None]]]:
+    """A broker with stream queues and a way to close a client's connection from it:
+    Leveret once it has streams, else the reference RabbitMQ."""
+    broker = request.getfixturevalue("leveret_embedded")
+    if broker_has_streams(broker.url):
+
+        async def close_leveret(_name: str) -> None:
+            assert await asyncio.to_thread(close_from_leveret, broker) >= 1
+
+        return broker.url, close_leveret
     if rabbitmq_reachable():
-        return RABBITMQ_URL
-    pytest.skip("needs a broker with stream queues (the reference RabbitMQ on 5673)")
+
+        async def close_rabbitmq(name: str) -> None:
+            assert await asyncio.to_thread(close_from_rabbitmq, name) >= 1
+
+        return RABBITMQ_URL, close_rabbitmq
+    pytest.skip("no broker with stream queues (Leveret has none yet; RabbitMQ not reachable)")
 
 
 def test_stream_consume_from_first_and_resume_after_reconnect(request):
-    url = _stream_url(request)
+    url, force_close = _stream_broker(request)
     stream = f"i12-stream-{uuid.uuid4().hex[:8]}"
     name = f"i12-stream-{uuid.uuid4().hex[:8]}"
 
@@ -378,7 +392,7 @@ def test_stream_consume_from_first_and_resume_after_reconnect(request):
             if len(bodies) == 80:
                 break
         assert consumer.last_offset == offsets[-1]
-        assert await asyncio.to_thread(close_from_rabbitmq, name) >= 1
+        await force_close(name)
         await conn.wait_recovered(30)
         async for m in consumer:
             offsets.append(m.offset)
@@ -396,7 +410,7 @@ def test_stream_consume_from_first_and_resume_after_reconnect(request):
 
 
 def test_stream_offsets_of_every_kind_are_accepted(request):
-    url = _stream_url(request)
+    url, _ = _stream_broker(request)
     stream = f"i12-stream-{uuid.uuid4().hex[:8]}"
 
     async def main() -> None:
