@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.protocol.methods import deliver_prefix
 
 if TYPE_CHECKING:
-    from leveret.broker.queue import Queue
+    from leveret.broker.queues import Queue
 
 
 class Consumer:

@@ -33,7 +33,7 @@ from leveret.protocol.properties import (
 )
 
 if TYPE_CHECKING:
-    from leveret.broker.queue import Queue
+    from leveret.broker.queues import Queue
     from leveret.broker.vhost import VirtualHost
 
 log = logging.getLogger("leveret.dead_letter")

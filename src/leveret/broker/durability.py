@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from leveret.broker.exchange import Binding, Exchange
-    from leveret.broker.queue import Queue, QueueEntry
+    from leveret.broker.queues import Queue, QueueEntry
 
 
 class WriteBarrier:

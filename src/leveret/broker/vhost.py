@@ -14,8 +14,8 @@ from leveret.broker.durability import DurabilityHooks
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue, QueueEntry
 from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
+from leveret.broker.queues import Queue, QueueEntry, new_queue
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -221,7 +221,7 @@ class VirtualHost:
             raise ChannelError(
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
-        queue = Queue(
+        queue = new_queue(
             self, name, durable, connection if exclusive else None, auto_delete, arguments, options
         )
         self.queues[name] = queue
@@ -278,7 +278,7 @@ class VirtualHost:
         source.router.validate_binding(arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.add_binding(binding):
-            if isinstance(destination, Queue):
+            if type(destination) is not Exchange:
                 destination.bindings.add(binding)
             else:
                 destination.inbound.add(binding)
@@ -322,14 +322,14 @@ class VirtualHost:
     def _binding_is_durable(binding: Binding) -> bool:
         """Stored only when both ends survive a restart."""
         dest = binding.destination
-        if isinstance(dest, Queue):
+        if type(dest) is not Exchange:
             return binding.source.durable and dest.stores_messages and bool(binding.source.name)
         return binding.source.durable and dest.durable
 
     def _drop_binding(self, binding: Binding, cascade: bool) -> None:
         source, destination = binding.source, binding.destination
         source.remove_binding(destination, binding.routing_key, binding.arguments)
-        if isinstance(destination, Queue):
+        if type(destination) is not Exchange:
             destination.bindings.discard(binding)
         else:
             destination.inbound.discard(binding)
@@ -382,7 +382,7 @@ class VirtualHost:
         queues: list[Queue] = []
         nested = None
         for dest in exchange.router.route(routing_key, message):
-            if type(dest) is Queue:
+            if type(dest) is not Exchange:
                 queues.append(dest)
             else:
                 nested = nested or []
@@ -397,7 +397,7 @@ class VirtualHost:
                     continue
                 seen_ex.add(ex)
                 for dest in ex.router.route(routing_key, message):
-                    if type(dest) is Queue:
+                    if type(dest) is not Exchange:
                         if dest not in seen_q:
                             seen_q.add(dest)
                             queues.append(dest)

@@ -22,8 +22,8 @@ from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue, QueueEntry
 from leveret.broker.queue_args import amqp_type_name
+from leveret.broker.queues import Queue, QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as cmd
 
 from leveret.broker.direct_reply import PSEUDO_QUEUE
-from leveret.broker.queue import Queue
+from leveret.broker.queues import Queue
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError

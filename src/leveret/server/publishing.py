@@ -18,8 +18,8 @@ from leveret.broker import direct_reply
 from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import FLOW_LIMIT
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
+from leveret.broker.queues.classic import FLOW_LIMIT
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,

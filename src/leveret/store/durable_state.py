@@ -18,8 +18,8 @@ from typing import Any
 from leveret.broker.durability import DurabilityHooks
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue, QueueEntry
 from leveret.broker.queue_args import parse_expiration
+from leveret.broker.queues import Queue, QueueEntry
 from leveret.protocol.errors import ChannelError
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store.definitions import DefinitionStore
@@ -115,7 +115,7 @@ class DurableState(DurabilityHooks):
     @staticmethod
     def _binding_row(binding: Binding) -> tuple[Any, ...]:
         dest = binding.destination
-        kind = "queue" if isinstance(dest, Queue) else "exchange"
+        kind = "exchange" if type(dest) is Exchange else "queue"
         vhost = dest.vhost.name if kind == "queue" else dest.vhost_name
         return (vhost, binding.source.name, dest.name, kind, binding.routing_key, binding.arguments)
 

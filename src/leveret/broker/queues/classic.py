@@ -1,4 +1,4 @@
-"""A queue: ready messages in order, consumers in round-robin, delivery accounting.
+"""The classic queue: ready messages in order, consumers in round-robin, delivery accounting.
 
 Ordering rule (as RabbitMQ): a requeued message goes back to the place it had,
 ahead of everything published after it. Ready messages are a deque in publish
@@ -24,6 +24,7 @@ from leveret.broker import dead_letter
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
+from leveret.broker.queues.base import Queue
 
 FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
 FLOW_RESUME = FLOW_LIMIT // 2
@@ -156,7 +157,7 @@ class PriorityReadyMessages:
         return entries
 
 
-class Queue:
+class ClassicQueue(Queue):
     """Queues compare by identity; the vhost guarantees one per name."""
 
     def __init__(
@@ -477,4 +478,4 @@ class Queue:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"
 
     def __repr__(self) -> str:
-        return f"<Queue {self.name!r} ready={len(self.ready)} unacked={self.unacked}>"
+        return f"<ClassicQueue {self.name!r} ready={len(self.ready)} unacked={self.unacked}>"

@@ -1,0 +1,34 @@
+"""Queue types, one module each, chosen by the `x-queue-type` argument.
+
+`new_queue` is the factory the vhost calls; `QUEUE_TYPES` names the types a
+client may declare (RabbitMQ's names).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker.queues.base import Queue
+from leveret.broker.queues.classic import ClassicQueue, QueueEntry
+
+if TYPE_CHECKING:
+    from leveret.broker.queue_args import QueueOptions
+    from leveret.broker.vhost import VirtualHost
+
+__all__ = ["ClassicQueue", "Queue", "QueueEntry", "new_queue", "QUEUE_CLASSES"]
+
+QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": ClassicQueue}
+
+
+def new_queue(
+    vhost: VirtualHost,
+    name: str,
+    durable: bool,
+    exclusive_owner: Any,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+    options: QueueOptions,
+) -> Queue:
+    """A queue of the type `arguments` ask for (validated by parse_queue_arguments)."""
+    cls = QUEUE_CLASSES[arguments.get("x-queue-type", "classic")]
+    return cls(vhost, name, durable, exclusive_owner, auto_delete, arguments, options)

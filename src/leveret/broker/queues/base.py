@@ -1,0 +1,79 @@
+"""What every queue type offers the rest of the broker.
+
+The vhost, the channel and the store talk to a queue only through this
+interface, so a new queue type (the stream, say) is a new module beside
+`classic.py`, chosen by `x-queue-type`, rather than a branch inside the
+classic queue.  Routing tells queues from exchanges by `type(dest) is Exchange`
+(one class), never by the queue's class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.broker.consumer import Consumer
+    from leveret.broker.message import Message
+    from leveret.broker.queues.classic import QueueEntry
+    from leveret.broker.vhost import VirtualHost
+
+
+class Queue:
+    """Base of the queue types; the methods below are what each must implement."""
+
+    queue_type = "classic"
+    vhost: VirtualHost
+    name: str
+    durable: bool
+    exclusive_owner: Any
+    auto_delete: bool
+    arguments: dict[str, Any]
+    consumers: list[Consumer]
+    bindings: set[Any]
+    deleted: bool
+    had_consumer: bool
+    stores_messages: bool
+    tracked: bool
+    unacked: int
+
+    def enqueue(self, message: Message, barrier: Any = None) -> bool:
+        """Accept a routed message; False when the queue turned it away."""
+        raise NotImplementedError
+
+    def dispatch(self, check_expiry: bool = True) -> None:
+        """Deliver to consumers with spare capacity."""
+        raise NotImplementedError
+
+    def get(self) -> QueueEntry | None:
+        """basic.get."""
+        raise NotImplementedError
+
+    def settle(self, entry: QueueEntry) -> None:
+        """An ack: the delivery is done."""
+        raise NotImplementedError
+
+    def reject(self, entry: QueueEntry) -> None:
+        """A reject or nack without requeue."""
+        raise NotImplementedError
+
+    def requeue(self, entries: Iterable[QueueEntry], dispatch: bool = True) -> None:
+        """Deliveries returned unacked (nack/reject with requeue, channel closed)."""
+        raise NotImplementedError
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        raise NotImplementedError
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        raise NotImplementedError
+
+    @property
+    def message_count(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def describe(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost.name}'"
