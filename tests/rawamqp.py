@@ -1,8 +1,10 @@
 """A tiny raw-socket AMQP 0-9-1 client for tests that need to misbehave.
 
-Built on pamqp's marshal/unmarshal so tests can send well-formed frames, and on
-plain ``socket.sendall`` so they can send anything else.  Every read has a
-timeout: a test never hangs on a silent server.
+Frames are built and cut with Leveret's own protocol core (leveret.protocol:
+the frame head, the hand-written publish and content-header codecs, pamqp for
+the other methods), the same code the broker and leveret.client use; bytes go
+out with plain ``socket.sendall`` so tests can send anything else too. Every
+read has a timeout: a test never hangs on a silent server.
 
     c = RawClient(host, port)
     c.handshake()                     # header, start-ok (PLAIN), tune-ok, open
@@ -19,15 +21,20 @@ import socket
 import struct
 import time
 
-from pamqp import body, commands, constants, frame, header, heartbeat
+from pamqp import body, commands, header, heartbeat
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+from leveret.protocol import constants as k
+from leveret.protocol import methods as wire
+from leveret.protocol.frames import FRAME_HEAD, HEARTBEAT_FRAME, body_frames
+from leveret.protocol.properties import content_header_frame
 
-FRAME_METHOD = constants.FRAME_METHOD  # 1
-FRAME_HEADER = constants.FRAME_HEADER  # 2
-FRAME_BODY = constants.FRAME_BODY  # 3
-FRAME_HEARTBEAT = constants.FRAME_HEARTBEAT  # 8
-FRAME_END = b"\xce"
+PROTOCOL_HEADER = k.PROTOCOL_HEADER
+
+FRAME_METHOD = k.FRAME_METHOD  # 1
+FRAME_HEADER = k.FRAME_HEADER  # 2
+FRAME_BODY = k.FRAME_BODY  # 3
+FRAME_HEARTBEAT = k.FRAME_HEARTBEAT  # 8
+FRAME_END = k.FRAME_END_BYTE
 
 
 class ConnectionLost(Exception):
@@ -40,7 +47,7 @@ class Timeout(Exception):
 
 def raw_frame(frame_type: int, channel: int, payload: bytes, end: bytes = FRAME_END) -> bytes:
     """A frame built by hand: type, channel, size, payload, frame-end octet."""
-    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + end
+    return FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + end
 
 
 def method_payload(method) -> bytes:
@@ -49,7 +56,11 @@ def method_payload(method) -> bytes:
 
 
 def method_frame(channel: int, method) -> bytes:
-    return frame.marshal(method, channel)
+    if isinstance(method, commands.Basic.Publish):
+        return wire.encode_publish(
+            channel, method.exchange, method.routing_key, method.mandatory, method.immediate
+        )
+    return wire.encode_method(method, channel)
 
 
 def content_frames(
@@ -59,12 +70,25 @@ def content_frames(
     frame_max=131072,
 ) -> bytes:
     """Content header frame plus body frames (split to fit ``frame_max``)."""
-    props = properties or commands.Basic.Properties()
-    out = [frame.marshal(header.ContentHeader(0, len(payload), props), channel)]
-    chunk = frame_max - 8
-    for i in range(0, len(payload), chunk):
-        out.append(frame.marshal(body.ContentBody(payload[i : i + chunk]), channel))
-    return b"".join(out)
+    props = (properties or commands.Basic.Properties()).marshal()
+    return content_header_frame(channel, len(payload), props) + b"".join(
+        body_frames(channel, payload, frame_max)
+    )
+
+
+def decode_frame(frame_type: int, payload: bytes):
+    """The frame as an object: a pamqp method, ContentHeader or ContentBody, or Heartbeat."""
+    if frame_type == FRAME_METHOD:
+        return wire.decode_method(payload)
+    if frame_type == FRAME_HEADER:
+        obj = header.ContentHeader()
+        obj.unmarshal(payload)
+        return obj
+    if frame_type == FRAME_BODY:
+        return body.ContentBody(payload)
+    if frame_type == FRAME_HEARTBEAT:
+        return heartbeat.Heartbeat()
+    raise AssertionError(f"server sent a frame of unknown type {frame_type}")
 
 
 def plain_response(user: str, password: str) -> str:
@@ -100,10 +124,10 @@ class RawClient:
         self.sock.sendall(data)
 
     def send_method(self, channel: int, method) -> None:
-        self.send(frame.marshal(method, channel))
+        self.send(method_frame(channel, method))
 
     def send_heartbeat(self) -> None:
-        self.send(frame.marshal(heartbeat.Heartbeat(), 0))
+        self.send(HEARTBEAT_FRAME)
 
     def publish(
         self,
@@ -116,11 +140,8 @@ class RawClient:
         immediate: bool = False,
         frame_max: int = 131072,
     ) -> None:
-        publish = commands.Basic.Publish(
-            exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
-        )
         self.send(
-            frame.marshal(publish, channel)
+            wire.encode_publish(channel, exchange, routing_key, mandatory, immediate)
             + content_frames(channel, payload, properties, frame_max)
         )
 
@@ -157,13 +178,13 @@ class RawClient:
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         while True:
             if len(self.buf) >= 7:
-                _ftype, _ch, size = struct.unpack(">BHI", self.buf[:7])
+                ftype, channel, size = FRAME_HEAD.unpack_from(self.buf)
                 total = 7 + size + 1
                 if len(self.buf) >= total:
                     raw, self.buf = self.buf[:total], self.buf[total:]
                     if raw[-1:] != FRAME_END:
                         raise AssertionError(f"server sent a bad frame end: {raw[-1:]!r}")
-                    _consumed, channel, obj = frame.unmarshal(raw)
+                    obj = decode_frame(ftype, raw[7:-1])
                     self.frames_seen.append((channel, obj))
                     return channel, obj
             self._recv_some(deadline)

@@ -906,6 +906,7 @@ class Channel:
         arguments: dict[str, Any] | None = None,
         offset: Any = None,
         on_message: Any = None,
+        on_delivery: Any = None,
     ) -> Consumer:
         """A consumer on `queue`: iterate it with `async for`, or `await` it to start it.
 
@@ -914,19 +915,29 @@ class Channel:
         after a reconnect it resumes after the last message it handed out.
         With `on_message`, each message is passed to `on_message(message)` on
         the event loop as it arrives instead of being buffered for iteration
-        (the callback must not block).
+        (the callback must not block). `on_delivery` is the low-level form for
+        load generators: it gets the protocol core's Deliver event (no Message
+        is built) and settles with channel.ack_delivery().
         """
         consumer = Consumer(
             self, queue, prefetch, no_ack, exclusive, consumer_tag, arguments, offset
         )
         if on_message is not None:
             consumer._callback = on_message
+        if on_delivery is not None:
+            if offset is not None:
+                raise ValueError("on_delivery is not for stream consumers (offsets are tracked)")
+            consumer._raw = on_delivery
         return consumer
 
     def _on_deliver(self, event: pc.Deliver) -> None:
         consumer = self._consumers.get(event.consumer_tag)
         if consumer is None:
             log.debug("delivery for unknown consumer %r dropped", event.consumer_tag)
+            return
+        raw = consumer._raw
+        if raw is not None and consumer._plain:
+            raw(event)
             return
         message = Message(
             event.body,
@@ -945,6 +956,15 @@ class Channel:
             callback(message)  # the common case of _push, without the call
         else:
             consumer._push(message)
+
+    def ack_delivery(self, delivery_tag: int, multiple: bool = False) -> bool:
+        """Ack by delivery tag (for on_delivery consumers, which get no Message).
+
+        Nothing checks the tag: acking one twice, or one the broker does not
+        know, makes the broker close the channel (406). False if the channel
+        is not open (the delivery will be redelivered).
+        """
+        return self._settle(0, delivery_tag, multiple, False)
 
     def _settle(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> bool:
         conn = self.connection
@@ -1045,6 +1065,7 @@ class Consumer:
         self._error: BaseException | None = None
         self._cancelling = False
         self._callback: Any = None
+        self._raw: Any = None
         self._plain = offset is None  # no stream offsets to track or skip
 
     def __repr__(self) -> str:

@@ -14,8 +14,9 @@ import struct
 import time
 from collections.abc import Callable
 
-from leveret.client import ClientError, Connection, ConnectionParameters, Message, connect
+from leveret.client import Channel, ClientError, Connection, ConnectionParameters, connect
 from leveret.client import events as ev
+from leveret.protocol.connection import Deliver
 
 _STAMP = struct.Struct(">Q")
 
@@ -81,14 +82,14 @@ class PerfConnection:
         self.on_error = on_error
         self.error: str | None = None
         self.notes: list[str] = []
-        self.channel = None  # type: ignore[assignment]
+        self.channel: Channel | None = None
         # Consumer side: counters read by the stats ticker, latencies drained by it.
         self.consumed = 0
         self.latencies: list[int] = []
         self.manual_ack = False
         self.ack_every = 1
         self._unacked = 0
-        self._last: Message | None = None
+        self._last_tag = 0
         # Publisher side.
         self.published = 0
         self.confirms: ConfirmTracker | None = None
@@ -119,18 +120,22 @@ class PerfConnection:
         if self.on_error is not None:
             self.on_error(message)
 
-    def on_message(self, message: Message, now: Callable[[], int] = time.monotonic_ns) -> None:
-        """A delivery: count it, sample its latency, ack cumulatively every ack_every."""
+    def on_delivery(self, event: Deliver, now: Callable[[], int] = time.monotonic_ns) -> None:
+        """A delivery: count it, sample its latency, ack cumulatively every ack_every.
+
+        Takes the protocol core's Deliver event (no Message object per delivery:
+        this is the generator's hot path).
+        """
         self.consumed += 1
-        body = message.body
+        body = event.body
         if len(body) >= 8:
             self.latencies.append(now() - _STAMP.unpack_from(body)[0])
         if self.manual_ack:
-            self._last = message
+            self._last_tag = event.delivery_tag
             self._unacked += 1
             if self._unacked >= self.ack_every:
                 self._unacked = 0
-                message.ack(multiple=True)
+                self.channel.ack_delivery(event.delivery_tag, True)
 
     def flush_acks(self) -> None:
         """One cumulative (multiple=1) ack for everything delivered so far.
@@ -139,13 +144,9 @@ class PerfConnection:
         slow trickle is acknowledged too; ack_every stays below the prefetch, so the
         broker never waits on us.
         """
-        last = self._last
-        if self._unacked and last is not None and not last.settled:
+        if self._unacked and self.channel is not None:
             self._unacked = 0
-            try:
-                last.ack(multiple=True)
-            except ClientError:
-                pass
+            self.channel.ack_delivery(self._last_tag, True)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Polite connection.close; falls back to dropping the socket."""

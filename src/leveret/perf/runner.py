@@ -151,7 +151,7 @@ class PerfRun:
                 prefetch=prefetch,
                 no_ack=a.autoack,
                 consumer_tag=f"perf-{idx}-{q}",
-                on_message=conn.on_message,
+                on_delivery=conn.on_delivery,
             ).start()
         return conn
 

@@ -94,6 +94,8 @@ _ACK_ARGS = struct.Struct(">QB")  # delivery tag, bits
 _HEADER_FRAME = struct.Struct(">BHIHHQ")
 # basic.deliver after the consumer tag: delivery tag, redelivered, length of the exchange name.
 _DELIVER_MIDDLE = struct.Struct(">QBB")
+_METHOD_HEAD = struct.Struct(">BHII")  # type, channel, size, method id
+_HEADER_FRAME = struct.Struct(">BHIHHQ")  # type, channel, size, class, weight, body size
 FRAME_END = 0xCE
 
 DEFAULT_FRAME_MAX = 131072
@@ -823,6 +825,11 @@ class Connection:
                     if ch is not None and ch.state == CH_OPEN and ch.content is None:
                         index = u32(buf, pos + 7)[0]
                         if index == fast_content:
+                            if index == BASIC_DELIVER:
+                                done = self._deliveries(buf, pos, n)
+                                if done > pos:
+                                    pos = done
+                                    continue
                             done = self._whole_content(buf, pos, end, n, number, index)
                             if done < 0:
                                 break  # wait for the rest of the message
@@ -844,6 +851,97 @@ class Connection:
         finally:
             self._buf = buf[pos:] if pos < n else b""
         return events
+
+    def _deliveries(self, buf: bytes, pos: int, n: int) -> int:
+        """Client role: a run of consecutive whole deliveries (method, header, one
+        body frame each) from `pos`, in one tight loop; returns the position after
+        the last one taken (`pos` itself if the first is not such a delivery)."""
+        append = self._events.append
+        method_head = _METHOD_HEAD.unpack_from
+        header_head = _HEADER_FRAME.unpack_from
+        frame_head = _FRAME_HEAD.unpack_from
+        middle = _DELIVER_MIDDLE.unpack_from
+        frame_max = self.reader.frame_max
+        max_body = self.max_body_size
+        channels = self._channels
+        if self.state != OPEN:
+            return pos
+        while n - pos >= 11:
+            mtype, number, msize, index = method_head(buf, pos)
+            end = pos + 7 + msize
+            if (
+                mtype != FRAME_METHOD
+                or index != BASIC_DELIVER
+                or msize + 8 > frame_max
+                or end >= n
+                or buf[end] != FRAME_END
+            ):
+                break
+            ch = channels.get(number)
+            if ch is None or ch.state != CH_OPEN or ch.content is not None:
+                break
+            hpos = end + 1
+            if n - hpos < 20:
+                break
+            htype, hnum, hsize, class_id, _weight, body_size = header_head(buf, hpos)
+            hend = hpos + 7 + hsize
+            if (
+                htype != FRAME_HEADER
+                or hnum != number
+                or hsize < 14
+                or class_id != CLASS_BASIC
+                or hsize + 8 > frame_max
+                or body_size > max_body
+                or hend >= n
+                or buf[hend] != FRAME_END
+            ):
+                break
+            if body_size:
+                bpos = hend + 1
+                if n - bpos < 7:
+                    break
+                btype, bnum, bsize = frame_head(buf, bpos)
+                bend = bpos + 7 + bsize
+                if (
+                    btype != FRAME_BODY
+                    or bnum != number
+                    or bsize != body_size
+                    or bsize + 8 > frame_max
+                    or bend >= n
+                    or buf[bend] != FRAME_END
+                ):
+                    break
+                body = buf[bpos + 7 : bend]
+                after = bend + 1
+            else:
+                body = b""
+                after = hend + 1
+            p = pos + 11
+            k = buf[p]
+            q = p + 1 + k
+            if q + 11 > end:
+                break
+            delivery_tag, redelivered, k2 = middle(buf, q)
+            r = q + 10 + k2
+            if r >= end or r + 1 + buf[r] != end:
+                break
+            try:
+                append(
+                    Deliver(
+                        number,
+                        buf[p + 1 : q].decode(),
+                        delivery_tag,
+                        redelivered == 1,
+                        buf[q + 10 : r].decode(),
+                        buf[r + 1 : end].decode(),
+                        buf[hpos + 7 : hend],
+                        body,
+                    )
+                )
+            except UnicodeDecodeError:
+                break
+            pos = after
+        return pos
 
     def _whole_content(
         self, buf: bytes, pos: int, end: int, n: int, number: int, index: int
