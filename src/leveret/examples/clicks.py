@@ -12,8 +12,9 @@
 4. A consumer bound to `click-counts` prints the counts as they arrive.
 
 The events carry a simulated clock (`--minutes` minutes of clicks, published in a few
-seconds), and a last event two minutes later moves the watermark past every window, so
-the run ends on its own once every window's count has arrived.
+seconds); then a clock event two minutes later, repeated every second, moves the
+watermark past every window, so the run ends on its own once every window's count has
+arrived.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ HASH_EXCHANGE = "clicks.in"
 RESULTS_EXCHANGE = "click-counts"
 RESULTS_QUEUE = "click-counts.printer"
 PAGES = ("/", "/pricing", "/docs", "/blog", "/signup")
-END_PAGE = "/_end"  # the event that moves the watermark past the last window
+END_PAGE = "/_tick"  # the clock events that move the watermark past the last window
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -158,16 +159,25 @@ def produce(uri: str, args: argparse.Namespace, start_ms: int, hashed: bool) -> 
                 ahead = began + n * pace - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
-        end = {
-            "id": "end",
-            "user": "u0",
-            "page": END_PAGE,
-            "ts": start_ms + (args.minutes + 2) * 60_000,
-        }
-        for i in range(PARTITIONS):  # every partition's watermark must move
-            c.publish(SUPER_STREAM, str(i), json.dumps(end).encode(), props)
         c.wait_for_confirms()
     return total
+
+
+def tick(uri: str, start_ms: int, minutes: int, stop: threading.Event) -> None:
+    """Publish a clock event every second until stopped.
+
+    The watermark a micro-batch uses is the one the batches before it reached, so the
+    last windows close only in a batch after the one that saw the late event time:
+    these ticks make sure there is one, whatever the trigger and the no-data-batch setting.
+    """
+    props = commands.Basic.Properties(content_type="application/json", delivery_mode=2)
+    late = {"id": "tick", "user": "u0", "page": END_PAGE, "ts": start_ms + (minutes + 2) * 60_000}
+    with Client(uri).connect() as c:
+        c.confirm_select()
+        while not stop.is_set():
+            c.publish(SUPER_STREAM, "0", json.dumps(late).encode(), props)
+            c.wait_for_confirms()
+            stop.wait(1.0)
 
 
 def start_job(spark, uri: str, out: Path):
@@ -191,7 +201,8 @@ def start_job(spark, uri: str, out: Path):
         events.withWatermark("event_time", "1 minute")
         .groupBy(F.window("event_time", "1 minute"), "page")
         .count()
-        .where(F.col("page") != END_PAGE)
+        # no filter for the clock events: Spark would push it below the watermark, which
+        # would then never see them; their own window never closes, so it is never written
         .select(F.col("window.start").alias("minute"), "page", F.col("count").alias("clicks"))
     )
     to_leveret = (
@@ -290,16 +301,28 @@ def main(argv: list[str] | None = None, spark=None) -> dict:
         expected = args.minutes * args.per_minute
         seen: dict = {"clicks": 0, "windows": {}}
         stop = threading.Event()
+        ticker: threading.Thread | None = None
         printer = threading.Thread(target=print_results, args=(uri, expected, stop, seen))
         printer.start()
         print(f"publishing {expected} clicks ({args.minutes} simulated minutes) ...", flush=True)
         try:
             produce(uri, args, start_ms, made["hashed"])
-            printer.join(args.timeout)
+            ticker = threading.Thread(target=tick, args=(uri, start_ms, args.minutes, stop))
+            ticker.start()
+            deadline = time.monotonic() + args.timeout
+            while printer.is_alive() and time.monotonic() < deadline:
+                printer.join(1)
+                for q in queries:
+                    if q.exception() is not None:
+                        raise RuntimeError(f"the Spark job failed: {q.exception()}")
         finally:
             stop.set()
             printer.join(10)
-            for q in queries:
+            if ticker is not None:
+                ticker.join(10)
+            for q in queries:  # let a running micro-batch finish, then stop
+                with contextlib.suppress(Exception):
+                    q.processAllAvailable()
                 q.stop()
         parquet = spark.read.parquet(str(out / "counts.parquet"))
         in_parquet = parquet.groupBy().sum("clicks").collect()[0][0] or 0

@@ -346,6 +346,7 @@ class Client:
         if self.sock is None:
             return
         try:
+            self.flush()
             self.send_method(commands.Connection.Close(reply_code=200, reply_text="bye"), 0)
             deadline = time.monotonic() + 2
             while time.monotonic() < deadline:
