@@ -19,6 +19,11 @@ from leveret.protocol.frames import FRAME_HEAD
 from leveret.protocol.properties import EMPTY_PROPERTIES, BasicProperties
 
 
+def feed(conn: pc.Connection, data: bytes) -> list:
+    """All the events `data` completes, as a list."""
+    return list(conn.receive_data(data))
+
+
 def pump(client: pc.Connection, server: pc.Connection) -> tuple[list, list]:
     """Move bytes both ways until neither side has anything to send."""
     client_events: list = []
@@ -29,9 +34,9 @@ def pump(client: pc.Connection, server: pc.Connection) -> tuple[list, list]:
         if not to_server and not to_client:
             return client_events, server_events
         if to_server:
-            server_events += server.receive_data(to_server)
+            server_events += feed(server, to_server)
         if to_client:
-            client_events += client.receive_data(to_client)
+            client_events += feed(client, to_client)
     raise AssertionError("the two ends never went quiet")
 
 
@@ -95,7 +100,7 @@ def test_amqplain_credentials_are_read():
 
 def test_bad_protocol_header_gets_ours_back():
     server = pc.Connection(pc.SERVER)
-    events = server.receive_data(b"HTTP/1.1 GET /")
+    events = feed(server, b"HTTP/1.1 GET /")
     assert [type(e) for e in events] == [pc.BadProtocolHeader]
     assert server.data_to_send() == k.PROTOCOL_HEADER
     assert server.state == pc.CLOSED
@@ -103,8 +108,8 @@ def test_bad_protocol_header_gets_ours_back():
 
 def test_protocol_header_in_pieces():
     server = pc.Connection(pc.SERVER)
-    assert server.receive_data(b"AMQ") == []
-    assert server.receive_data(b"P\x00\x00\x09\x01") == []
+    assert feed(server, b"AMQ") == []
+    assert feed(server, b"P\x00\x00\x09\x01") == []
     assert server.state == pc.AWAITING_START_OK
     assert server.data_to_send().startswith(b"\x01\x00\x00")  # connection.start
 
@@ -113,9 +118,9 @@ def test_method_out_of_order_in_the_handshake_closes_with_503():
     client = pc.Connection(pc.CLIENT)
     server = pc.Connection(pc.SERVER)
     client.initiate()
-    server.receive_data(client.data_to_send())
+    feed(server, client.data_to_send())
     server.data_to_send()
-    events = server.receive_data(pamqp_frame.marshal(cmd.Connection.Open("/"), 0))
+    events = feed(server, pamqp_frame.marshal(cmd.Connection.Open("/"), 0))
     (err,) = events
     assert isinstance(err, pc.ProtocolError) and err.error.code == k.COMMAND_INVALID
     assert err.drop and server.state == pc.CLOSED
@@ -131,7 +136,7 @@ def test_server_refuses_a_frame_max_above_its_own():
     # A misbehaving client ignores the server's limit.
     client.frame_max = 131072
     server.data_to_send()
-    events = server.receive_data(pamqp_frame.marshal(cmd.Connection.TuneOk(2047, 131072, 0), 0))
+    events = feed(server, pamqp_frame.marshal(cmd.Connection.TuneOk(2047, 131072, 0), 0))
     (err,) = events
     assert err.error.code == k.NOT_ALLOWED and "frame_max" in err.error.reply_text
 
@@ -201,7 +206,7 @@ def test_both_ends_close_a_channel_at_once():
 
 def test_method_on_an_unopened_channel_is_a_channel_error():
     client, server = handshake()
-    events = server.receive_data(pamqp_frame.marshal(cmd.Queue.Declare(queue="q"), 5))
+    events = feed(server, pamqp_frame.marshal(cmd.Queue.Declare(queue="q"), 5))
     (err,) = events
     assert err.error.code == k.CHANNEL_ERROR and "channel.open" in err.error.reply_text
 
@@ -210,14 +215,14 @@ def test_channel_above_channel_max_is_refused():
     client, server = handshake({"channel_max": 3}, {})
     with pytest.raises(pc.UsageError):
         client.open_channel(4)
-    events = server.receive_data(pamqp_frame.marshal(cmd.Channel.Open(), 4))
+    events = feed(server, pamqp_frame.marshal(cmd.Channel.Open(), 4))
     assert events[0].error.code == k.NOT_ALLOWED
 
 
 def test_second_channel_open_is_a_channel_error():
     client, server = handshake()
     n = open_channel(client, server)
-    events = server.receive_data(pamqp_frame.marshal(cmd.Channel.Open(), n))
+    events = feed(server, pamqp_frame.marshal(cmd.Channel.Open(), n))
     assert events[0].error.code == k.CHANNEL_ERROR
 
 
@@ -250,7 +255,7 @@ def test_body_bigger_than_frame_max_is_split_and_reassembled():
     frames = list(pc.FrameReader(4096).feed(wire_bytes))
     bodies = [p for t, _, p in frames if t == k.FRAME_BODY]
     assert len(bodies) == 7 and all(len(b) <= 4096 - 8 for b in bodies)
-    (pub,) = server.receive_data(wire_bytes)
+    (pub,) = feed(server, wire_bytes)
     assert pub.body == body
 
 
@@ -260,7 +265,7 @@ def test_empty_body_has_no_body_frames():
     client.send_publish(n, "", "q", b"", EMPTY_PROPERTIES)
     wire_bytes = client.data_to_send()
     assert [t for t, _, _ in pc.FrameReader(131072).feed(wire_bytes)] == [1, 2]
-    (pub,) = server.receive_data(wire_bytes)
+    (pub,) = feed(server, wire_bytes)
     assert pub.body == b""
 
 
@@ -305,15 +310,15 @@ def test_content_header_without_a_method_is_unexpected_frame():
     n = open_channel(client, server)
     header = struct.pack(">HHQH", 60, 0, 1, 0)
     frame = FRAME_HEAD.pack(2, n, len(header)) + header + b"\xce"
-    (err,) = server.receive_data(frame)
+    (err,) = feed(server, frame)
     assert err.error.code == k.UNEXPECTED_FRAME
 
 
 def test_method_in_the_middle_of_content_is_unexpected_frame():
     client, server = handshake()
     n = open_channel(client, server)
-    server.receive_data(pamqp_frame.marshal(cmd.Basic.Publish(routing_key="q"), n))
-    (err,) = server.receive_data(pamqp_frame.marshal(cmd.Basic.Qos(1), n))
+    feed(server, pamqp_frame.marshal(cmd.Basic.Publish(routing_key="q"), n))
+    (err,) = feed(server, pamqp_frame.marshal(cmd.Basic.Qos(1), n))
     assert err.error.code == k.UNEXPECTED_FRAME
     assert server.state == pc.CLOSING  # close sent, waiting for close-ok
 
@@ -321,11 +326,11 @@ def test_method_in_the_middle_of_content_is_unexpected_frame():
 def test_body_longer_than_announced_is_a_frame_error():
     client, server = handshake()
     n = open_channel(client, server)
-    server.receive_data(pamqp_frame.marshal(cmd.Basic.Publish(routing_key="q"), n))
+    feed(server, pamqp_frame.marshal(cmd.Basic.Publish(routing_key="q"), n))
     header = struct.pack(">HHQH", 60, 0, 2, 0)
     data = FRAME_HEAD.pack(2, n, len(header)) + header + b"\xce"
     data += FRAME_HEAD.pack(3, n, 5) + b"toolong"[:5] + b"\xce"
-    (err,) = server.receive_data(data)
+    (err,) = feed(server, data)
     assert err.error.code == k.FRAME_ERROR
 
 
@@ -345,13 +350,13 @@ def test_message_over_max_body_size_closes_only_its_channel():
 def test_heartbeat_on_a_channel_is_unexpected_frame():
     client, server = handshake()
     n = open_channel(client, server)
-    (err,) = server.receive_data(FRAME_HEAD.pack(8, n, 0) + b"\xce")
+    (err,) = feed(server, FRAME_HEAD.pack(8, n, 0) + b"\xce")
     assert err.error.code == k.UNEXPECTED_FRAME
 
 
 def test_bad_frame_end_drops_the_connection():
     client, server = handshake()
-    (err,) = server.receive_data(FRAME_HEAD.pack(8, 0, 0) + b"\x00")
+    (err,) = feed(server, FRAME_HEAD.pack(8, 0, 0) + b"\x00")
     assert err.error.code == k.FRAME_ERROR and err.drop
     assert server.state == pc.CLOSED
 
@@ -359,7 +364,7 @@ def test_bad_frame_end_drops_the_connection():
 def test_heartbeats_are_silent():
     client, server = handshake()
     client.send_heartbeat()
-    assert server.receive_data(client.data_to_send()) == []
+    assert feed(server, client.data_to_send()) == []
 
 
 # -- closing ----------------------------------------------------------------------------
@@ -447,7 +452,7 @@ def test_any_split_of_the_byte_stream_gives_the_same_events(chunk):
     wire_bytes = server.data_to_send()
     events = []
     for start in range(0, len(wire_bytes), chunk):
-        events += client.receive_data(wire_bytes[start : start + chunk])
+        events += feed(client, wire_bytes[start : start + chunk])
     deliveries = [e for e in events if isinstance(e, pc.Deliver)]
     assert [d.body for d in deliveries] == bodies
     assert [d.delivery_tag for d in deliveries] == list(range(1, 7))
@@ -457,7 +462,7 @@ def test_any_split_of_the_byte_stream_gives_the_same_events(chunk):
     # The same stream fed whole, to a fresh client: identical events.
     client2, server2 = handshake({"frame_max": 4096}, {"frame_max": 4096})
     open_channel(client2, server2)
-    assert _summary(client2.receive_data(wire_bytes)) == _summary(events)
+    assert _summary(feed(client2, wire_bytes)) == _summary(events)
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 33, 10**9])
@@ -470,9 +475,44 @@ def test_publishes_split_anywhere_reach_the_server_whole(chunk):
     wire_bytes = client.data_to_send()
     events = []
     for start in range(0, len(wire_bytes), chunk):
-        events += server.receive_data(wire_bytes[start : start + chunk])
+        events += feed(server, wire_bytes[start : start + chunk])
     assert [type(e) for e in events] == [pc.Publish] * len(bodies)
     assert [e.body for e in events] == bodies
     assert all(
         (e.exchange, e.routing_key, e.mandatory) == ("amq.direct", "key", True) for e in events
     )
+
+
+def test_replies_keep_their_order_when_events_are_taken_one_by_one():
+    """The core's own replies (close-ok here) are queued as their event is taken,
+    after the replies the caller made to earlier events."""
+    client, server = handshake()
+    n = open_channel(client, server)
+    client.send_method(n, cmd.Basic.Qos(prefetch_count=5))
+    client.close_channel(n)
+    for event in server.receive_data(client.data_to_send()):
+        if isinstance(event, pc.MethodReceived):
+            server.send_method(n, cmd.Basic.QosOk())
+    out = server.data_to_send()
+    methods = [p[:4] for t, _, p in pc.FrameReader(131072).feed(out)]
+    assert methods == [
+        k.BASIC_QOS_OK.to_bytes(4, "big"),
+        k.CHANNEL_CLOSE_OK.to_bytes(4, "big"),
+    ]
+
+
+def test_a_client_can_ack_deliveries_while_taking_them_before_a_channel_close():
+    client, server = handshake()
+    n = open_channel(client, server)
+    header = struct.pack(">HHQ", 60, 0, 1) + EMPTY_PROPERTIES
+    server.send_content(n, cmd.Basic.Deliver("c", 1, False, "", "q"), header, b"x")
+    server.close_channel(n, 406, "PRECONDITION_FAILED - bye")
+    kinds = []
+    for event in client.receive_data(server.data_to_send()):
+        kinds.append(type(event).__name__)
+        if isinstance(event, pc.Deliver):
+            client.send_ack(n, event.delivery_tag)  # the channel is still open here
+    assert kinds == ["Deliver", "ChannelClosed"]
+    assert [type(e).__name__ for e in feed(server, client.data_to_send())] == [
+        "ChannelCloseOk"
+    ]  # the ack was dropped on the closing channel

@@ -30,6 +30,7 @@ else goes through pamqp.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from pamqp import commands as cmd
@@ -777,25 +778,37 @@ class Connection:
 
     # --- input --------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[Event]:
-        """Feed bytes from the peer; returns the events they complete, in order.
+    def receive_data(self, data: bytes) -> Iterator[Event]:
+        """Feed bytes from the peer; iterate the result for the events they complete.
+
+        Take the events in order, and act on each before taking the next: the
+        replies the core queues itself (open-ok, close-ok) are queued as their
+        event is taken, so they keep their place among your own replies. Iterate
+        to the end before feeding more bytes.
 
         Frames are cut out of one buffer in place. A content method whose
         header and single body frame are already in the buffer (almost every
         delivery or publish) becomes its event in one step, and confirms and
         acks are decoded inline; everything else goes frame by frame.
         """
-        events = self._events = []
-        state = self.state
-        if state == AWAITING_HEADER:
-            data = self._check_protocol_header(data)
-            if not data:
-                return events
-        elif state == CLOSED:
-            return events
-        # Work on bytes (slices of bytes are the payloads, copied once). What is
-        # left over is at most a few frames: a message waiting for its body.
-        buf = self._buf + data if self._buf else data
+        if self.state == CLOSED:
+            return iter(())
+        self._buf = self._buf + data if self._buf else data
+        return self._parse()
+
+    def _parse(self) -> Iterator[Event]:
+        events = self._events
+        events.clear()
+        buf = self._buf
+        if self.state == AWAITING_HEADER:
+            self._buf = b""
+            buf = self._check_protocol_header(buf)
+            if events:
+                yield from events
+                events.clear()
+            if not buf or self.state == CLOSED:
+                return
+            self._buf = buf
         n = len(buf)
         pos = 0
         head = _FRAME_HEAD.unpack_from
@@ -825,32 +838,37 @@ class Connection:
                     if ch is not None and ch.state == CH_OPEN and ch.content is None:
                         index = u32(buf, pos + 7)[0]
                         if index == fast_content:
+                            done = pos
                             if index == BASIC_DELIVER:
                                 done = self._deliveries(buf, pos, n)
-                                if done > pos:
-                                    pos = done
-                                    continue
-                            done = self._whole_content(buf, pos, end, n, number, index)
-                            if done < 0:
-                                break  # wait for the rest of the message
+                            if done == pos:
+                                done = self._whole_content(buf, pos, end, n, number, index)
+                                if done < 0:
+                                    break  # wait for the rest of the message
                             if done:
                                 pos = done
+                                yield from events
+                                events.clear()
                                 continue
                         elif index == BASIC_ACK and self.state == OPEN:
                             tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
-                            events.append(Ack(number, tag, bool(bits & 1)))
                             pos = end + 1
+                            yield Ack(number, tag, bits & 1 == 1)
                             continue
                 payload = buf[pos + 7 : end]
                 pos = end + 1
                 self._frame(frame_type, number, payload)
+                if events:
+                    yield from events
+                    events.clear()
                 if self.state == CLOSED:
                     break
         except AMQPError as exc:
             self._protocol_error(exc)
+            yield from events
+            events.clear()
         finally:
             self._buf = buf[pos:] if pos < n else b""
-        return events
 
     def _deliveries(self, buf: bytes, pos: int, n: int) -> int:
         """Client role: a run of consecutive whole deliveries (method, header, one
