@@ -53,6 +53,10 @@ class DurabilityHooks:
     # False: queues skip every per-message hook (the in-memory broker's fast path).
     active = False
 
+    def stream_directory(self, vhost: str, name: str) -> str | None:
+        """Where a stream keeps its log; None: a scratch directory, no fsync."""
+        return None
+
     def exchange_declared(self, exchange: Exchange) -> None: ...
     def exchange_deleted(self, exchange: Exchange) -> None: ...
     def queue_declared(self, queue: Queue) -> None: ...

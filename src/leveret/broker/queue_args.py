@@ -15,7 +15,7 @@ from leveret.protocol.constants import PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES = ("classic",)
+QUEUE_TYPES = ("classic", "stream")
 QUEUE_MODES = ("default", "lazy")
 
 

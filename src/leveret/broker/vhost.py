@@ -247,10 +247,11 @@ class VirtualHost:
         entries = queue.ready.clear()
         if queue.tracked:
             self.hooks.queue_deleted(queue, entries)
+        queue.release()
         return count
 
     def purge_queue(self, queue: Queue) -> int:
-        entries = queue.ready.clear()
+        entries = queue.purge()
         if entries and queue.tracked:
             self.hooks.queue_purged(queue, entries)
         return len(entries)

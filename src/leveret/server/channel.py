@@ -339,6 +339,7 @@ class Channel(ModelMethods, PublishMethods):
                 f"invalid arg 'x-priority' for {queue.describe()}: "
                 f'"expected integer, got {amqp_type_name(priority)}"',
             )
+        queue.check_consume(self.prefetch_count, self.global_prefetch, m.no_ack, arguments)
         consumer = Consumer(
             tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count, priority, arguments
         )

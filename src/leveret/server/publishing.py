@@ -8,13 +8,14 @@ arrived.
 
 from __future__ import annotations
 
+import json
 import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
 from pamqp import commands as cmd
 
-from leveret.broker import direct_reply
+from leveret.broker import direct_reply, stream_offsets
 from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
@@ -40,6 +41,7 @@ from leveret.protocol.properties import (
     FLAG_REPLY_TO,
     FLAG_USER_ID,
     decode_properties,
+    encode_header,
     parse_header,
     rewrite_header,
     short_string,
@@ -221,11 +223,14 @@ class PublishMethods:
         mandatory: bool,
         barrier: WriteBarrier | None = None,
     ) -> None:
-        if exchange is self.vhost.default_exchange and message.routing_key.startswith(
-            direct_reply.PREFIX
-        ):
-            self._route_direct_reply(message, mandatory)
-            return
+        if exchange is self.vhost.default_exchange and message.routing_key.startswith("amq."):
+            # Names no queue can have: direct reply-to and Leveret's extensions.
+            if message.routing_key.startswith(direct_reply.PREFIX):
+                self._route_direct_reply(message, mandatory)
+                return
+            if message.routing_key == stream_offsets.ROUTING_KEY:
+                self._answer_stream_offsets(message)
+                return
         if message.routing_keys is None:
             queues = self.vhost.route(exchange, message)
         else:
@@ -290,6 +295,29 @@ class PublishMethods:
                 40,
             )
         )
+
+    def _answer_stream_offsets(self, request: Message) -> None:
+        """The tail-offsets extension (broker/stream_offsets.py): reply to reply_to."""
+        if self.confirm_mode:
+            self.publish_seq += 1
+            self.conn.confirms_due(self)
+        props = request.properties
+        if not props.reply_to:
+            return  # nowhere to answer; like an unroutable publish without mandatory
+        body = json.dumps(stream_offsets.answer(self.vhost, request.body or b"")).encode()
+        reply_props = cmd.Basic.Properties(
+            content_type="application/json", correlation_id=props.correlation_id
+        )
+        header = encode_header(len(body), reply_props)
+        reply = Message("", props.reply_to, header, body, int.from_bytes(header[12:14]), False)
+        if props.reply_to.startswith(direct_reply.PREFIX):
+            target = self.conn.broker.direct_reply.lookup(props.reply_to)
+            if target is not None and not target.closing:
+                target.deliver_reply(reply)
+        else:
+            queue = self.vhost.queues.get(props.reply_to)
+            if queue is not None:
+                queue.enqueue(reply)
 
     def _route_direct_reply(self, message: Message, mandatory: bool) -> None:
         target = self.conn.broker.direct_reply.lookup(message.routing_key)

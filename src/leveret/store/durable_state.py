@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from typing import Any
+from urllib.parse import quote
 
 from leveret.broker.durability import DurabilityHooks
 from leveret.broker.exchange import Binding, Exchange
@@ -85,6 +86,9 @@ class DurableState(DurabilityHooks):
 
     def exchange_deleted(self, exchange: Exchange) -> None:
         self.definitions.delete_exchange(exchange.vhost_name, exchange.name)
+
+    def stream_directory(self, vhost: str, name: str) -> str | None:
+        return os.path.join(self.data_dir, "streams", quote(vhost, safe=""), quote(name, safe=""))
 
     def queue_declared(self, queue: Queue) -> None:
         if not self._restoring:

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import ClassicQueue, QueueEntry
+from leveret.broker.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from leveret.broker.queue_args import QueueOptions
     from leveret.broker.vhost import VirtualHost
 
-__all__ = ["ClassicQueue", "Queue", "QueueEntry", "new_queue", "QUEUE_CLASSES"]
+__all__ = ["ClassicQueue", "Queue", "QueueEntry", "StreamQueue", "new_queue", "QUEUE_CLASSES"]
 
-QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": ClassicQueue}
+QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": ClassicQueue, "stream": StreamQueue}
 
 
 def new_queue(
@@ -31,4 +32,11 @@ def new_queue(
 ) -> Queue:
     """A queue of the type `arguments` ask for (validated by parse_queue_arguments)."""
     cls = QUEUE_CLASSES[arguments.get("x-queue-type", "classic")]
+    cls.check_declare(
+        f"queue '{name}' in vhost '{vhost.name}'",
+        durable,
+        exclusive_owner is not None,
+        auto_delete,
+        arguments,
+    )
     return cls(vhost, name, durable, exclusive_owner, auto_delete, arguments, options)

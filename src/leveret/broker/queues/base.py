@@ -67,9 +67,25 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError
 
+    def purge(self) -> list[QueueEntry]:
+        """queue.purge: remove and return the ready messages."""
+        raise NotImplementedError
+
     @property
     def message_count(self) -> int:
         raise NotImplementedError
+
+    @staticmethod
+    def check_declare(
+        describe: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict
+    ) -> None:
+        """Refuse declarations this type cannot take (before the queue exists)."""
+
+    def check_consume(self, prefetch: int, global_prefetch: int, no_ack: bool, args: dict) -> None:
+        """Refuse a basic.consume this type cannot serve."""
+
+    def release(self) -> None:
+        """The queue was deleted: free what it holds outside Python (files)."""
 
     @property
     def consumer_count(self) -> int:

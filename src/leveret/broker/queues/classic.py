@@ -283,6 +283,9 @@ class ClassicQueue(Queue):
         for connection in waiting:
             connection.resume_after_flow(self)
 
+    def purge(self) -> list[QueueEntry]:
+        return self.ready.clear()
+
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
         self.touch()

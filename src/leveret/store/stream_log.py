@@ -1,0 +1,406 @@
+"""A stream's append-only log: segment files and a sparse index.
+
+Records are never rewritten.  Each segment file is named by its first offset;
+retention deletes whole segments, oldest first.  In RAM a stream keeps one small
+index per segment (an entry every INDEX_EVERY records: offset, file position and
+timestamp), so its memory does not grow with the number of messages, and a
+reader starting at any offset or timestamp seeks straight to its place.
+
+Record layout (big-endian)::
+
+    length u32 | crc32 u32 | offset i64 | timestamp_ms i64 | ek_len u16 | exchange_and_key
+    | header_len u32 | header | body
+
+`length` counts everything after the crc; the crc covers the same bytes, so a
+torn or corrupt tail (a crash mid-write) is found on open and cut off.
+
+The store knows nothing of the model's classes: it stores byte strings, and the
+stream queue decides what they mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("leveret.stream")
+
+INDEX_EVERY = 256  # records between two sparse-index entries
+_HEAD = struct.Struct(">II")  # length, crc32
+_META = struct.Struct(">qqH")  # offset, timestamp, exchange_and_key length
+_U32 = struct.Struct(">I")
+READ_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int  # ms since the epoch
+    exchange_and_key: bytes
+    header: bytes
+    body: bytes
+
+
+@dataclass
+class Segment:
+    first: int  # offset of its first record
+    path: str
+    size: int = 0
+    count: int = 0
+    first_ts: int = 0
+    last_ts: int = 0
+    # sparse index: parallel lists, one entry every INDEX_EVERY records
+    idx_offset: list[int] = field(default_factory=list)
+    idx_pos: list[int] = field(default_factory=list)
+    idx_ts: list[int] = field(default_factory=list)
+
+    @property
+    def next(self) -> int:
+        return self.first + self.count
+
+    def note(self, offset: int, pos: int, ts: int) -> None:
+        if self.count % INDEX_EVERY == 0:
+            self.idx_offset.append(offset)
+            self.idx_pos.append(pos)
+            self.idx_ts.append(ts)
+        if self.count == 0:
+            self.first_ts = ts
+        self.last_ts = ts
+        self.count += 1
+
+
+def encode_record(
+    offset: int, ts: int, exchange_and_key: bytes, header: bytes, body: bytes
+) -> bytes:
+    rest = b"".join(
+        (
+            _META.pack(offset, ts, len(exchange_and_key)),
+            exchange_and_key,
+            _U32.pack(len(header)),
+            header,
+            body,
+        )
+    )
+    return _HEAD.pack(len(rest), zlib.crc32(rest)) + rest
+
+
+def _decode_rest(rest: bytes | memoryview) -> Record:
+    offset, ts, ek_len = _META.unpack_from(rest)
+    pos = _META.size
+    ek = bytes(rest[pos : pos + ek_len])
+    pos += ek_len
+    (h_len,) = _U32.unpack_from(rest, pos)
+    pos += 4
+    header = bytes(rest[pos : pos + h_len])
+    body = bytes(rest[pos + h_len :])
+    return Record(offset, ts, ek, header, body)
+
+
+class StreamLog:
+    """One stream's segments.  `fsync` False (the in-memory broker) skips fsyncs."""
+
+    def __init__(
+        self,
+        directory: str,
+        fsync: bool = True,
+        max_segment_bytes: int = 500_000_000,
+        max_bytes: int | None = None,
+        max_age_ms: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self.max_segment_bytes = max_segment_bytes
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.segments: list[Segment] = []
+        self._fd = -1
+        self._pending: list[Callable[[BaseException | None], None]] = []
+        self._syncing = False
+        self.closed = False
+        os.makedirs(directory, exist_ok=True)
+        self._open()
+
+    # --- open and recover ---------------------------------------------------
+
+    def _open(self) -> None:
+        names = sorted(n for n in os.listdir(self.directory) if n.endswith(".seg"))
+        expected = None
+        for name in names:
+            seg = Segment(int(name[:-4]), os.path.join(self.directory, name))
+            if expected is not None and seg.first != expected:
+                log.warning("stream %s: gap before segment %s", self.directory, name)
+            self._scan(seg)
+            self.segments.append(seg)
+            expected = seg.next
+        if not self.segments:
+            self.segments.append(Segment(0, self._seg_path(0)))
+            open(self.segments[0].path, "ab").close()
+        tail = self.segments[-1]
+        self._fd = os.open(tail.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _scan(self, seg: Segment) -> None:
+        """Rebuild a segment's index; cut a torn or corrupt tail."""
+        with open(seg.path, "rb") as f:
+            data = f.read()
+        pos = 0
+        good = 0
+        while pos + _HEAD.size <= len(data):
+            length, crc = _HEAD.unpack_from(data, pos)
+            end = pos + _HEAD.size + length
+            if end > len(data):
+                break
+            rest = memoryview(data)[pos + _HEAD.size : end]
+            if zlib.crc32(rest) != crc:
+                break
+            offset, ts, _ = _META.unpack_from(rest)
+            if offset != seg.first + seg.count:
+                break
+            seg.note(offset, pos, ts)
+            pos = good = end
+        if good < len(data):
+            log.warning(
+                "stream segment %s: cut %d bytes of torn or corrupt tail",
+                seg.path,
+                len(data) - good,
+            )
+            with open(seg.path, "r+b") as f:
+                f.truncate(good)
+        seg.size = good
+
+    def _seg_path(self, first: int) -> str:
+        return os.path.join(self.directory, f"{first:020d}.seg")
+
+    # --- offsets --------------------------------------------------------------
+
+    @property
+    def first(self) -> int:
+        return self.segments[0].first
+
+    @property
+    def next(self) -> int:
+        return self.segments[-1].next
+
+    @property
+    def first_timestamp(self) -> int | None:
+        for seg in self.segments:
+            if seg.count:
+                return seg.first_ts
+        return None
+
+    @property
+    def last_timestamp(self) -> int | None:
+        for seg in reversed(self.segments):
+            if seg.count:
+                return seg.last_ts
+        return None
+
+    @property
+    def size(self) -> int:
+        return sum(seg.size for seg in self.segments)
+
+    def offset_for_timestamp(self, ts: int) -> int:
+        """The first offset whose timestamp is at or after `ts` (next if none)."""
+        for seg in self.segments:
+            if seg.count and seg.last_ts >= ts:
+                k = max(0, bisect.bisect_left(seg.idx_ts, ts) - 1)
+                for rec in self._iter_segment(seg, seg.idx_pos[k], seg.idx_offset[k]):
+                    if rec.timestamp >= ts:
+                        return rec.offset
+        return self.next
+
+    # --- append ---------------------------------------------------------------
+
+    def append(self, ts: int, exchange_and_key: bytes, header: bytes, body: bytes) -> int:
+        seg = self.segments[-1]
+        if seg.count and seg.size >= self.max_segment_bytes:
+            seg = self._roll()
+        offset = seg.next
+        data = encode_record(offset, ts, exchange_and_key, header, body)
+        os.write(self._fd, data)
+        seg.note(offset, seg.size, ts)
+        seg.size += len(data)
+        return offset
+
+    def _roll(self) -> Segment:
+        os.close(self._fd)
+        first = self.next
+        seg = Segment(first, self._seg_path(first))
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.segments.append(seg)
+        self.apply_retention()
+        return seg
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole old segments over the size or age limit; never the active one."""
+        removed = 0
+        while len(self.segments) > 1:
+            oldest = self.segments[0]
+            too_big = self.max_bytes is not None and self.size > self.max_bytes
+            too_old = (
+                self.max_age_ms is not None
+                and now_ms is not None
+                and oldest.count
+                and oldest.last_ts < now_ms - self.max_age_ms
+            )
+            if not (too_big or too_old):
+                break
+            self.segments.pop(0)
+            try:
+                os.unlink(oldest.path)
+            except FileNotFoundError:
+                pass
+            removed += 1
+        return removed
+
+    def when_durable(self, done: Callable[[BaseException | None], None]) -> None:
+        """Call `done` once everything appended so far is fsynced (group commit)."""
+        if not self.fsync:
+            done(None)
+            return
+        self._pending.append(done)
+        if not self._syncing:
+            self._syncing = True
+            asyncio.get_running_loop().call_soon(self._sync)
+
+    def _sync(self) -> None:
+        waiting, self._pending = self._pending, []
+        if self.closed:
+            for done in waiting:
+                done(None)
+            return
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, os.fsync, self._fd)
+
+        def finished(fut: asyncio.Future) -> None:
+            error = fut.exception()
+            for done in waiting:
+                done(error)
+            if self._pending:
+                self._sync()
+            else:
+                self._syncing = False
+
+        future.add_done_callback(finished)
+
+    # --- reading --------------------------------------------------------------
+
+    def reader(self, offset: int) -> StreamReader:
+        return StreamReader(self, offset)
+
+    def _iter_segment(self, seg: Segment, pos: int, offset: int):
+        with open(seg.path, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+        view = memoryview(data)
+        p = 0
+        while p + _HEAD.size <= len(view) and offset < seg.next:
+            length, _crc = _HEAD.unpack_from(view, p)
+            end = p + _HEAD.size + length
+            yield _decode_rest(view[p + _HEAD.size : end])
+            p = end
+            offset += 1
+
+    # --- lifetime -------------------------------------------------------------
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class StreamReader:
+    """A cursor: reads records in order from `offset`, across segments.
+
+    Holds one open file and a read buffer of at most READ_CHUNK bytes, so a
+    consumer reading from `first` does not hold the stream in memory.
+    """
+
+    def __init__(self, log: StreamLog, offset: int) -> None:
+        self.log = log
+        self.offset = max(offset, log.first)
+        self._file = None
+        self._seg: Segment | None = None
+        self._buf = b""
+        self._pos = 0  # file position of _buf[0]
+
+    def _seek(self) -> bool:
+        log = self.log
+        firsts = [s.first for s in log.segments]
+        if self.offset < log.first:
+            self.offset = log.first  # retention removed what we were about to read
+        k = bisect.bisect_right(firsts, self.offset) - 1
+        seg = log.segments[k]
+        if self.offset >= seg.next:
+            return False
+        j = bisect.bisect_right(seg.idx_offset, self.offset) - 1
+        if self._file is not None:
+            self._file.close()
+        self._file = open(seg.path, "rb")
+        self._seg = seg
+        self._pos = seg.idx_pos[j]
+        self._file.seek(self._pos)
+        self._buf = b""
+        skip = self.offset - seg.idx_offset[j]
+        self._skip_to = seg.idx_offset[j]
+        while skip:
+            rec = self._next_raw()
+            if rec is None:
+                return False
+            skip -= 1
+        return True
+
+    def _next_raw(self) -> Record | None:
+        while True:
+            buf = self._buf
+            if len(buf) >= _HEAD.size:
+                length, _crc = _HEAD.unpack_from(buf)
+                end = _HEAD.size + length
+                if len(buf) >= end:
+                    rec = _decode_rest(memoryview(buf)[_HEAD.size : end])
+                    self._buf = buf[end:]
+                    self._pos += end
+                    return rec
+            assert self._file is not None
+            more = self._file.read(READ_CHUNK)
+            if not more:
+                return None
+            self._buf = buf + more
+
+    def read(self, n: int) -> list[Record]:
+        """Up to `n` records from the cursor; fewer at the end of the log."""
+        out: list[Record] = []
+        if self.offset >= self.log.next:
+            return out
+        seg = self._seg
+        if seg is None or seg not in self.log.segments or self.offset < seg.first:
+            if not self._seek():
+                return out
+        while len(out) < n and self.offset < self.log.next:
+            seg = self._seg
+            assert seg is not None
+            if self.offset >= seg.next:
+                if seg is self.log.segments[-1] or not self._seek():
+                    break
+                continue
+            rec = self._next_raw()
+            if rec is None:
+                break
+            out.append(rec)
+            self.offset = rec.offset + 1
+        return out
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,339 @@
+"""Stream queues over AMQP 0-9-1 (issue 9 §1).
+
+Codes and texts were pinned by running these same pika calls against RabbitMQ
+3.10.8; tests not marked leveret_only run against it too (LEVERET_TEST_URL).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pika
+import pika.exceptions
+import pytest
+
+STREAM = {"x-queue-type": "stream"}
+
+
+@pytest.fixture
+def stream(connection, names):
+    name = names.queue("stream")
+    connection.channel().queue_declare(name, durable=True, arguments=STREAM)
+    yield name
+    if connection.is_open:
+        connection.channel().queue_delete(name)
+
+
+def _publish(ch, queue: str, bodies) -> None:
+    ch.confirm_delivery()
+    for body in bodies:
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
+def _consume(connection, queue: str, n: int, offset=None, prefetch: int = 100, ack=True):
+    """The first n deliveries as (offset header, body), acking as they come."""
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=prefetch)
+    got = []
+    args = {} if offset is None else {"x-stream-offset": offset}
+
+    def on_message(channel, method, props, body):
+        got.append((props.headers["x-stream-offset"], body))
+        if ack:
+            channel.basic_ack(method.delivery_tag)
+
+    ch.basic_consume(queue, on_message, arguments=args)
+    deadline = time.monotonic() + 10
+    while len(got) < n and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    ch.close()
+    return got
+
+
+@pytest.mark.parametrize(
+    "kwargs,text",
+    [
+        ({"durable": False}, "invalid property 'non-durable' for queue"),
+        ({"durable": True, "exclusive": True}, "invalid property 'exclusive-owner' for queue"),
+        ({"durable": True, "auto_delete": True}, "invalid property 'auto-delete' for queue"),
+    ],
+)
+def test_stream_declaration_refusals(connection, names, kwargs, text):
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(names.queue("s"), arguments=STREAM, **kwargs)
+    assert info.value.reply_code == 406
+    assert text in info.value.reply_text
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        ({"x-message-ttl": 1000}, "invalid arg 'x-message-ttl' for queue"),
+        ({"x-max-age": "7X"}, "invalid arg 'x-max-age' for queue"),
+    ],
+)
+def test_stream_bad_arguments(connection, names, args, text):
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(names.queue("s"), durable=True, arguments={**STREAM, **args})
+    assert info.value.reply_code == 406
+    assert text in info.value.reply_text
+
+
+def test_consume_needs_prefetch(connection, stream):
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_consume(stream, lambda *a: None)
+        connection.process_data_events(0.5)
+    assert info.value.reply_code == 406
+    assert "consumer prefetch count is not set" in info.value.reply_text
+
+
+def test_global_qos_is_not_a_prefetch(connection, stream):
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=10, global_qos=True)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_consume(stream, lambda *a: None)
+        connection.process_data_events(0.5)
+    assert info.value.reply_code == 406
+
+
+@pytest.mark.parametrize(
+    "action,text",
+    [
+        ("no_ack", "automatic acknowledgement not supported by stream queues"),
+        ("get", "basic.get not supported by stream queues"),
+        ("purge", "queue.purge not supported by stream queues"),
+    ],
+)
+def test_not_implemented_for_streams(amqp_url, stream, action, text):
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        if action == "no_ack":
+            ch.basic_consume(stream, lambda *a: None, auto_ack=True)
+            conn.process_data_events(0.5)
+        elif action == "get":
+            ch.basic_get(stream)
+        else:
+            ch.queue_purge(stream)
+    assert info.value.reply_code == 540
+    assert text in info.value.reply_text
+
+
+@pytest.mark.leveret_only
+@pytest.mark.parametrize("offset", ["bogus", True, b"\x00"])
+def test_bad_offset_is_a_clear_error(connection, stream, offset):
+    """RabbitMQ 3.10.8 crashes the connection with 541 INTERNAL_ERROR here;
+    Leveret names the argument (docs/differences.md)."""
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=10)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_consume(stream, lambda *a: None, arguments={"x-stream-offset": offset})
+        connection.process_data_events(0.5)
+    assert info.value.reply_code == 406
+    assert "invalid arg 'x-stream-offset'" in info.value.reply_text
+    assert connection.is_open
+
+
+def test_offsets_and_header(connection, stream):
+    _publish(connection.channel(), stream, [b"m0", b"m1", b"m2", b"m3"])
+    got = _consume(connection, stream, 4, offset="first")
+    assert got == [(0, b"m0"), (1, b"m1"), (2, b"m2"), (3, b"m3")]
+    assert _consume(connection, stream, 2, offset=2) == [(2, b"m2"), (3, b"m3")]
+    assert _consume(connection, stream, 1, offset="last") == [(3, b"m3")]
+
+
+def test_next_is_the_default_and_sees_only_new_messages(connection, stream):
+    ch = connection.channel()
+    _publish(ch, stream, [b"old"])
+    cch = connection.channel()
+    cch.basic_qos(prefetch_count=10)
+    got = []
+    cch.basic_consume(stream, lambda c, m, p, b: (got.append(b), c.basic_ack(m.delivery_tag)))
+    connection.process_data_events(0.3)
+    _publish(ch, stream, [b"new"])
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert got == [b"new"]
+
+
+def test_timestamp_and_interval_offsets(connection, stream):
+    _publish(connection.channel(), stream, [b"a", b"b"])
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    assert [b for _, b in _consume(connection, stream, 2, offset=past)] == [b"a", b"b"]
+    assert [b for _, b in _consume(connection, stream, 2, offset="1h")] == [b"a", b"b"]
+
+
+def test_many_consumers_at_different_offsets(connection, stream):
+    _publish(connection.channel(), stream, [b"%d" % i for i in range(50)])
+    a = _consume(connection, stream, 50, offset="first")
+    b = _consume(connection, stream, 10, offset=40)
+    assert [o for o, _ in a] == list(range(50))
+    assert [o for o, _ in b] == list(range(40, 50))
+
+
+def test_ack_gives_credit_and_deletes_nothing(connection, stream):
+    _publish(connection.channel(), stream, [b"%d" % i for i in range(10)])
+    unacked = _consume(connection, stream, 10, offset="first", prefetch=3, ack=False)
+    assert len(unacked) == 3  # prefetch limits; without acks no more come
+    acked = _consume(connection, stream, 10, offset="first", prefetch=3)
+    assert [o for o, _ in acked] == list(range(10))
+    again = _consume(connection, stream, 10, offset="first")  # acks removed nothing
+    assert len(again) == 10
+
+
+# --- the tail-offsets extension ---------------------------------------------------
+
+
+def _ask_offsets(connection, request: bytes):
+    ch = connection.channel()
+    replies = []
+    ch.basic_consume(
+        "amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append((p, b)), auto_ack=True
+    )
+    ch.confirm_delivery()
+    corr = uuid.uuid4().hex
+    ch.basic_publish(
+        "",
+        "amq.leveret.stream-offsets",
+        request,
+        pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id=corr),
+        mandatory=True,
+    )
+    deadline = time.monotonic() + 5
+    while not replies and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    ch.close()
+    props, body = replies[0]
+    assert props.correlation_id == corr
+    assert props.content_type == "application/json"
+    return json.loads(body)
+
+
+@pytest.mark.leveret_only
+def test_tail_offsets_extension(connection, stream, names):
+    _publish(connection.channel(), stream, [b"x", b"y", b"z"])
+    before = int(time.time() * 1000) - 60_000
+    reply = _ask_offsets(
+        connection, json.dumps({"streams": [stream], "timestamp": before}).encode()
+    )
+    (part,) = reply["partitions"]
+    assert (part["stream"], part["first"], part["next"]) == (stream, 0, 3)
+    assert part["offset_for_timestamp"] == 0
+    assert part["first_timestamp"] <= part["last_timestamp"]
+    missing = _ask_offsets(connection, json.dumps({"streams": [names.queue("no")]}).encode())
+    assert missing["error"] == "not_found"
+    bad = _ask_offsets(connection, b"{not json")
+    assert bad["error"] == "bad_request" and "not JSON" in bad["reason"]
+    neither = _ask_offsets(connection, b"{}")
+    assert neither["error"] == "bad_request"
+    no_super = _ask_offsets(connection, json.dumps({"super_stream": names.exchange()}).encode())
+    assert no_super["error"] == "not_found"
+
+
+def test_tail_offsets_request_on_rabbitmq_is_returned(connection):
+    """Why the extension cannot be confused with RabbitMQ: there the mandatory
+    request is returned NO_ROUTE (run with LEVERET_TEST_URL to see it)."""
+    from conftest import against_rabbitmq
+
+    if not against_rabbitmq():
+        pytest.skip("checks RabbitMQ's side of the contract")
+    ch = connection.channel()
+    reply_queue = ch.queue_declare("", exclusive=True).method.queue
+    ch.confirm_delivery()
+    with pytest.raises(pika.exceptions.UnroutableError):
+        ch.basic_publish(
+            "",
+            "amq.leveret.stream-offsets",
+            b"{}",
+            pika.BasicProperties(reply_to=reply_queue),
+            mandatory=True,
+        )
+
+
+# --- durability (Leveret's own process) ---------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(data_dir, port):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("broker did not start")
+
+
+@pytest.mark.leveret_only
+def test_stream_survives_sigkill_and_cuts_a_torn_tail(tmp_path):
+    data, port = str(tmp_path / "d"), _free_port()
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    proc = _start(data, port)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        ch.queue_declare("events", durable=True, arguments=STREAM)
+        _publish(ch, "events", [b"e%d" % i for i in range(500)])  # confirmed = fsynced
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    seg_dir = os.path.join(data, "streams", "%2F", "events")
+    (segment,) = [f for f in os.listdir(seg_dir) if f.endswith(".seg")]
+    with open(os.path.join(seg_dir, segment), "ab") as f:
+        f.write(b"\x00\x00\x01\x00torn")  # half a record, as a crash mid-write leaves
+    proc = _start(data, port)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        got = _consume(conn, "events", 500, offset="first")
+        assert got == [(i, b"e%d" % i) for i in range(500)]
+        _publish(conn.channel(), "events", [b"after"])  # appends after the cut tail
+        assert _consume(conn, "events", 1, offset=500) == [(500, b"after")]
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+@pytest.mark.leveret_only
+def test_retention_deletes_whole_segments(connection, names):
+    name = names.queue("retained")
+    args = {
+        **STREAM,
+        "x-stream-max-segment-size-bytes": 4096,
+        "x-max-length-bytes": 16384,
+    }
+    connection.channel().queue_declare(name, durable=True, arguments=args)
+    _publish(connection.channel(), name, [b"r" * 500 for _ in range(200)])
+    reply = _ask_offsets(connection, json.dumps({"streams": [name]}).encode())
+    part = reply["partitions"][0]
+    assert part["next"] == 200
+    assert 0 < part["first"] < 200  # old segments went, whole
+    got = _consume(connection, name, 200 - part["first"], offset="first")
+    assert got[0][0] == part["first"]  # reading from first starts at what is left
+    assert got[-1][0] == 199
+    connection.channel().queue_delete(name)
