@@ -45,7 +45,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or {}
-        self.router: ExchangeType = EXCHANGE_TYPES[type_name]()
+        self.router: ExchangeType = EXCHANGE_TYPES[type_name].for_exchange(self.arguments)
         # Bindings where this exchange is the source, keyed by Binding.key.
         self.bindings: dict[tuple[Any, str, str], Binding] = {}
         # Bindings where this exchange is the destination (exchange-to-exchange).

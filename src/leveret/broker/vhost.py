@@ -104,6 +104,7 @@ class VirtualHost:
             raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
         arguments = arguments or {}
         if existing is None:
+            EXCHANGE_TYPES[type_name].validate_arguments(arguments)
             if name.startswith("amq."):
                 raise ChannelError(
                     ACCESS_REFUSED,
@@ -276,7 +277,7 @@ class VirtualHost:
     ) -> None:
         if source is self.default_exchange or destination is self.default_exchange:
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        source.router.validate_binding(arguments)
+        source.router.validate_binding(routing_key, arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.add_binding(binding):
             if type(destination) is not Exchange:

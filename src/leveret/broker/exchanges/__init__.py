@@ -1,13 +1,21 @@
 """Exchange types by name. A new exchange type is a new module plus a line here."""
 
 from leveret.broker.exchanges.base import ExchangeType
+from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
 from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
 
 EXCHANGE_TYPES: dict[str, type[ExchangeType]] = {
-    cls.name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+    cls.name: cls
+    for cls in (
+        DirectExchange,
+        FanoutExchange,
+        TopicExchange,
+        HeadersExchange,
+        ConsistentHashExchange,
+    )
 }
 
 __all__ = ["EXCHANGE_TYPES", "ExchangeType"]

@@ -27,8 +27,17 @@ class ExchangeType:
         raise NotImplementedError
 
     @classmethod
-    def validate_binding(cls, arguments: dict[str, Any]) -> None:
-        """Raise ChannelError for binding arguments this type cannot accept."""
+    def validate_binding(cls, routing_key: str, arguments: dict[str, Any]) -> None:
+        """Raise ChannelError for a binding this type cannot accept."""
+
+    @classmethod
+    def validate_arguments(cls, arguments: dict[str, Any]) -> None:
+        """Raise ChannelError for exchange.declare arguments this type cannot accept."""
+
+    @classmethod
+    def for_exchange(cls, arguments: dict[str, Any]) -> ExchangeType:
+        """The router for one exchange; types configured by arguments override this."""
+        return cls()
 
 
 class RefCounts(dict):

@@ -27,7 +27,7 @@ class HeadersExchange(ExchangeType):
         self._bindings: list[tuple[Any, str, list[tuple[str, Any]], bool]] = []
 
     @classmethod
-    def validate_binding(cls, arguments: dict[str, Any]) -> None:
+    def validate_binding(cls, routing_key: str, arguments: dict[str, Any]) -> None:
         mode = arguments.get("x-match", "all")
         if isinstance(mode, bytes):
             mode = mode.decode(errors="replace")
