@@ -53,6 +53,10 @@ class DurabilityHooks:
     # False: queues skip every per-message hook (the in-memory broker's fast path).
     active = False
 
+    def exchange_state_path(self, vhost: str, name: str) -> str | None:
+        """Where a durable exchange type keeps state (the dedup cache); None: nowhere."""
+        return None
+
     def stream_directory(self, vhost: str, name: str) -> str | None:
         """Where a stream keeps its log; None: a scratch directory, no fsync."""
         return None

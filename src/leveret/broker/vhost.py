@@ -113,6 +113,9 @@ class VirtualHost:
             exchange = Exchange(
                 self.name, name, type_name, durable, auto_delete, internal, arguments
             )
+            exchange.router.attach(
+                self.hooks.exchange_state_path(self.name, name) if durable else None
+            )
             self.exchanges[name] = exchange
             if durable:
                 self.hooks.exchange_declared(exchange)
@@ -153,6 +156,7 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         exchange.deleted = True
+        exchange.router.detach()
         self.exchanges.pop(exchange.name, None)
         for binding in list(exchange.bindings.values()):
             self._drop_binding(binding, cascade=True)

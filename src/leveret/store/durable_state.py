@@ -87,6 +87,11 @@ class DurableState(DurabilityHooks):
     def exchange_deleted(self, exchange: Exchange) -> None:
         self.definitions.delete_exchange(exchange.vhost_name, exchange.name)
 
+    def exchange_state_path(self, vhost: str, name: str) -> str | None:
+        directory = os.path.join(self.data_dir, "exchanges", quote(vhost, safe=""))
+        os.makedirs(directory, exist_ok=True)
+        return os.path.join(directory, quote(name, safe=""))
+
     def stream_directory(self, vhost: str, name: str) -> str | None:
         return os.path.join(self.data_dir, "streams", quote(vhost, safe=""), quote(name, safe=""))
 

@@ -2,6 +2,7 @@
 
 from leveret.broker.exchanges.base import ExchangeType
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
+from leveret.broker.exchanges.deduplication import DeduplicationExchange
 from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
@@ -15,6 +16,7 @@ EXCHANGE_TYPES: dict[str, type[ExchangeType]] = {
         TopicExchange,
         HeadersExchange,
         ConsistentHashExchange,
+        DeduplicationExchange,
     )
 }
 

@@ -34,6 +34,13 @@ class ExchangeType:
     def validate_arguments(cls, arguments: dict[str, Any]) -> None:
         """Raise ChannelError for exchange.declare arguments this type cannot accept."""
 
+    def attach(self, storage_path: str | None) -> None:
+        """The exchange now exists; a type with state on disk keeps it at storage_path
+        (None: the in-memory broker)."""
+
+    def detach(self) -> None:
+        """The exchange was deleted: drop what attach() opened."""
+
     @classmethod
     def for_exchange(cls, arguments: dict[str, Any]) -> ExchangeType:
         """The router for one exchange; types configured by arguments override this."""
