@@ -277,6 +277,7 @@ def spark_session():
         .master(os.environ.get("SPARK_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )

@@ -2,7 +2,7 @@
 
 Why: the driver must know each partition's first and next offset without consuming.
 Leveret answers a request published on the default exchange with the routing key
-`amq.leveret.stream-offsets` (see docs/streams.md); RabbitMQ has no such queue, so the
+`amq.leveret.stream-offsets`; RabbitMQ has no such queue, so the
 mandatory publish comes back NO_ROUTE and we say the broker is not Leveret.
 """
 
