@@ -332,7 +332,8 @@ class StreamReader:
         self._file = None
         self._seg: Segment | None = None
         self._buf = b""
-        self._pos = 0  # file position of _buf[0]
+        self._at = 0  # where the next record starts in _buf
+        self._pos = 0  # file position of the next record
 
     def _seek(self) -> bool:
         log = self.log
@@ -351,8 +352,8 @@ class StreamReader:
         self._pos = seg.idx_pos[j]
         self._file.seek(self._pos)
         self._buf = b""
+        self._at = 0
         skip = self.offset - seg.idx_offset[j]
-        self._skip_to = seg.idx_offset[j]
         while skip:
             rec = self._next_raw()
             if rec is None:
@@ -361,21 +362,24 @@ class StreamReader:
         return True
 
     def _next_raw(self) -> Record | None:
+        # `_at` walks the read buffer; the buffer is only cut when it is refilled,
+        # so a record costs no copy of the rest of the buffer.
         while True:
-            buf = self._buf
-            if len(buf) >= _HEAD.size:
-                length, _crc = _HEAD.unpack_from(buf)
-                end = _HEAD.size + length
+            buf, at = self._buf, self._at
+            if len(buf) - at >= _HEAD.size:
+                length, _crc = _HEAD.unpack_from(buf, at)
+                end = at + _HEAD.size + length
                 if len(buf) >= end:
-                    rec = _decode_rest(memoryview(buf)[_HEAD.size : end])
-                    self._buf = buf[end:]
-                    self._pos += end
+                    rec = _decode_rest(memoryview(buf)[at + _HEAD.size : end])
+                    self._at = end
+                    self._pos += end - at
                     return rec
             assert self._file is not None
             more = self._file.read(READ_CHUNK)
             if not more:
                 return None
-            self._buf = buf + more
+            self._buf = buf[at:] + more
+            self._at = 0
 
     def read(self, n: int) -> list[Record]:
         """Up to `n` records from the cursor; fewer at the end of the log."""

@@ -211,7 +211,9 @@ class StreamQueue(Queue):
             if reader is None or not consumer.channel.deliverable:
                 continue
             credit = consumer.prefetch - consumer.unacked
-            if credit <= 0:
+            if credit <= 0 or (consumer.unacked and credit < consumer.prefetch // 4):
+                # Refill in batches: reading one record per ack costs a read call
+                # and a batch's setup per message.
                 continue
             channel = consumer.channel
             for rec in reader.read(credit):
