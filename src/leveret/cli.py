@@ -143,6 +143,27 @@ def build_parser() -> argparse.ArgumentParser:
         "are blocked; 0 disables (default %(default)s)",
     )
 
+    streams = sub.add_parser("streams", help="manage super streams on a running broker")
+    streams_sub = streams.add_subparsers(dest="streams_command", required=True)
+    for verb, text in (
+        ("add-super-stream", "create a super stream: an exchange and N stream partitions"),
+        ("delete-super-stream", "delete a super stream's partitions and exchanges"),
+    ):
+        cmd = streams_sub.add_parser(verb, help=text)
+        cmd.add_argument("name")
+        cmd.add_argument("--partitions", type=_partitions, required=True)
+        cmd.add_argument(
+            "--url",
+            default="amqp://guest:guest@127.0.0.1:5672/%2F",
+            help="the broker (default %(default)s)",
+        )
+        if verb == "add-super-stream":
+            cmd.add_argument(
+                "--consistent-hash",
+                action="store_true",
+                help="also create NAME-hash, an x-consistent-hash exchange over the partitions",
+            )
+
     perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
     try:
         from leveret import perf as perf_module
@@ -158,12 +179,40 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "server":
         return run_server(args)
+    if args.command == "streams":
+        return run_streams(args)
     if args.command == "perf":
         from leveret import perf as perf_module
 
         return perf_module.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _partitions(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a super stream needs at least 1 partition, got {value}")
+    return value
+
+
+def run_streams(args: argparse.Namespace) -> int:
+    from leveret.client.errors import ClientError
+    from leveret.super_streams import create_super_stream, delete_super_stream
+
+    try:
+        if args.streams_command == "add-super-stream":
+            names = create_super_stream(
+                args.url, args.name, args.partitions, hash_exchange=args.consistent_hash
+            )
+            print(f"super stream '{args.name}': partitions {', '.join(names)}")
+        else:
+            delete_super_stream(args.url, args.name, args.partitions)
+            print(f"super stream '{args.name}' deleted")
+    except (ClientError, OSError) as exc:
+        print(f"leveret streams: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_server(args: argparse.Namespace) -> int:
