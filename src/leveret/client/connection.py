@@ -77,6 +77,7 @@ class _Link(asyncio.Protocol):
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.dead = False
+        self.finished = False  # the AMQP connection ended: write what is queued, close
         self.abort_reason: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -377,7 +378,15 @@ class Connection:
                     ch._on_confirm(event.delivery_tag, event.multiple, False)
             else:
                 self._on_event(link, event)
-        if link.core.has_data_to_send:
+        if link.finished:
+            # The connection is over: say the last word (close-ok) and hang up.
+            transport = link.transport
+            if transport is not None and not link.dead:
+                data = link.core.data_to_send()
+                if data:
+                    transport.write(data)
+                transport.close()
+        elif link.core.has_data_to_send:
             self._flush()
 
     def _on_event(self, link: _Link, event: pc.Event) -> None:
@@ -430,22 +439,17 @@ class Connection:
                 self._link_failed(
                     link, ConnectionClosed(e.reply_code, e.reply_text, e.class_id, e.method_id)
                 )
-            self._flush()
-            if link.transport is not None:
-                link.transport.close()
+            link.finished = True  # close-ok is queued next; _on_data writes it and closes
         elif kind is pc.ConnectionCloseOk:
-            if link.transport is not None:
-                link.transport.close()
+            link.finished = True
         elif kind is pc.ProtocolError:
             err = event.error  # type: ignore[attr-defined]
             log.error("broker %s:%s broke the protocol: %s", self.host, self.port, err.reply_text)
-            self._flush()
             if not link.opened.done():
                 self._handshake_failed(link, err.reply_text)
             else:
                 self._link_failed(link, ConnectionClosed(err.code, err.reply_text))
-            if link.transport is not None:
-                link.transport.close()
+            link.finished = True
 
     def _flush_soon(self) -> None:
         """Write what the core queued, once per loop turn (many frames, one write)."""

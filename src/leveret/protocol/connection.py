@@ -555,6 +555,7 @@ class Connection:
         self._header_buf = b""
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
+        self._deferred: list[bytes] = []
         self._events: list[Event] = []
         self._next_channel = 1
 
@@ -565,8 +566,16 @@ class Connection:
         out = self._out
         if not out:
             return b""
-        self._out = []
-        return out[0] if len(out) == 1 else b"".join(out)
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    @property
+    def output(self) -> list[bytes]:
+        """The queue data_to_send() drains. A caller that writes frames of its own
+        (a broker's deliveries) may append whole frames here, so that they and
+        the core's frames leave in one order."""
+        return self._out
 
     @property
     def has_data_to_send(self) -> bool:
@@ -574,6 +583,16 @@ class Connection:
 
     def _method(self, channel: int, method: Any) -> None:
         self._out.append(wire.encode_method(method, channel))
+
+    def _reply(self, channel: int, method: Any) -> None:
+        """An answer the core gives by itself (close-ok, open-ok): queued once the
+        caller has taken the event it answers, so the caller's replies to earlier
+        events go out first."""
+        self._deferred.append(wire.encode_method(method, channel))
+
+    def _release_replies(self) -> None:
+        self._out += self._deferred
+        self._deferred.clear()
 
     # --- state queries ------------------------------------------------------------
 
@@ -861,6 +880,8 @@ class Connection:
                 if events:
                     yield from events
                     events.clear()
+                if self._deferred:
+                    self._release_replies()
                 if self.state == CLOSED:
                     break
         except AMQPError as exc:
@@ -869,6 +890,8 @@ class Connection:
             events.clear()
         finally:
             self._buf = buf[pos:] if pos < n else b""
+            if self._deferred:
+                self._release_replies()
 
     def _deliveries(self, buf: bytes, pos: int, n: int) -> int:
         """Client role: a run of consecutive whole deliveries (method, header, one
@@ -1114,7 +1137,7 @@ class Connection:
                 self.state = CLOSED
                 self._events.append(ConnectionCloseOk())
             elif index == CONNECTION_CLOSE:
-                self._method(0, cmd.Connection.CloseOk())
+                self._reply(0, cmd.Connection.CloseOk())
                 self.state = CLOSED
                 self._events.append(ConnectionCloseOk())
         elif self.client:
@@ -1123,7 +1146,7 @@ class Connection:
             self._server_handshake(index, payload)
 
     def _peer_closed(self, method: Any) -> None:
-        self._method(0, cmd.Connection.CloseOk())
+        self._reply(0, cmd.Connection.CloseOk())
         self.state = CLOSED
         self._channels.clear()
         self._events.append(
@@ -1151,7 +1174,7 @@ class Connection:
                     del self._channels[number]
                     self._events.append(ChannelCloseOk(number))
                 elif index == CHANNEL_CLOSE:
-                    self._method(number, cmd.Channel.CloseOk())
+                    self._reply(number, cmd.Channel.CloseOk())
                 return
             # CH_OPENING (client role): expect open-ok, or a close.
             if index == CHANNEL_OPEN_OK:
@@ -1175,7 +1198,7 @@ class Connection:
                     10,
                 )
             self._channels[number] = _Channel(number, CH_OPEN)
-            self._method(number, cmd.Channel.OpenOk())
+            self._reply(number, cmd.Channel.OpenOk())
             self._events.append(ChannelOpened(number))
             return
         if frame_type == FRAME_METHOD:
@@ -1183,7 +1206,7 @@ class Connection:
                 return
             if self.client and index == CHANNEL_CLOSE:
                 # A close for a channel we already forgot: answer it, or the peer waits.
-                self._method(number, cmd.Channel.CloseOk())
+                self._reply(number, cmd.Channel.CloseOk())
                 return
             raise ConnectionError_(
                 CHANNEL_ERROR,
@@ -1196,7 +1219,7 @@ class Connection:
         )
 
     def _channel_closed_by_peer(self, ch: _Channel, method: Any) -> None:
-        self._method(ch.number, cmd.Channel.CloseOk())
+        self._reply(ch.number, cmd.Channel.CloseOk())
         del self._channels[ch.number]
         self._events.append(
             ChannelClosed(

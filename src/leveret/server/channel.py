@@ -20,24 +20,39 @@ from pamqp import commands as cmd
 
 from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
-from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name
 from leveret.broker.queues import Queue, QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
-    BASIC_ACK,
-    BASIC_PUBLISH,
-    CHANNEL_ERROR,
+    BASIC_CANCEL,
+    BASIC_CONSUME,
+    BASIC_GET,
+    BASIC_QOS,
+    BASIC_RECOVER,
+    BASIC_RECOVER_ASYNC,
+    BASIC_REJECT,
+    CHANNEL_FLOW,
+    CHANNEL_FLOW_OK,
     CLASS_BASIC,
     COMMAND_INVALID,
-    FRAME_BODY,
-    FRAME_HEADER,
+    CONFIRM_SELECT,
+    EXCHANGE_BIND,
+    EXCHANGE_DECLARE,
+    EXCHANGE_DELETE,
+    EXCHANGE_UNBIND,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
-    UNEXPECTED_FRAME,
+    QUEUE_BIND,
+    QUEUE_DECLARE,
+    QUEUE_DELETE,
+    QUEUE_PURGE,
+    QUEUE_UNBIND,
+    TX_COMMIT,
+    TX_ROLLBACK,
+    TX_SELECT,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import FRAME_HEAD, body_frames, header_frame
@@ -80,101 +95,46 @@ class Channel(ModelMethods, PublishMethods):
         # Direct reply-to: our token and consumer tag while we consume the pseudo-queue.
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
-        # Content being assembled: (exchange, routing_key, mandatory) then header/body.
-        self._publish: tuple[Exchange, str, bool] | None = None
-        self._header: bytes | None = None
-        self._header_flags = 0
-        self._persistent = False
-        self._body_parts: list[bytes] = []
-        self._body_left = 0
         self._handlers = {
-            (20 << 16) | 20: self.on_channel_flow,
-            (20 << 16) | 21: self.on_channel_flow_ok,
-            (20 << 16) | 40: self.on_channel_close,
-            (40 << 16) | 10: self.on_exchange_declare,
-            (40 << 16) | 20: self.on_exchange_delete,
-            (40 << 16) | 30: self.on_exchange_bind,
-            (40 << 16) | 40: self.on_exchange_unbind,
-            (50 << 16) | 10: self.on_queue_declare,
-            (50 << 16) | 20: self.on_queue_bind,
-            (50 << 16) | 30: self.on_queue_purge,
-            (50 << 16) | 40: self.on_queue_delete,
-            (50 << 16) | 50: self.on_queue_unbind,
-            (60 << 16) | 10: self.on_basic_qos,
-            (60 << 16) | 20: self.on_basic_consume,
-            (60 << 16) | 30: self.on_basic_cancel,
-            (60 << 16) | 70: self.on_basic_get,
-            (60 << 16) | 90: self.on_basic_reject,
-            (60 << 16) | 100: self.on_basic_recover_async,
-            (60 << 16) | 110: self.on_basic_recover,
-            (60 << 16) | 120: self.on_basic_nack,
-            (85 << 16) | 10: self.on_confirm_select,
-            (90 << 16) | 10: self.on_tx_select,
-            (90 << 16) | 20: self.on_tx_commit,
-            (90 << 16) | 30: self.on_tx_rollback,
+            CHANNEL_FLOW: self.on_channel_flow,
+            CHANNEL_FLOW_OK: self.on_channel_flow_ok,
+            EXCHANGE_DECLARE: self.on_exchange_declare,
+            EXCHANGE_DELETE: self.on_exchange_delete,
+            EXCHANGE_BIND: self.on_exchange_bind,
+            EXCHANGE_UNBIND: self.on_exchange_unbind,
+            QUEUE_DECLARE: self.on_queue_declare,
+            QUEUE_BIND: self.on_queue_bind,
+            QUEUE_PURGE: self.on_queue_purge,
+            QUEUE_DELETE: self.on_queue_delete,
+            QUEUE_UNBIND: self.on_queue_unbind,
+            BASIC_QOS: self.on_basic_qos,
+            BASIC_CONSUME: self.on_basic_consume,
+            BASIC_CANCEL: self.on_basic_cancel,
+            BASIC_GET: self.on_basic_get,
+            BASIC_REJECT: self.on_basic_reject,
+            BASIC_RECOVER_ASYNC: self.on_basic_recover_async,
+            BASIC_RECOVER: self.on_basic_recover,
+            CONFIRM_SELECT: self.on_confirm_select,
+            TX_SELECT: self.on_tx_select,
+            TX_COMMIT: self.on_tx_commit,
+            TX_ROLLBACK: self.on_tx_rollback,
         }
 
-    # --- frames in ----------------------------------------------------------
+    # --- methods in -----------------------------------------------------------
 
-    def handle_frame(self, frame_type: int, payload: bytes) -> None:
-        """Process one frame for this channel; ChannelErrors close just this channel."""
-        index = 0
-        try:
-            if frame_type == 1:
-                index = wire.method_index(payload)
-                if self._publish is not None:
-                    raise ConnectionError_(
-                        UNEXPECTED_FRAME,
-                        f"expected content header for class 60, got method "
-                        f"{wire.method_name(index)} on channel {self.number} instead",
-                    )
-                if index == BASIC_PUBLISH:
-                    self.on_basic_publish(payload)
-                elif index == BASIC_ACK:
-                    self.ack(*wire.decode_ack(payload))
-                else:
-                    self._handle_method(index, payload)
-            elif frame_type == FRAME_HEADER:
-                self.on_content_header(payload)
-            elif frame_type == FRAME_BODY:
-                self.on_content_body(payload)
-            else:
-                raise ConnectionError_(
-                    UNEXPECTED_FRAME, f"heartbeat frame on channel {self.number}; must be 0"
-                )
-        except AMQPError as exc:
-            if not exc.class_id and index:
-                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
-            if isinstance(exc, ChannelError) and not exc.is_connection_error:
-                self.close_with_error(exc)
-            else:
-                raise
-
-    def handle_while_closing(self, frame_type: int, payload: bytes) -> None:
-        """After we sent channel.close only close and close-ok matter (spec 2.3.5.2)."""
-        if frame_type != 1:
-            return
-        index = wire.method_index(payload)
-        if index == (20 << 16) | 41:  # close-ok
-            self.conn.release_channel(self.number)
-        elif index == (20 << 16) | 40:  # both sides closed at once
-            self.send_method(cmd.Channel.CloseOk())
-
-    def _handle_method(self, index: int, payload: bytes) -> None:
-        handler = self._handlers.get(index)
+    def handle_method(self, method: Any) -> None:
+        """A method for this channel (publish, acks and the channel's own lifecycle
+        are the protocol core's and the connection's). Raises AMQPError."""
+        handler = self._handlers.get(method.index)
         if handler is None:
-            if index == (20 << 16) | 10:
-                raise ConnectionError_(
-                    CHANNEL_ERROR, f"second 'channel.open' seen on channel {self.number}"
-                )
+            index = method.index
             raise ConnectionError_(
                 COMMAND_INVALID,
-                f"method {wire.method_name(index)} is not valid from a client on channel "
-                f"{self.number}",
+                f"method {method.name} is not valid from a client on channel {self.number}",
                 index >> 16,
                 index & 0xFFFF,
             )
-        handler(wire.decode_method(payload))
+        handler(method)
 
     # --- frames out ---------------------------------------------------------
 
@@ -193,10 +153,9 @@ class Channel(ModelMethods, PublishMethods):
 
     def close_with_error(self, exc: AMQPError) -> None:
         """Channel exception: tell the client, drop our state, wait for close-ok."""
-        self.conn.log_channel_error(self.number, exc)
-        self.send_method(
-            cmd.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id)
-        )
+        if self.closing:
+            return
+        self.conn.close_channel(self, exc)
         self.closing = True
         self.cleanup()
 
@@ -209,11 +168,6 @@ class Channel(ModelMethods, PublishMethods):
 
     def on_channel_flow_ok(self, m: cmd.Channel.FlowOk) -> None:
         pass  # we never send channel.flow
-
-    def on_channel_close(self, m: cmd.Channel.Close) -> None:
-        self.cleanup()
-        self.send_method(cmd.Channel.CloseOk())
-        self.conn.release_channel(self.number)
 
     def update_deliverable(self) -> None:
         was = self.deliverable
@@ -518,8 +472,6 @@ class Channel(ModelMethods, PublishMethods):
             self._ack_timer.cancel()
             self._ack_timer = None
         self.deliverable = False
-        self._publish = None
-        self._header = None
         self.tx = None
         self._stop_direct_reply()
         for consumer in list(self.consumers.values()):

@@ -1,8 +1,13 @@
-"""One client connection: handshake, tuning, heartbeats, channel 0, write batching.
+"""One client connection: the asyncio adapter around the protocol core.
 
-The asyncio.Protocol is the only place bytes meet the broker. Incoming bytes go
-through the sans-IO FrameReader; outgoing frames are collected and written with
-one transport.write per loop turn.
+The AMQP state machine (protocol header, handshake, tuning, channel lifecycle,
+content assembly, the close handshakes) is leveret.protocol.connection, the
+same sans-IO core leveret.client uses; this class moves bytes between it and
+the socket and turns its events into broker work: credentials and vhosts,
+publishes, acks and channel methods, and everything with a clock or a socket
+(handshake timeout, heartbeats, write batching, flow control, lingering close).
+Outgoing frames are collected in the core's output queue, in order with the
+core's own replies, and written with one transport.write per loop turn.
 """
 
 from __future__ import annotations
@@ -13,41 +18,38 @@ import platform
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
-from pamqp import decode as pamqp_decode
 
 import leveret
+from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
-    CHANNEL_ERROR,
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    CLASS_CONNECTION,
     COMMAND_INVALID,
     CONNECTION_FORCED,
-    FRAME_HEARTBEAT,
-    FRAME_METHOD,
-    FRAME_MIN_SIZE,
     INTERNAL_ERROR,
     NOT_ALLOWED,
-    PROTOCOL_HEADER,
-    UNEXPECTED_FRAME,
 )
-from leveret.protocol.errors import AMQPError, ConnectionError_, FrameError
-from leveret.protocol.frames import HEARTBEAT_FRAME, FrameReader
+from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
+from leveret.protocol.frames import HEARTBEAT_FRAME
 from leveret.server.channel import Channel
+from leveret.server.publishing import MAX_MESSAGE_SIZE
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
 
 log = logging.getLogger("leveret.connection")
 
-CONNECTION_CLOSE = (10 << 16) | 50
-CONNECTION_CLOSE_OK = (10 << 16) | 51
-CHANNEL_OPEN = (20 << 16) | 10
 OUTPUT_HIGH_WATER = 1024 * 1024  # stop delivering to a connection above this backlog
 CLOSE_OK_TIMEOUT = 3.0
 # After the close handshake the socket stays open, read and discarded, until the
 # client's FIN or this many seconds: closing with unread input makes the kernel
 # send a TCP reset, which destroys the close-ok the client has not read yet.
 LINGER_TIMEOUT = 10.0
+MECHANISMS = ("PLAIN", "AMQPLAIN")
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -71,20 +73,33 @@ class AMQPConnection(asyncio.Protocol):
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.reader = FrameReader(config.frame_max)
-        self.state = "header"  # header → start-ok → tune-ok → open → opened → closing → closed
-        self._header_buf = b""
+        self.core = pc.Connection(
+            pc.SERVER,
+            server_properties={
+                "product": "Leveret",
+                "version": leveret.__version__,
+                "platform": f"Python {platform.python_version()}",
+                "information": "A RabbitMQ-compatible AMQP 0-9-1 broker written in Python",
+                "capabilities": SERVER_CAPABILITIES,
+                "cluster_name": "leveret",
+            },
+            mechanisms=" ".join(MECHANISMS),
+            frame_max=config.frame_max,
+            channel_max=config.channel_max,
+            heartbeat=config.heartbeat,
+            max_body_size=MAX_MESSAGE_SIZE,
+        )
+        # header → start-ok → tune-ok → open → opened → closing → closed (what the
+        # rest of the broker reads; the protocol state proper is self.core.state)
+        self.state = "header"
         self.channels: dict[int, Channel] = {}
-        self.frame_max = config.frame_max
-        self.channel_max = config.channel_max
-        self.heartbeat = 0
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.user: str | None = None
         self.vhost: Any = None
         self.exclusive_queues: set = set()
         self.writable = True
-        self._out: list[bytes] = []
+        self._out = self.core.output  # one queue for our frames and the core's
         self._out_bytes = 0
         self._flush_handle: asyncio.Handle | None = None
         self._transport_paused = False
@@ -100,6 +115,19 @@ class AMQPConnection(asyncio.Protocol):
         self._told_blocked = False
         self._blocked_by_alarm = False
         self._waiting_for_disk = False
+
+    @property
+    def frame_max(self) -> int:
+        return self.core.frame_max
+
+    @property
+    def channel_max(self) -> int:
+        return self.core.channel_max
+
+    @property
+    def heartbeat(self) -> int:
+        """Negotiated heartbeat interval (0 before tune-ok or when disabled)."""
+        return self.core.heartbeat if self.state in ("open", "opened", "closing") else 0
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -117,37 +145,115 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
-        if self.state == "header":
-            data = self._check_protocol_header(data)
-            if not data:
-                return
         if self.state == "closed":
             return
+        channels = self.channels
+        events = self.core.receive_data(data)
         try:
-            for frame_type, channel, payload in self.reader.feed(data):
-                if channel:
-                    ch = self.channels.get(channel)
-                    if ch is not None and not ch.closing and self.state == "opened":
-                        ch.handle_frame(frame_type, payload)  # the hot path
-                    else:
-                        self._frame_for_unopened_channel(frame_type, channel, payload, ch)
-                elif frame_type == FRAME_METHOD:
-                    self._connection_method(payload)
-                elif frame_type != FRAME_HEARTBEAT:
-                    raise ConnectionError_(
-                        UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
-                    )
+            for event in events:
+                kind = type(event)
+                if kind is pc.Publish:  # the hot path
+                    ch = channels.get(event.channel)
+                    if ch is not None and not ch.closing:
+                        try:
+                            ch.on_publish(event)
+                        except AMQPError as exc:
+                            self._channel_exception(ch, exc, BASIC_PUBLISH)
+                elif kind is pc.Ack:
+                    ch = channels.get(event.channel)
+                    if ch is not None and not ch.closing:
+                        try:
+                            ch.ack(event.delivery_tag, event.multiple)
+                        except AMQPError as exc:
+                            self._channel_exception(ch, exc, BASIC_ACK)
+                else:
+                    self._event(event)
                 if self.state == "closed":
-                    return
-        except FrameError as exc:
-            self.close_with_error(exc, drop=True)
+                    break
         except AMQPError as exc:
+            events.close()
             self.close_with_error(exc)
         except Exception:
+            events.close()
             log.exception("internal error on connection %s", self.peer)
             self.close_with_error(
                 ConnectionError_(INTERNAL_ERROR, "internal error; see the broker log")
             )
+        core_state = self.core.state
+        if core_state == pc.CLOSED and self.state != "closed":
+            self._linger()  # the close handshake is over (or the stream was unusable)
+        elif self._out and self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
+    def _event(self, event: pc.Event) -> None:
+        """Every event but the hot two: methods, channel lifecycle, handshake, closing."""
+        kind = type(event)
+        if kind is pc.MethodReceived:
+            number = event.channel  # type: ignore[attr-defined]
+            method = event.method  # type: ignore[attr-defined]
+            if number:
+                ch = self.channels.get(number)
+                if ch is not None and not ch.closing:
+                    try:
+                        ch.handle_method(method)
+                    except AMQPError as exc:
+                        self._channel_exception(ch, exc, method.index)
+            else:
+                self._connection_method(method)
+        elif kind is pc.Nack:
+            e: Any = event
+            ch = self.channels.get(e.channel)
+            if ch is not None and not ch.closing:
+                try:
+                    ch.on_basic_nack(e)  # the event has a method's field names
+                except AMQPError as exc:
+                    self._channel_exception(ch, exc, BASIC_NACK)
+        elif kind is pc.ChannelOpened:
+            number = event.channel  # type: ignore[attr-defined]
+            self.channels[number] = Channel(self, number)
+        elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
+            ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            if ch is not None:
+                ch.cleanup()
+        elif kind is pc.ChannelCloseOk:  # our channel.close is acknowledged
+            self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+        elif kind is pc.ChannelProtocolError:  # over max message size: close queued
+            e = event
+            ch = self.channels.get(e.channel)
+            if ch is not None:
+                self.log_channel_error(e.channel, e.error)
+                ch.cleanup()
+        elif kind is pc.StartOkReceived:
+            self._on_login(event)  # type: ignore[arg-type]
+        elif kind is pc.OpenRequested:
+            self._on_open(event)  # type: ignore[arg-type]
+        elif kind is pc.ConnectionClosed:  # the client closes; close-ok follows
+            self._flush()  # publisher confirms already due go out before close-ok
+            self._teardown()  # no deliveries after close-ok: requeue, drop consumers
+            self.state = "closing"
+        elif kind is pc.ConnectionCloseOk:
+            pass  # data_received lingers once the events are taken
+        elif kind is pc.ProtocolError:
+            e = event
+            self._protocol_error(e.error, e.drop)
+        elif kind is pc.BadProtocolHeader:
+            # Spec 4.2.2: the core answered with the version we speak; now close.
+            received = event.received  # type: ignore[attr-defined]
+            log.info("client %s sent an unsupported protocol header %r", self.peer, received)
+            self._linger()
+        else:
+            raise ConnectionError_(
+                COMMAND_INVALID, f"unexpected {type(event).__name__} from a client"
+            )
+
+    def _channel_exception(self, ch: Channel, exc: AMQPError, index: int) -> None:
+        """A channel handler raised: close the channel, or the connection for hard errors."""
+        if not exc.class_id and index:
+            exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+        if isinstance(exc, ChannelError) and not exc.is_connection_error:
+            ch.close_with_error(exc)
+        else:
+            raise exc
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state not in ("closing", "closed") and self.state != "header":
@@ -280,17 +386,20 @@ class AMQPConnection(asyncio.Protocol):
             self._flush_handle = self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_handle = None
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
         if self._confirm_channels:
             channels = self._confirm_channels
             self._confirm_channels = set()
             for channel in channels:
                 channel.flush_confirms()
-        if self._out and self.transport is not None and self.state != "closed":
-            out = self._out
-            self._out = []
+        out = self._out
+        if out and self.transport is not None and self.state != "closed":
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
             self._out_bytes = 0
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(data)
             self._last_send = self.loop.time()
             if not self.writable and not self._transport_paused:
                 self._set_writable(True)
@@ -307,39 +416,6 @@ class AMQPConnection(asyncio.Protocol):
 
     # --- handshake ----------------------------------------------------------
 
-    def _check_protocol_header(self, data: bytes) -> bytes:
-        buf = self._header_buf + data
-        if len(buf) < 8:
-            if PROTOCOL_HEADER.startswith(buf):
-                self._header_buf = buf
-                return b""
-        if buf[:8] != PROTOCOL_HEADER:
-            # Spec 4.2.2: answer with the version we speak, then close.
-            log.info("client %s sent an unsupported protocol header %r", self.peer, buf[:8])
-            self.write(PROTOCOL_HEADER)
-            self._linger()
-            return b""
-        self._header_buf = b""
-        self.state = "start-ok"
-        self.send_method(
-            0,
-            cmd.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties={
-                    "product": "Leveret",
-                    "version": leveret.__version__,
-                    "platform": f"Python {platform.python_version()}",
-                    "information": "A RabbitMQ-compatible AMQP 0-9-1 broker written in Python",
-                    "capabilities": SERVER_CAPABILITIES,
-                    "cluster_name": "leveret",
-                },
-                mechanisms="PLAIN AMQPLAIN",
-                locales="en_US",
-            ),
-        )
-        return buf[8:]
-
     def _handshake_timeout(self) -> None:
         if self.state in ("header", "start-ok", "tune-ok", "open") and self.transport:
             log.warning(
@@ -350,83 +426,37 @@ class AMQPConnection(asyncio.Protocol):
             self.state = "closed"
             self.transport.close()
 
-    def _connection_method(self, payload: bytes) -> None:
-        index = wire.method_index(payload)
-        state = self.state
-        if state == "closing":
-            if index in (CONNECTION_CLOSE, CONNECTION_CLOSE_OK):
-                if index == CONNECTION_CLOSE:
-                    self.send_method(0, cmd.Connection.CloseOk())
-                self._linger()  # close() already tore the channels down
-            return
-        method = wire.decode_method(payload)
-        expected = {
-            "start-ok": cmd.Connection.StartOk,
-            "tune-ok": cmd.Connection.TuneOk,
-            "open": cmd.Connection.Open,
-        }.get(state)
-        if expected is not None and not isinstance(method, expected | cmd.Connection.Close):
-            raise ConnectionError_(
-                COMMAND_INVALID,
-                f"expected {expected.name}, got {method.name} during the handshake",
-                index >> 16,
-                index & 0xFFFF,
-            )
-        if isinstance(method, cmd.Connection.StartOk):
-            self._on_start_ok(method)
-        elif isinstance(method, cmd.Connection.TuneOk):
-            self._on_tune_ok(method)
-        elif isinstance(method, cmd.Connection.Open):
-            self._on_open(method)
-        elif isinstance(method, cmd.Connection.Close):
-            self._flush()  # publisher confirms already due go out before close-ok
-            self._teardown()  # no deliveries after close-ok: requeue, drop consumers
-            self.send_method(0, cmd.Connection.CloseOk())
-            self._linger()
-        elif isinstance(method, cmd.Connection.CloseOk):
-            self._linger()
-        elif isinstance(method, cmd.Connection.UpdateSecret):
+    def _connection_method(self, method: Any) -> None:
+        """A method on channel 0 once the connection is open (the core did the handshake)."""
+        if isinstance(method, cmd.Connection.UpdateSecret):
             self.send_method(0, cmd.Connection.UpdateSecretOk())
         elif isinstance(method, cmd.Connection.Blocked | cmd.Connection.Unblocked):
             pass  # informational from a client; nothing to do
         else:
+            index = method.index
             raise ConnectionError_(
-                CHANNEL_ERROR if index >> 16 != 10 else COMMAND_INVALID,
+                COMMAND_INVALID,
                 f"method {method.name} is not valid on channel 0",
-                index >> 16,
+                CLASS_CONNECTION,
                 index & 0xFFFF,
             )
 
-    def _on_start_ok(self, m: cmd.Connection.StartOk) -> None:
-        self.client_properties = dict(m.client_properties or {})
+    def _on_login(self, event: pc.StartOkReceived) -> None:
+        self.state = "start-ok"
+        self.client_properties = event.client_properties
         caps = self.client_properties.get("capabilities") or {}
         self.capabilities = dict(caps) if isinstance(caps, dict) else {}
-        mechanism = m.mechanism
-        username = password = None
-        response = m.response
-        if isinstance(response, str):
-            response = response.encode("utf-8", "surrogateescape")
-        if mechanism == "PLAIN":
-            parts = response.split(b"\x00")
-            if len(parts) == 3:
-                username, password = (
-                    parts[1].decode(errors="replace"),
-                    parts[2].decode(errors="replace"),
-                )
-        elif mechanism == "AMQPLAIN":
-            try:
-                table = pamqp_decode.field_table(len(response).to_bytes(4, "big") + response)[1]
-                username, password = str(table.get("LOGIN")), str(table.get("PASSWORD"))
-            except Exception:
-                username = None
-        else:
+        mechanism = event.mechanism
+        if mechanism not in MECHANISMS:
             raise ConnectionError_(
                 ACCESS_REFUSED,
-                f"unsupported authentication mechanism '{mechanism}'; supported: PLAIN AMQPLAIN",
+                f"unsupported authentication mechanism '{mechanism}'; supported: "
+                + " ".join(MECHANISMS),
                 10,
                 11,
             )
-        if username is None or not self.broker.authenticate(username, password or ""):
+        username = event.username
+        if username is None or not self.broker.authenticate(username, event.password or ""):
             log.warning(
                 "authentication of user %r from %s failed (mechanism %s)",
                 username,
@@ -442,59 +472,19 @@ class AMQPConnection(asyncio.Protocol):
             )
         self.user = username
         self.state = "tune-ok"
-        self.send_method(
-            0,
-            cmd.Connection.Tune(
-                channel_max=self.config.channel_max,
-                frame_max=self.config.frame_max,
-                heartbeat=self.config.heartbeat,
-            ),
-        )
+        self.core.accept_login()
 
-    def _on_tune_ok(self, m: cmd.Connection.TuneOk) -> None:
-        server = self.config
-        channel_max = m.channel_max or server.channel_max
-        frame_max = m.frame_max or server.frame_max
-        if channel_max > server.channel_max:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"negotiated channel_max = {channel_max} is "
-                f"higher than the maximum allowed value ({server.channel_max})",
-                10,
-                31,
-            )
-        if frame_max > server.frame_max:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"negotiated frame_max = {frame_max} is higher "
-                f"than the maximum allowed value ({server.frame_max})",
-                10,
-                31,
-            )
-        if frame_max < FRAME_MIN_SIZE:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"negotiated frame_max = {frame_max} is lower "
-                f"than the minimum allowed value ({FRAME_MIN_SIZE})",
-                10,
-                31,
-            )
-        self.channel_max = channel_max
-        self.frame_max = frame_max
-        self.reader.frame_max = frame_max
-        self.heartbeat = m.heartbeat
+    def _on_open(self, event: pc.OpenRequested) -> None:
         self.state = "open"
-
-    def _on_open(self, m: cmd.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(m.virtual_host)
+        vhost = self.broker.vhosts.get(event.virtual_host)
         if vhost is None:
-            raise ConnectionError_(NOT_ALLOWED, f"vhost '{m.virtual_host}' not found", 10, 40)
+            raise ConnectionError_(NOT_ALLOWED, f"vhost '{event.virtual_host}' not found", 10, 40)
         self.vhost = vhost
         self.state = "opened"
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        self.send_method(0, cmd.Connection.OpenOk())
+        self.core.accept_open()
         alarms = self.server.alarms
         if alarms is not None and alarms.blocking:
             self.alarm_raised(alarms.reason)
@@ -529,47 +519,12 @@ class AMQPConnection(asyncio.Protocol):
 
     # --- channels -----------------------------------------------------------
 
-    def _frame_for_unopened_channel(
-        self, frame_type: int, number: int, payload: bytes, channel: Channel | None
-    ) -> None:
-        if self.state == "closing":
-            return  # after connection.close everything but close/close-ok is dropped
-        if self.state != "opened":
-            raise ConnectionError_(
-                UNEXPECTED_FRAME if frame_type != FRAME_METHOD else COMMAND_INVALID,
-                f"frame on channel {number} before the connection was opened",
-            )
-        if channel is not None:  # closing: waiting for channel.close-ok
-            channel.handle_while_closing(frame_type, payload)
-            return
-        if frame_type == FRAME_METHOD and wire.method_index(payload) == CHANNEL_OPEN:
-            if number > self.channel_max:
-                raise ConnectionError_(
-                    NOT_ALLOWED,
-                    f"channel {number} is above the negotiated channel_max ({self.channel_max})",
-                    20,
-                    10,
-                )
-            channel = Channel(self, number)
-            self.channels[number] = channel
-            self.send_method(number, cmd.Channel.OpenOk())
-            return
-        if frame_type == FRAME_METHOD:
-            index = wire.method_index(payload)
-            if index == (20 << 16) | 41:  # stray close-ok for a channel already gone
-                return
-            raise ConnectionError_(
-                CHANNEL_ERROR,
-                f"expected 'channel.open' on channel {number}, got {wire.method_name(index)}",
-                index >> 16,
-                index & 0xFFFF,
-            )
-        raise ConnectionError_(
-            CHANNEL_ERROR, f"content frame on channel {number}, which is not open"
-        )
-
-    def release_channel(self, number: int) -> None:
-        self.channels.pop(number, None)
+    def close_channel(self, ch: Channel, exc: AMQPError) -> None:
+        """Channel exception: channel.close with the error; frames until close-ok are dropped."""
+        self.log_channel_error(ch.number, exc)
+        self.core.close_channel_with_error(ch.number, exc)
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
 
     def log_channel_error(self, number: int, exc: AMQPError) -> None:
         log.info(
@@ -577,6 +532,18 @@ class AMQPConnection(asyncio.Protocol):
         )
 
     # --- closing ------------------------------------------------------------
+
+    def _protocol_error(self, exc: AMQPError, drop: bool) -> None:
+        """The core found the client's bytes broken and queued connection.close."""
+        log.warning("closing connection %s: %s", self.peer, exc.reply_text)
+        handshake_done = self.state == "opened"
+        self._flush()
+        self._teardown()
+        self.state = "closing"
+        if drop or not handshake_done:
+            self._linger()
+        else:
+            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._linger))
 
     def close_with_error(self, exc: AMQPError, drop: bool = False) -> None:
         """Connection exception: send connection.close; `drop` when the stream is unusable."""
@@ -593,7 +560,7 @@ class AMQPConnection(asyncio.Protocol):
             return
         handshake_done = self.state == "opened"
         self.state = "closing"
-        self.send_method(0, cmd.Connection.Close(code, text[:255], class_id, method_id))
+        self.core.close(code, text, class_id, method_id)
         self._flush()
         self._teardown()
         if handshake_done:

@@ -25,13 +25,11 @@ from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
     CLASS_BASIC,
-    FRAME_ERROR,
     NO_ROUTE,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_ERROR,
-    UNEXPECTED_FRAME,
 )
 from leveret.protocol.errors import ChannelError, ConnectionError_
 from leveret.protocol.fieldtable import join_table, split_table
@@ -49,7 +47,7 @@ from leveret.protocol.properties import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from leveret.protocol.connection import Publish
 
 
 log = logging.getLogger("leveret.channel")
@@ -79,79 +77,42 @@ class PublishMethods:
 
     # --- publishing (hot path) ----------------------------------------------
 
-    def on_basic_publish(self, payload: bytes) -> None:
-        exchange_name, routing_key, mandatory, immediate = wire.decode_publish(payload)
-        if immediate:
+    def on_publish(self, event: Publish) -> None:
+        """basic.publish with its content, as the protocol core assembled it."""
+        if event.immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
-        if self.conn.alarm_reason is not None:
-            self.conn.publishing_while_alarmed()
-        exchange = self.vhost.exchanges.get(exchange_name)
+        conn = self.conn
+        if conn.alarm_reason is not None:
+            conn.publishing_while_alarmed()
+        exchange = self.vhost.exchanges.get(event.exchange)
         if exchange is None:
             raise ChannelError(
-                NOT_FOUND, f"no exchange '{exchange_name}' in vhost '{self.vhost.name}'"
+                NOT_FOUND, f"no exchange '{event.exchange}' in vhost '{self.vhost.name}'"
             )
         if exchange.internal:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal {exchange.describe()}")
-        self._publish = (exchange, routing_key, mandatory)
-        self._header = None
-
-    def on_content_header(self, payload: bytes) -> None:
-        if self._publish is None or self._header is not None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content header on channel {self.number} without a preceding content method",
-            )
-        class_id, _weight, body_size, flags, delivery_mode = parse_header(payload)
-        if class_id != CLASS_BASIC:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content header for class {class_id} does not match method class 60",
-            )
-        if body_size > MAX_MESSAGE_SIZE:
-            self._publish = None
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}",
-                CLASS_BASIC,
-                40,
-            )
-        self._header = payload
-        self._header_flags = flags
-        self._persistent = delivery_mode == 2
+        header = event.header
+        _class_id, _weight, _size, flags, delivery_mode = parse_header(header)
         if flags & FLAG_USER_ID:
-            self._check_user_id(payload)
-        if body_size == 0:
-            self._complete(b"")
-        else:
-            self._body_left = body_size
-            self._body_parts = []
-
-    def on_content_body(self, payload: bytes) -> None:
-        if self._header is None:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME,
-                f"content body frame on channel {self.number} without a content header",
-            )
-        self._body_left -= len(payload)
-        if self._body_left < 0:
-            raise ConnectionError_(
-                FRAME_ERROR, "content body frames exceed the body size in the content header"
-            )
-        if self._body_left == 0:
-            parts = self._body_parts
-            if parts:
-                parts.append(payload)
-                self._complete(b"".join(parts))
-            else:
-                self._complete(payload)
-        else:
-            self._body_parts.append(payload)
+            self._check_user_id(header)
+        message = Message(
+            exchange.name,
+            event.routing_key,
+            header,
+            event.body,
+            flags,
+            delivery_mode == 2,
+        )
+        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
+            self._apply_special_properties(message, flags)
+        if self.tx is not None:
+            self.tx.publishes.append((exchange, message, event.mandatory))
+            return
+        self._route(exchange, message, event.mandatory)
 
     def _check_user_id(self, header: bytes) -> None:
         user_id = decode_properties(header).user_id
         if user_id != self.conn.user:
-            self._publish = None
-            self._header = None
             raise ChannelError(
                 PRECONDITION_FAILED,
                 f"user_id property set to '{user_id}' but authenticated user was "
@@ -159,27 +120,6 @@ class PublishMethods:
                 CLASS_BASIC,
                 40,
             )
-
-    def _complete(self, body: bytes) -> None:
-        exchange, routing_key, mandatory = self._publish  # type: ignore[misc]
-        self._publish = None
-        header = self._header
-        self._header = None
-        message = Message(
-            exchange.name,
-            routing_key,
-            header,
-            body,  # type: ignore[arg-type]
-            self._header_flags,
-            self._persistent,
-        )
-        flags = self._header_flags
-        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
-            self._apply_special_properties(message, flags)
-        if self.tx is not None:
-            self.tx.publishes.append((exchange, message, mandatory))
-            return
-        self._route(exchange, message, mandatory)
 
     def _apply_special_properties(self, message: Message, flags: int) -> None:
         """Properties the broker acts on: expiration, CC/BCC, direct reply-to."""
