@@ -270,3 +270,40 @@ def test_fsync_modes_end_to_end(brokers, fsync):
     assert [check_body(b) for b, _r, _p in drain_queue(conn.channel(), "f.q")] == ["after"]
     close_quietly(conn)
     assert_exit_ok(broker)
+
+
+def test_messages_of_an_undefined_queue_are_kept_not_deleted(brokers):
+    """Issue 10's data-loss trap: a queue whose definition is missing at start
+    (lost, or in a vhost not loaded yet) keeps its messages on disk."""
+    import sqlite3
+
+    broker = brokers.start(name="orphans")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for q in ("keep-a", "keep-b"):
+        ch.queue_declare(q, durable=True)
+        for i in range(5):
+            ch.basic_publish("", q, make_body(f"{q}-{i}"), PERSISTENT)
+    close_quietly(conn)
+    assert_exit_ok(broker)
+    # The definition of keep-a is lost.
+    db = sqlite3.connect(broker.data_dir / "definitions.db")
+    with db:
+        db.execute("DELETE FROM queues WHERE name = 'keep-a'")
+    db.close()
+    broker.start()
+    assert "kept 5 message(s) of queue 'keep-a'" in broker.log()
+    conn = broker.connect()
+    ch = conn.channel()
+    assert len(drain_queue(ch, "keep-b")) == 5
+    ch.queue_declare("keep-a", durable=True)  # the definition comes back
+    close_quietly(conn)
+    assert_exit_ok(broker)
+    broker.start()
+    conn = broker.connect()
+    bodies = [
+        check_body(body) for body, _redelivered, _props in drain_queue(conn.channel(), "keep-a")
+    ]
+    assert bodies == [f"keep-a-{i}" for i in range(5)]
+    close_quietly(conn)

@@ -247,8 +247,16 @@ class DurableState(DurabilityHooks):
             vhost = broker.vhosts.get(vhost_name)
             queue = vhost.queues.get(queue_name) if vhost is not None else None
             if queue is None:
-                # The queue's definition is gone: its messages are garbage.
-                self.messages.delete_queue((vhost_name, queue_name))
+                # No definition to place them in (lost, or not loaded yet): never delete
+                # messages on a guess.  They stay on disk and come back on a start
+                # where their queue exists again.
+                log.warning(
+                    "kept %d message(s) of queue '%s' in vhost '%s' on disk: no such "
+                    "durable queue is defined; they return when it is",
+                    len(locations),
+                    queue_name,
+                    vhost_name,
+                )
                 continue
             # Segments are read in file order; messages go back in publish order.
             messages: dict[int, Message] = {}
