@@ -22,7 +22,7 @@ class Listener:
 
     host: str
     port: int
-    kind: str = "amqp"  # the protocol spoken on it
+    kind: str = "amqp"  # "amqp" (plain TCP) or "amqps" (TLS, see ServerConfig.tls_*)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -42,7 +42,24 @@ class ServerConfig:
     heartbeat: int = 60
     # A connection that has not finished connection.open by then is dropped.
     handshake_timeout: float = 10.0
-    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    # Created on the first start only (an empty catalog), as RabbitMQ's
+    # default_user / default_pass / default_vhost; later starts keep what is stored.
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_vhost: str = "/"
+    # Users who may log in from loopback addresses only (RabbitMQ's loopback_users).
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    # Seconds a failed login waits before the close, to slow password guessing.
+    auth_failure_delay: float = 1.0
+    # A RabbitMQ definitions JSON file imported at every boot (load_definitions).
+    load_definitions: str | None = None
+    # TLS for "amqps" listeners: PEM files. tls_verify asks for a client
+    # certificate; tls_fail_if_no_peer_cert refuses clients without one.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_verify: bool = False
+    tls_fail_if_no_peer_cert: bool = False
     fsync: str = "batch"  # always | batch | never
     max_memory_bytes: int = field(default_factory=_default_memory_budget)
     # Disable disk persistence entirely (the embedded test broker uses this by default).

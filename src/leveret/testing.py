@@ -35,7 +35,7 @@ class EmbeddedBroker:
 
     @property
     def url(self) -> str:
-        user, password = next(iter(self.config.users.items()))
+        user, password = self.config.default_user, self.config.default_pass
         return f"amqp://{quote(user)}:{quote(password)}@127.0.0.1:{self.port}/%2F"
 
     def _run(self) -> None:

@@ -11,7 +11,7 @@ from leveret.config import ServerConfig
 class Broker:
     def __init__(self, config: ServerConfig, hooks: DurabilityHooks | None = None) -> None:
         self.config = config
-        self.users = dict(config.users)
+        self.users = {config.default_user: config.default_pass}
         self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", hooks)}
         self.direct_reply = DirectReplyRegistry()
 
