@@ -18,6 +18,29 @@ from leveret.config import ServerConfig
 from leveret.server.listener import Server
 
 
+class AdminProxy:
+    """broker.admin's operations (leveret.broker.admin.Admin), run on the broker's loop.
+
+    `embedded.admin.add_user("bob", "secret")`, `.add_vhost("v1")`,
+    `.set_permissions("bob", "v1", ".*", ".*", ".*")`: the same operations and
+    errors as `leveret ctl`, for tests that set up users and vhosts.
+    """
+
+    def __init__(self, embedded: EmbeddedBroker) -> None:
+        self._embedded = embedded
+
+    def __getattr__(self, name: str):
+        embedded = self._embedded
+
+        def operation(*args, **kwargs):
+            return embedded.call(
+                lambda: getattr(embedded.server.broker.admin, name)(*args, **kwargs)
+            )
+
+        operation.__name__ = name
+        return operation
+
+
 class EmbeddedBroker:
     """A broker on an ephemeral loopback port; `url` is ready once `start()` returns."""
 
@@ -28,6 +51,11 @@ class EmbeddedBroker:
         self._thread = threading.Thread(target=self._run, name="leveret-broker", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
+
+    @property
+    def admin(self) -> AdminProxy:
+        """The operator's operations (vhosts, users, permissions, limits, policies)."""
+        return AdminProxy(self)
 
     @property
     def port(self) -> int:

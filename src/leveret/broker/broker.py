@@ -1,20 +1,54 @@
-"""The broker: virtual hosts and users, independent of any network code."""
+"""The broker: virtual hosts, users and their connections, independent of any network code."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
+from leveret.auth.users import AccessControl
+from leveret.broker.admin import Admin
 from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.durability import DurabilityHooks
 from leveret.broker.vhost import VirtualHost
 from leveret.config import ServerConfig
 
 
+class ClientConnection(Protocol):
+    """What the model needs of an open client connection (the server's AMQPConnection)."""
+
+    user: str | None
+    vhost: Any  # VirtualHost once open
+
+    def force_close(self, reason: str = "shutdown", text: str | None = None) -> None:
+        """Close with 320 CONNECTION_FORCED; `text` replaces the default reply text."""
+
+    def access_changed(self) -> None:
+        """Permissions or tags of this connection's user changed: look them up again."""
+
+
 class Broker:
     def __init__(self, config: ServerConfig, hooks: DurabilityHooks | None = None) -> None:
         self.config = config
-        self.users = {config.default_user: config.default_pass}
-        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", hooks)}
+        self.hooks = hooks or DurabilityHooks()
+        self.access = AccessControl()
+        self.vhosts: dict[str, VirtualHost] = {}
+        # Open (connection.open done) client connections, for vhost limits and for
+        # closing or re-checking them when their vhost or user changes.
+        self.connections: set[ClientConnection] = set()
         self.direct_reply = DirectReplyRegistry()
+        self.admin = Admin(self)
+        self.admin.load()
 
     def authenticate(self, username: str, password: str) -> bool:
-        expected = self.users.get(username)
-        return expected is not None and expected == password
+        return self.access.authenticate(username, password) is not None
+
+    def authenticate_external(self, username: str) -> bool:
+        """SASL EXTERNAL: the certificate names a user that exists."""
+        return username in self.access.users
+
+    def connections_of(self, *, user: str | None = None, vhost: str | None = None) -> list:
+        return [
+            c
+            for c in self.connections
+            if (user is None or c.user == user)
+            and (vhost is None or (c.vhost is not None and c.vhost.name == vhost))
+        ]

@@ -61,6 +61,22 @@ class DurabilityHooks:
         """Where a stream keeps its log; None: a scratch directory, no fsync."""
         return None
 
+    # The catalog: vhosts, users, permissions and limits as (kind, key) → record.
+    def catalog_load(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        """Every stored record by kind and key; None on a first start (nothing stored)."""
+        return None
+
+    def catalog_initialize(self) -> None:
+        """Remember that the catalog exists, so defaults are created only once."""
+
+    def catalog_put(self, kind: str, key: str, record: dict[str, Any]) -> None:
+        """Store a record durably before the change is visible to anyone."""
+
+    def catalog_delete(self, kind: str, key: str) -> None: ...
+
+    def vhost_deleted(self, vhost: str) -> None:
+        """Remove whatever durable data is left of a deleted vhost."""
+
     def exchange_declared(self, exchange: Exchange) -> None: ...
     def exchange_deleted(self, exchange: Exchange) -> None: ...
     def queue_declared(self, queue: Queue) -> None: ...

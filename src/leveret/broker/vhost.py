@@ -70,6 +70,10 @@ class VirtualHost:
         self.hooks = hooks or DurabilityHooks()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.description = ""
+        self.tags: list[str] = []
+        # RabbitMQ's vhost limits: "max-connections", "max-queues" (absent: none).
+        self.limits: dict[str, int] = {}
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -146,7 +150,10 @@ class VirtualHost:
         if exchange is None:
             return  # idempotent, as RabbitMQ 3.x
         if name.startswith("amq.") and exchange in self._standard():
-            raise ChannelError(ACCESS_REFUSED, f"operation not permitted on {exchange.describe()}")
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed",
+            )
         if if_unused and exchange.bindings:
             raise ChannelError(PRECONDITION_FAILED, f"{exchange.describe()} in use")
         self._remove_exchange(exchange)
@@ -196,7 +203,9 @@ class VirtualHost:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
         connection: Any = None,
+        server_named: bool = False,
     ) -> Queue:
+        """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*)."""
         arguments = arguments or {}
         if passive:
             return self.get_queue(name, connection)
@@ -222,9 +231,16 @@ class VirtualHost:
             return existing
         if not name:
             name = self.new_queue_name()
-        elif name.startswith("amq."):
+        elif name.startswith("amq.") and not server_named:
             raise ChannelError(
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        limit = self.limits.get("max-queues")
+        if limit is not None and len(self.queues) >= limit:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
+                f"({limit}) is reached",
             )
         queue = new_queue(
             self, name, durable, connection if exclusive else None, auto_delete, arguments, options

@@ -83,6 +83,8 @@ class Channel(ModelMethods, PublishMethods):
         self.prefetch_count = 0  # for consumers created from now on (global=false)
         self.global_prefetch = 0  # whole channel (global=true)
         self.last_queue_name: str | None = None
+        # The amq.gen-* name the permission guard checked for a server-named queue.
+        self.generated_queue_name: str | None = None
         # Publisher confirms: seq → None (waiting on disk), True (ok) or False (nack).
         self.confirm_mode = False
         self.publish_seq = 0
@@ -134,6 +136,9 @@ class Channel(ModelMethods, PublishMethods):
                 index >> 16,
                 index & 0xFFFF,
             )
+        guard = self.conn.guard
+        if guard is not None:  # the permission choke point (server.authorization)
+            guard.check_method(self, method)
         handler(method)
 
     # --- frames out ---------------------------------------------------------

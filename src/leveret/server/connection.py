@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as cmd
 
 import leveret
+from leveret.auth.users import is_loopback
 from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -35,6 +36,7 @@ from leveret.protocol.constants import (
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import HEARTBEAT_FRAME
+from leveret.server.authorization import Guard
 from leveret.server.channel import Channel
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 
@@ -96,7 +98,9 @@ class AMQPConnection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.user: str | None = None
+        self.impersonator = False  # the user's tag: may set any user_id
         self.vhost: Any = None
+        self.guard: Guard | None = None  # permission checks; None: may do anything
         self.exclusive_queues: set = set()
         self.writable = True
         self._out = self.core.output  # one queue for our frames and the core's
@@ -275,6 +279,7 @@ class AMQPConnection(asyncio.Protocol):
             self._flush_handle = None
         self._teardown()
         self.server.connections.discard(self)
+        self.broker.connections.discard(self)
 
     def pause_writing(self) -> None:
         self._transport_paused = True
@@ -456,30 +461,71 @@ class AMQPConnection(asyncio.Protocol):
                 11,
             )
         username = event.username
-        if username is None or not self.broker.authenticate(username, event.password or ""):
+        user = None
+        if username is not None:
+            user = self.broker.access.authenticate(username, event.password or "")
+        reason = "wrong password or unknown user"
+        if user is not None and user.name in self.config.loopback_users:
+            host = self.peer.rpartition(":")[0]
+            if not is_loopback(host):
+                user, reason = None, f"user '{username}' can only connect via localhost"
+        if user is None:
             log.warning(
-                "authentication of user %r from %s failed (mechanism %s)",
+                "authentication of user %r from %s failed (mechanism %s): %s",
                 username,
                 self.peer,
                 mechanism,
+                reason,
             )
-            raise ConnectionError_(
-                ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {mechanism}. "
-                "For details see the broker logfile.",
-                10,
-                11,
+            self._refuse_login(
+                ConnectionError_(
+                    ACCESS_REFUSED,
+                    f"Login was refused using authentication mechanism {mechanism}. "
+                    "For details see the broker logfile.",
+                    10,
+                    11,
+                )
             )
+            return
         self.user = username
+        self.impersonator = user.is_impersonator
         self.state = "tune-ok"
         self.core.accept_login()
 
+    def _refuse_login(self, exc: ConnectionError_) -> None:
+        """403 after a short delay (RabbitMQ's authentication_failure_close), to slow
+        password guessing; nothing more is read from the client meanwhile."""
+        self.state = "start-ok"
+        self._pause_reading()
+        delay = self.config.auth_failure_delay
+        if delay > 0:
+            self._timers.append(self.loop.call_later(delay, self.close_with_error, exc))
+        else:
+            self.close_with_error(exc)
+
     def _on_open(self, event: pc.OpenRequested) -> None:
         self.state = "open"
-        vhost = self.broker.vhosts.get(event.virtual_host)
+        name = event.virtual_host
+        vhost = self.broker.vhosts.get(name)
         if vhost is None:
-            raise ConnectionError_(NOT_ALLOWED, f"vhost '{event.virtual_host}' not found", 10, 40)
+            raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found", 10, 40)
+        user = self.user or ""
+        if self.broker.access.permission(user, name) is None:
+            raise ConnectionError_(
+                NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
+            )
+        limit = vhost.limits.get("max-connections")
+        if limit is not None and len(self.broker.connections_of(vhost=name)) >= limit:
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"access to vhost '{name}' refused for user '{user}': "
+                f"connection limit ({limit}) is reached",
+                10,
+                40,
+            )
         self.vhost = vhost
+        self.access_changed()
+        self.broker.connections.add(self)
         self.state = "opened"
         for timer in self._timers:
             timer.cancel()
@@ -568,11 +614,21 @@ class AMQPConnection(asyncio.Protocol):
         else:
             self._linger()
 
-    def force_close(self, reason: str = "shutdown") -> None:
+    def force_close(self, reason: str = "shutdown", text: str | None = None) -> None:
         self.close(
             CONNECTION_FORCED,
-            f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
+            text or f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
+
+    def access_changed(self) -> None:
+        """Look up this user's permissions and tags again (they were changed)."""
+        access = self.broker.access
+        user = self.user or ""
+        perm = access.permission(user, self.vhost.name)
+        topics = access.topics(user, self.vhost.name)
+        self.guard = Guard(user, self.vhost, perm, topics) if Guard.needed(perm, topics) else None
+        record = access.users.get(user)
+        self.impersonator = record is not None and record.is_impersonator
 
     def _linger(self) -> None:
         """End the connection without a TCP reset.

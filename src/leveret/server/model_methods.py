@@ -86,14 +86,19 @@ class ModelMethods:
             if not m.nowait:
                 self.send_method(wire.unchecked(cmd.Queue.DeclareOk, m.queue, 0, 0))
             return
+        name, server_named = m.queue, False
+        if not name and not m.passive:
+            name, server_named = self.generated_queue_name or self.vhost.new_queue_name(), True
+            self.generated_queue_name = None
         queue = self.vhost.declare_queue(
-            m.queue,
+            name,
             m.passive,
             m.durable,
             m.exclusive,
             m.auto_delete,
             _args(m.arguments),
             self.conn,
+            server_named,
         )
         if queue.exclusive_owner is self.conn:
             self.conn.exclusive_queues.add(queue)

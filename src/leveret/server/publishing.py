@@ -84,6 +84,9 @@ class PublishMethods:
         conn = self.conn
         if conn.alarm_reason is not None:
             conn.publishing_while_alarmed()
+        guard = conn.guard
+        if guard is not None:  # permissions (server.authorization); None: may do anything
+            guard.check_publish(event.exchange, event.routing_key)
         exchange = self.vhost.exchanges.get(event.exchange)
         if exchange is None:
             raise ChannelError(
@@ -112,7 +115,7 @@ class PublishMethods:
 
     def _check_user_id(self, header: bytes) -> None:
         user_id = decode_properties(header).user_id
-        if user_id != self.conn.user:
+        if user_id != self.conn.user and not self.conn.impersonator:
             raise ChannelError(
                 PRECONDITION_FAILED,
                 f"user_id property set to '{user_id}' but authenticated user was "

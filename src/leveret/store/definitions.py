@@ -289,6 +289,17 @@ class DefinitionStore:
             )
         return defs
 
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for other stores that keep their tables in this file."""
+        return self._db
+
+    def delete_vhost(self, vhost: str) -> None:
+        """Every exchange, queue and binding of a vhost."""
+        with self._tx():
+            for table in ("exchanges", "queues", "bindings"):
+                self._db.execute(f"DELETE FROM {table} WHERE vhost=?", (vhost,))
+
     def close(self) -> None:
         self._db.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 from typing import Any
 from urllib.parse import quote
@@ -23,6 +24,7 @@ from leveret.broker.queue_args import parse_expiration
 from leveret.broker.queues import Queue, QueueEntry
 from leveret.protocol.errors import ChannelError
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
+from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore
@@ -61,6 +63,7 @@ class DurableState(DurabilityHooks):
         os.makedirs(data_dir, exist_ok=True)
         self.data_dir = data_dir
         self.definitions = DefinitionStore(os.path.join(data_dir, "definitions.db"))
+        self.catalog = CatalogStore(self.definitions.db)
         self.messages = MessageStore(data_dir, fsync=fsync, loop=loop)
         self.memory_budget = max_memory_bytes
         self.memory_used = 0  # bodies held in RAM by queue entries
@@ -69,6 +72,27 @@ class DurableState(DurabilityHooks):
         self.loop = loop
         self._disk_waiters: set[Any] = set()
         self._disk_timer: asyncio.TimerHandle | None = None
+
+    # --- the catalog --------------------------------------------------------
+
+    def catalog_load(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        return self.catalog.load()
+
+    def catalog_initialize(self) -> None:
+        self.catalog.initialize()
+
+    def catalog_put(self, kind: str, key: str, record: dict[str, Any]) -> None:
+        self.catalog.put(kind, key, record)
+
+    def catalog_delete(self, kind: str, key: str) -> None:
+        self.catalog.delete(kind, key)
+
+    def vhost_deleted(self, vhost: str) -> None:
+        """The vhost's queues were deleted one by one; sweep rows and directories left."""
+        self.definitions.delete_vhost(vhost)
+        for kind in ("streams", "exchanges"):
+            directory = os.path.join(self.data_dir, kind, quote(vhost, safe=""))
+            shutil.rmtree(directory, ignore_errors=True)
 
     # --- definitions --------------------------------------------------------
 
@@ -206,6 +230,10 @@ class DurableState(DurabilityHooks):
         try:
             defs = self.definitions.load()
             stored = self.messages.open()
+            unknown = {d.vhost for d in (*defs.exchanges, *defs.queues)} - set(broker.vhosts)
+            for name in sorted(unknown):
+                # Kept on disk, not deleted: they come back if the vhost is defined again.
+                log.warning("definitions of vhost '%s' kept but not loaded: no such vhost", name)
             for ex in defs.exchanges:
                 vhost = broker.vhosts.get(ex.vhost)
                 if vhost is None or ex.name in vhost.exchanges:

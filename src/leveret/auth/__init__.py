@@ -1,0 +1,1 @@
+"""Users, passwords and permissions: who may connect, and what they may touch."""
