@@ -143,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
         "are blocked; 0 disables (default %(default)s)",
     )
 
+    server.add_argument(
+        "--load-definitions",
+        metavar="FILE",
+        help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
+        "permissions, queues, exchanges, bindings)",
+    )
+
     streams = sub.add_parser("streams", help="manage super streams on a running broker")
     streams_sub = streams.add_subparsers(dest="streams_command", required=True)
     for verb, text in (
@@ -164,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
                 help="also create NAME-hash, an x-consistent-hash exchange over the partitions",
             )
 
+    from leveret import ctl as ctl_module
+
+    ctl_module.add_arguments(
+        sub.add_parser("ctl", help="manage a running broker: vhosts, users, permissions, ...")
+    )
+
     perf = sub.add_parser("perf", help="measure an AMQP broker's throughput and latency")
     try:
         from leveret import perf as perf_module
@@ -181,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_server(args)
     if args.command == "streams":
         return run_streams(args)
+    if args.command == "ctl":
+        from leveret import ctl as ctl_module
+
+        return ctl_module.run(args)
     if args.command == "perf":
         from leveret import perf as perf_module
 
@@ -236,6 +253,7 @@ def run_server(args: argparse.Namespace) -> int:
         consumer_timeout_ms=args.consumer_timeout_ms,
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,
+        load_definitions=args.load_definitions,
     )
     try:
         import uvloop
@@ -243,12 +261,16 @@ def run_server(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
+    from leveret.broker.errors import ModelError
     from leveret.store.errors import StoreError
 
     try:
         return asyncio.run(_serve(config))
     except StoreError as exc:
         log.error("cannot start: the data dir %s cannot be used: %s", config.data_dir, exc)
+        return 2
+    except ModelError as exc:
+        log.error("cannot start: %s", exc)
         return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)

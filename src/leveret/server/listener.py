@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
+from leveret.broker import definitions_json
 from leveret.broker.broker import Broker
+from leveret.broker.errors import InvalidValue, ModelError
 from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
+from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 
 if TYPE_CHECKING:
     from leveret.store.durable_state import DurableState
@@ -32,6 +37,7 @@ class Server:
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
         self._servers: list[asyncio.base_events.Server] = []
+        self.control: ControlSocket | None = None
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
@@ -40,6 +46,8 @@ class Server:
         started = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
+        if self.config.load_definitions:
+            self.load_definitions(self.config.load_definitions)
         self.alarms = ResourceAlarms(
             self,
             self.config.memory_high_watermark,
@@ -69,7 +77,30 @@ class Server:
             self._servers.clear()
             raise
         self.port = self.addresses[0][1]
+        if self.config.persistence:
+            self.control = ControlSocket(
+                lambda: self.broker, os.path.join(self.config.data_dir, SOCKET_NAME)
+            )
+            await self.control.start()
         log.info("Leveret started in %.3f s", time.monotonic() - started)
+
+    def load_definitions(self, path: str) -> None:
+        """Import a RabbitMQ definitions file at boot; InvalidValue names the file and problem."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            counts = definitions_json.import_definitions(self.broker, doc)
+        except OSError as exc:
+            raise InvalidValue(f"definitions file {path}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise InvalidValue(f"definitions file {path}: not JSON: {exc}") from None
+        except ModelError as exc:
+            raise InvalidValue(f"definitions file {path}: {exc}") from None
+        log.info(
+            "imported definitions from %s: %s",
+            path,
+            ", ".join(f"{n} {k}" for k, n in counts.items() if n),
+        )
 
     def _open_store(self) -> None:
         from leveret.store.durable_state import DurableState
@@ -85,6 +116,8 @@ class Server:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
         if self.alarms is not None:
             self.alarms.stop()
+        if self.control is not None:
+            await self.control.stop()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):

@@ -1,0 +1,369 @@
+"""Definitions in the JSON of RabbitMQ's export and `load_definitions`.
+
+Export writes what RabbitMQ 3.10 writes (users with their hashes, vhosts,
+permissions, topic permissions, vhost limits as parameters, queues,
+exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
+way round. Import checks the whole document before it changes anything, and
+refuses unknown keys (RabbitMQ ignores them; a typo then silently loses a
+setting) and bad password hashes, naming the place: `users[2].tags`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import leveret
+from leveret.auth import passwords
+from leveret.auth.users import Permission, TopicPermission, parse_tags
+from leveret.broker.errors import InvalidValue, NotFound
+from leveret.protocol.errors import AMQPError
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+
+TOP_LEVEL = {
+    "rabbit_version": str,
+    "rabbitmq_version": str,
+    "product_name": str,
+    "product_version": str,
+    "users": list,
+    "vhosts": list,
+    "permissions": list,
+    "topic_permissions": list,
+    "parameters": list,
+    "global_parameters": list,
+    "policies": list,
+    "queues": list,
+    "exchanges": list,
+    "bindings": list,
+}
+
+# For each list: its keys, and which of them are required.
+ITEM_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    "users": (
+        {"name", "password_hash", "password", "hashing_algorithm", "tags", "limits"},
+        {"name"},
+    ),
+    "vhosts": (
+        {"name", "description", "tags", "metadata", "limits", "default_queue_type"},
+        {"name"},
+    ),
+    "permissions": ({"user", "vhost", "configure", "write", "read"}, {"user", "vhost"}),
+    "topic_permissions": (
+        {"user", "vhost", "exchange", "write", "read"},
+        {"user", "vhost", "exchange"},
+    ),
+    "parameters": (
+        {"vhost", "component", "name", "value"},
+        {"vhost", "component", "name", "value"},
+    ),
+    "global_parameters": ({"name", "value"}, {"name", "value"}),
+    "policies": (
+        {"vhost", "name", "pattern", "apply-to", "definition", "priority"},
+        {"vhost", "name", "pattern", "definition"},
+    ),
+    "queues": ({"name", "vhost", "durable", "auto_delete", "arguments", "type"}, {"name", "vhost"}),
+    "exchanges": (
+        {"name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"},
+        {"name", "vhost", "type"},
+    ),
+    "bindings": (
+        {"source", "vhost", "destination", "destination_type", "routing_key", "arguments"},
+        {"source", "vhost", "destination", "destination_type"},
+    ),
+}
+
+PER_VHOST = (
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
+
+
+def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
+    """The whole broker, or one vhost (as RabbitMQ's per-vhost export: no users, no vhosts)."""
+    admin = broker.admin
+    vhosts = [admin.vhost(vhost)] if vhost is not None else list(broker.vhosts.values())
+    doc: dict[str, Any] = {
+        "rabbit_version": "3.10.8",
+        "rabbitmq_version": "3.10.8",
+        "product_name": "Leveret",
+        "product_version": leveret.__version__,
+    }
+    if vhost is None:
+        doc["users"] = [
+            {**u.record(), "limits": {}} for u in sorted(broker.access.users.values(), key=_name)
+        ]
+        doc["vhosts"] = [
+            {"name": v.name, "metadata": {"description": v.description, "tags": v.tags}}
+            for v in sorted(vhosts, key=_name)
+        ]
+        doc["permissions"] = admin.list_permissions()
+        doc["topic_permissions"] = admin.list_topic_permissions()
+    doc["parameters"] = [
+        {"vhost": v.name, "component": "vhost-limits", "name": "limits", "value": dict(v.limits)}
+        for v in sorted(vhosts, key=_name)
+        if v.limits
+    ]
+    doc["global_parameters"] = []
+    doc["policies"] = []
+    for v in sorted(vhosts, key=_name):
+        for policy in sorted(getattr(v, "policies", {}).values(), key=_name):
+            doc["policies"].append({"vhost": v.name, **policy.record()})
+    doc["queues"] = [
+        {
+            "name": q.name,
+            "vhost": v.name,
+            "durable": q.durable,
+            "auto_delete": q.auto_delete,
+            "arguments": _jsonable(q.arguments),
+        }
+        for v in sorted(vhosts, key=_name)
+        for q in sorted(v.queues.values(), key=_name)
+        if q.exclusive_owner is None
+    ]
+    doc["exchanges"] = [
+        {
+            "name": x.name,
+            "vhost": v.name,
+            "type": x.type_name,
+            "durable": x.durable,
+            "auto_delete": x.auto_delete,
+            "internal": x.internal,
+            "arguments": _jsonable(x.arguments),
+        }
+        for v in sorted(vhosts, key=_name)
+        for x in sorted(v.exchanges.values(), key=_name)
+        if x.name and not x.name.startswith("amq.")
+    ]
+    doc["bindings"] = []
+    for v in sorted(vhosts, key=_name):
+        for x in sorted(v.exchanges.values(), key=_name):
+            if not x.name:
+                continue  # the default exchange's bindings are implicit
+            for b in x.bindings.values():
+                dest = b.destination
+                is_queue = type(dest) is not type(x)
+                if is_queue and getattr(dest, "exclusive_owner", None) is not None:
+                    continue
+                doc["bindings"].append(
+                    {
+                        "source": x.name,
+                        "vhost": v.name,
+                        "destination": dest.name,
+                        "destination_type": "queue" if is_queue else "exchange",
+                        "routing_key": b.routing_key,
+                        "arguments": _jsonable(b.arguments),
+                    }
+                )
+    return doc
+
+
+def _name(item: Any) -> str:
+    return item.name
+
+
+def _jsonable(value: Any) -> Any:
+    """AMQP field values as JSON: bytes become text, decimals and timestamps strings."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _check(doc: Any, vhost: str | None) -> None:
+    """Every problem is found before anything changes."""
+    if not isinstance(doc, dict):
+        raise InvalidValue("definitions must be a JSON object")
+    for key, value in doc.items():
+        if key not in TOP_LEVEL:
+            raise InvalidValue(
+                f"unknown key '{key}' in definitions; known keys: " + ", ".join(sorted(TOP_LEVEL))
+            )
+        if not isinstance(value, TOP_LEVEL[key]):
+            raise InvalidValue(f"'{key}' must be a {TOP_LEVEL[key].__name__}")
+    for section, (known, required) in ITEM_KEYS.items():
+        for i, item in enumerate(doc.get(section, [])):
+            where = f"{section}[{i}]"
+            if not isinstance(item, dict):
+                raise InvalidValue(f"{where} must be an object")
+            for key in item:
+                if key not in known:
+                    raise InvalidValue(
+                        f"unknown key '{key}' in {where}; known keys: " + ", ".join(sorted(known))
+                    )
+            missing = sorted(required - item.keys() - ({"vhost"} if vhost else set()))
+            if missing:
+                raise InvalidValue(f"{where} lacks '{missing[0]}'")
+            for key in ("name", "user", "vhost", "source", "destination", "exchange"):
+                if key in item and not isinstance(item[key], str):
+                    raise InvalidValue(f"{where}.{key} must be a string")
+    for i, user in enumerate(doc.get("users", [])):
+        where = f"users[{i}]"
+        try:
+            if "password" not in user:
+                passwords.validate_hash(
+                    user.get("password_hash", ""),
+                    user.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
+                )
+            parse_tags(user.get("tags", []))
+        except InvalidValue as exc:
+            raise InvalidValue(f"{where}: {exc}") from None
+    for i, perm in enumerate(doc.get("permissions", [])):
+        try:
+            Permission(
+                perm["user"],
+                perm.get("vhost", vhost or ""),
+                perm.get("configure", ""),
+                perm.get("write", ""),
+                perm.get("read", ""),
+            )
+        except InvalidValue as exc:
+            raise InvalidValue(f"permissions[{i}]: {exc}") from None
+    for i, topic in enumerate(doc.get("topic_permissions", [])):
+        try:
+            TopicPermission(
+                topic["user"],
+                topic.get("vhost", vhost or ""),
+                topic["exchange"],
+                topic.get("write", ""),
+                topic.get("read", ""),
+            )
+        except InvalidValue as exc:
+            raise InvalidValue(f"topic_permissions[{i}]: {exc}") from None
+    for i, param in enumerate(doc.get("parameters", [])):
+        if param["component"] != "vhost-limits":
+            raise InvalidValue(
+                f"parameters[{i}]: component '{param['component']}' is not supported "
+                "(Leveret knows 'vhost-limits')"
+            )
+        if not isinstance(param["value"], dict):
+            raise InvalidValue(f"parameters[{i}].value must be an object")
+    for i, binding in enumerate(doc.get("bindings", [])):
+        if binding["destination_type"] not in ("queue", "exchange"):
+            raise InvalidValue(f"bindings[{i}].destination_type must be 'queue' or 'exchange'")
+
+
+def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> dict[str, int]:
+    """Create or update everything in `doc`; with `vhost`, every item goes into that vhost."""
+    _check(doc, vhost)
+    admin = broker.admin
+
+    def vh(item: dict[str, Any]) -> str:
+        return vhost if vhost is not None else item["vhost"]
+
+    counts: dict[str, int] = {}
+    if vhost is not None:
+        admin.vhost(vhost)
+    known_vhosts = set(broker.vhosts) | {v["name"] for v in doc.get("vhosts", [])}
+    known_users = set(broker.access.users) | {u["name"] for u in doc.get("users", [])}
+    for section in PER_VHOST:
+        for i, item in enumerate(doc.get(section, [])):
+            if vh(item) not in known_vhosts:
+                raise InvalidValue(f"{section}[{i}]: vhost '{vh(item)}' does not exist")
+            if "user" in item and item["user"] not in known_users:
+                raise InvalidValue(f"{section}[{i}]: user '{item['user']}' does not exist")
+    for item in doc.get("vhosts", []):
+        meta = item.get("metadata") or {}
+        admin.add_vhost(
+            item["name"],
+            meta.get("description", item.get("description", "")),
+            meta.get("tags", item.get("tags", [])) or [],
+            exist_ok=True,
+        )
+        if item.get("limits"):
+            admin.set_vhost_limits(item["name"], item["limits"])
+    for item in doc.get("users", []):
+        tags = item.get("tags", [])
+        if "password" in item:
+            admin.add_user(item["name"], item["password"], tags, replace=True)
+        else:
+            admin.add_user(
+                item["name"],
+                None,
+                tags,
+                password_hash=item.get("password_hash", ""),
+                hashing_algorithm=item.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
+                replace=True,
+            )
+    for item in doc.get("permissions", []):
+        admin.set_permissions(
+            item["user"],
+            vh(item),
+            item.get("configure", ""),
+            item.get("write", ""),
+            item.get("read", ""),
+        )
+    for item in doc.get("topic_permissions", []):
+        admin.set_topic_permissions(
+            item["user"], vh(item), item["exchange"], item.get("write", ""), item.get("read", "")
+        )
+    for item in doc.get("parameters", []):
+        admin.set_vhost_limits(vh(item), item["value"])
+    for i, item in enumerate(doc.get("policies", [])):
+        target = admin.vhost(vh(item))
+        if not hasattr(target, "set_policy"):
+            raise InvalidValue(f"policies[{i}]: policies are not supported yet")
+        target.set_policy(
+            item["name"],
+            item["pattern"],
+            item["definition"],
+            priority=item.get("priority", 0),
+            apply_to=item.get("apply-to", "all"),
+        )
+    for kind in ("exchanges", "queues", "bindings"):
+        for i, item in enumerate(doc.get(kind, [])):
+            try:
+                _declare(admin.vhost(vh(item)), kind, item)
+            except (AMQPError, NotFound) as exc:
+                text = getattr(exc, "reply_text", None) or str(exc)
+                raise InvalidValue(f"{kind}[{i}]: {text}") from None
+    for section in TOP_LEVEL:
+        if isinstance(doc.get(section), list):
+            counts[section] = len(doc[section])
+    return counts
+
+
+def _declare(target: Any, kind: str, item: dict[str, Any]) -> None:
+    arguments = item.get("arguments") or {}
+    if kind == "exchanges":
+        if item["name"] in target.exchanges and item["name"].startswith("amq."):
+            return
+        target.declare_exchange(
+            item["name"],
+            item["type"],
+            False,
+            bool(item.get("durable", True)),
+            bool(item.get("auto_delete", False)),
+            bool(item.get("internal", False)),
+            arguments,
+        )
+    elif kind == "queues":
+        if item.get("type") and "x-queue-type" not in arguments:
+            arguments = {**arguments, "x-queue-type": item["type"]}
+        target.declare_queue(
+            item["name"],
+            False,
+            bool(item.get("durable", True)),
+            False,
+            bool(item.get("auto_delete", False)),
+            arguments,
+        )
+    else:
+        source = target.get_exchange(item["source"])
+        if item["destination_type"] == "queue":
+            dest = target.queues.get(item["destination"])
+            if dest is None:
+                raise NotFound(f"no queue '{item['destination']}' in vhost '{target.name}'")
+        else:
+            dest = target.get_exchange(item["destination"])
+        target.bind(source, dest, item.get("routing_key", ""), arguments)

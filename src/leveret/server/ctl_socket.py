@@ -1,0 +1,180 @@
+"""The operator's control socket: `leveret ctl` talks to the running broker here.
+
+A Unix socket at <data_dir>/ctl.sock, mode 0600: only the account that runs
+the broker (and root) can connect, so the file system does the
+authentication, as the Erlang cookie file does for rabbitmqctl. No password
+travels, nothing listens on the network, and it works before any user exists
+(a lost administrator password can be reset). The management HTTP API is the
+remote interface; this is the local one.
+
+Wire format: one JSON object per line each way. Request
+{"op": "add_user", "args": {...}}; reply {"ok": result} or
+{"error": "not_found" | "already_exists" | "invalid" | ..., "message": text}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker import definitions_json, inventory
+from leveret.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    InvalidValue,
+    LimitReached,
+    ModelError,
+    NotFound,
+)
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+
+log = logging.getLogger("leveret.ctl")
+
+SOCKET_NAME = "ctl.sock"
+MAX_REQUEST = 64 * 1024 * 1024  # a definitions import can be large
+
+ERROR_KINDS: dict[type[ModelError], str] = {
+    NotFound: "not_found",
+    AlreadyExists: "already_exists",
+    InvalidValue: "invalid",
+    AccessRefused: "access_refused",
+    LimitReached: "limit_reached",
+}
+
+# Admin operations callable as they are, with keyword arguments.
+ADMIN_OPERATIONS = (
+    "add_vhost",
+    "delete_vhost",
+    "list_vhosts",
+    "set_vhost_limits",
+    "clear_vhost_limits",
+    "add_user",
+    "delete_user",
+    "change_password",
+    "clear_password",
+    "set_user_tags",
+    "authenticate_user",
+    "list_users",
+    "set_permissions",
+    "clear_permissions",
+    "list_permissions",
+    "set_topic_permissions",
+    "clear_topic_permissions",
+    "list_topic_permissions",
+)
+
+
+def _vhost_view(view: Callable[[Any], list]) -> Callable[..., list]:
+    def run(broker: Broker, vhost: str = "/") -> list:
+        return view(broker.admin.vhost(vhost))
+
+    return run
+
+
+OTHER_OPERATIONS: dict[str, Callable[..., Any]] = {
+    "list_queues": _vhost_view(inventory.queues),
+    "list_exchanges": _vhost_view(inventory.exchanges),
+    "list_bindings": _vhost_view(inventory.bindings),
+    "list_connections": lambda broker, vhost=None: inventory.connections(broker, vhost),
+    "export_definitions": definitions_json.export_definitions,
+    "import_definitions": lambda broker, definitions, vhost=None: (
+        definitions_json.import_definitions(broker, definitions, vhost)
+    ),
+}
+
+
+def run_operation(broker: Broker, op: str, args: dict[str, Any]) -> Any:
+    """Run one named operation; ModelError and TypeError (bad arguments) propagate."""
+    if op in ADMIN_OPERATIONS:
+        return getattr(broker.admin, op)(**args)
+    if op in OTHER_OPERATIONS:
+        return OTHER_OPERATIONS[op](broker, **args)
+    if op in POLICY_OPERATIONS:
+        return POLICY_OPERATIONS[op](broker, **args)
+    raise InvalidValue(f"unknown operation '{op}'")
+
+
+POLICY_OPERATIONS: dict[str, Callable[..., Any]] = {}
+
+
+class ControlSocket:
+    def __init__(self, broker_source: Callable[[], Broker], path: str) -> None:
+        self._broker = broker_source  # the server may replace its broker at start
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> bool:
+        """Listen; False (and a log line) when the socket cannot be made."""
+        try:
+            if os.path.exists(self.path):
+                os.unlink(self.path)  # left by a broker that was killed
+            old_umask = os.umask(0o177)
+            try:
+                self._server = await asyncio.start_unix_server(
+                    self._serve, self.path, limit=MAX_REQUEST
+                )
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+        except OSError as exc:
+            log.warning("leveret ctl is unavailable: cannot listen on %s: %s", self.path, exc)
+            return False
+        log.info("control socket for leveret ctl at %s", self.path)
+        return True
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            reply = self._handle(line)
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+            log.info("control socket client went away: %s", exc)
+        finally:
+            writer.close()
+
+    def _handle(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
+            op, args = request["op"], request.get("args") or {}
+            if not isinstance(op, str) or not isinstance(args, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return {"error": "invalid", "message": "malformed request to the control socket"}
+        try:
+            result = run_operation(self._broker(), op, args)
+        except ModelError as exc:
+            return {"error": ERROR_KINDS.get(type(exc), "error"), "message": str(exc)}
+        except TypeError as exc:
+            return {"error": "invalid", "message": f"bad arguments for {op}: {exc}"}
+        except Exception:
+            log.exception("control operation %s failed", op)
+            return {"error": "internal", "message": "internal error; see the broker log"}
+        if op not in ("list_vhosts",) and not op.startswith(("list_", "export", "authenticate")):
+            log.info("ctl: %s %s", op, {k: v for k, v in args.items() if k != "password"})
+        return {"ok": _plain(result)}
+
+
+def _plain(result: Any) -> Any:
+    """Model objects become their records; JSON-ready values pass through."""
+    if hasattr(result, "record"):
+        return result.record()
+    if hasattr(result, "name") and not isinstance(result, dict | str):
+        return {"name": result.name}
+    return result

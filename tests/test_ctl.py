@@ -1,0 +1,274 @@
+"""`leveret ctl` against a real `leveret server` process, over its control socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+pytestmark = pytest.mark.leveret_only
+
+# guest/guest as RabbitMQ 3.10 exported it; vhost and permissions in its format.
+RABBITMQ_EXPORT = {
+    "rabbit_version": "3.10.8",
+    "rabbitmq_version": "3.10.8",
+    "product_name": "RabbitMQ",
+    "product_version": "3.10.8",
+    "users": [
+        {
+            "name": "imported",
+            "password_hash": "kjnepyXPQpB+7U3OjXc432p8s/DS2geaFZbarrppqGJNn2QG",
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
+            "tags": ["management"],
+            "limits": {},
+        }
+    ],
+    "vhosts": [{"name": "from-rabbit"}],
+    "permissions": [
+        {"user": "imported", "vhost": "from-rabbit", "configure": ".*", "write": ".*", "read": ".*"}
+    ],
+    "topic_permissions": [],
+    "parameters": [
+        {"value": {"max-queues": 7}, "vhost": "from-rabbit", "component": "vhost-limits", "name": "limits"}
+    ],
+    "global_parameters": [{"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}],
+    "policies": [],
+    "queues": [
+        {"name": "jobs", "vhost": "from-rabbit", "durable": True, "auto_delete": False, "arguments": {"x-max-length": 10}}
+    ],
+    "exchanges": [
+        {"name": "events", "vhost": "from-rabbit", "type": "topic", "durable": True, "auto_delete": False, "internal": False, "arguments": {}}
+    ],
+    "bindings": [
+        {"source": "events", "vhost": "from-rabbit", "destination": "jobs", "destination_type": "queue", "routing_key": "job.#", "arguments": {}}
+    ],
+}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, data_dir, *extra: str) -> None:
+        self.data_dir = str(data_dir)
+        self.port = _free_port()
+        self.log_path = os.path.join(os.path.dirname(self.data_dir), f"server-{self.port}.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leveret", "server", "--port", str(self.port),
+             "--data-dir", self.data_dir, *extra],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def wait(self) -> Server:
+        deadline = time.monotonic() + 30
+        sock = os.path.join(self.data_dir, "ctl.sock")
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, open(self.log_path).read()
+            if os.path.exists(sock):
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                        return self
+            time.sleep(0.05)
+        raise AssertionError("broker did not start")
+
+    def ctl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return ctl("--data-dir", self.data_dir, *args, stdin=stdin)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+        self.log.close()
+
+
+def ctl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("ctl") / "data").wait()
+    yield srv
+    srv.stop()
+
+
+def _login(port: int, user: str, password: str, vhost: str):
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            "127.0.0.1", port, vhost, pika.PlainCredentials(user, password), connection_attempts=1
+        )
+    )
+
+
+def test_a_tenant_in_four_commands(server):
+    assert server.ctl("add_vhost", "shop").returncode == 0
+    assert server.ctl("add_user", "alice", "s3cret").returncode == 0
+    assert (
+        server.ctl("set_permissions", "-p", "shop", "alice", "^alice-", ".*", ".*").returncode == 0
+    )
+    conn = _login(server.port, "alice", "s3cret", "shop")
+    ch = conn.channel()
+    ch.queue_declare("alice-orders")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare("bob-orders")
+    assert info.value.reply_code == 403
+    conn.close()
+    listing = server.ctl("list_queues", "-p", "shop")
+    assert listing.stdout.splitlines()[0].split("\t")[:3] == ["name", "messages", "consumers"]
+    assert "alice-orders\t0\t0\tclassic" in listing.stdout
+    perms = json.loads(server.ctl("--formatter", "json", "list_permissions", "-p", "shop").stdout)
+    assert perms == [
+        {"user": "alice", "vhost": "shop", "configure": "^alice-", "write": ".*", "read": ".*"}
+    ]
+
+
+def test_listings_as_tables_and_json(server):
+    vhosts = server.ctl("list_vhosts")
+    assert vhosts.returncode == 0 and vhosts.stdout.startswith("name\tdescription\ttags\tlimits")
+    users = json.loads(server.ctl("--formatter", "json", "list_users").stdout)
+    assert {"name": "guest", "tags": ["administrator"]} in users
+    exchanges = server.ctl("list_exchanges").stdout
+    assert "amq.topic\ttopic\ttrue\tfalse\tfalse" in exchanges
+    conn = _login(server.port, "guest", "guest", "/")
+    connections = json.loads(server.ctl("--formatter", "json", "list_connections").stdout)
+    assert [c["user"] for c in connections] == ["guest"]
+    conn.close()
+
+
+def test_unknown_names_are_refused_with_the_broker_message(server):
+    cases = [
+        (("delete_user", "nobody"), "Error: user 'nobody' does not exist"),
+        (("delete_vhost", "nowhere"), "Error: vhost 'nowhere' does not exist"),
+        (("set_permissions", "-p", "nowhere", "guest", ".*", ".*", ".*"), "Error: vhost 'nowhere' does not exist"),
+        (("clear_permissions", "-p", "/", "nobody"), "Error: user 'nobody' does not exist"),
+        (("add_user", "guest", "x"), "Error: user 'guest' already exists"),
+        (("set_permissions", "guest", "(", ".*", ".*"), "Error: invalid regular expression '(' for configure permission"),
+        (("set_vhost_limits", "{\"max-widgets\": 1}"), "Error: unknown vhost limit 'max-widgets'"),
+    ]  # fmt: skip
+    for args, message in cases:
+        result = server.ctl(*args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert result.stderr.startswith(message), (args, result.stderr)
+
+
+def test_unknown_commands_and_bad_json_are_usage_errors(server):
+    result = server.ctl("add_vhosts", "x")
+    assert result.returncode == 2 and "invalid choice: 'add_vhosts'" in result.stderr
+    result = server.ctl("set_vhost_limits", "{max-queues: 1}")
+    assert result.returncode == 2 and "Error: limits is not valid JSON" in result.stderr
+
+
+def test_no_broker_is_exit_69(tmp_path):
+    result = ctl("--data-dir", str(tmp_path), "list_users")
+    assert result.returncode == 69
+    assert f"no broker control socket at {tmp_path}/ctl.sock" in result.stderr
+
+
+def test_the_socket_is_for_the_owner_only(server):
+    mode = stat.S_IMODE(os.stat(os.path.join(server.data_dir, "ctl.sock")).st_mode)
+    assert mode == 0o600
+
+
+def test_change_password_and_tags(server):
+    server.ctl("add_user", "carol", "one")
+    server.ctl("set_permissions", "carol", ".*", ".*", ".*")
+    assert server.ctl("authenticate_user", "carol", "one").returncode == 0
+    assert server.ctl("change_password", "carol", "two").returncode == 0
+    result = server.ctl("authenticate_user", "carol", "one")
+    assert result.returncode == 1 and "user 'carol' was not authenticated" in result.stderr
+    _login(server.port, "carol", "two", "/").close()
+    server.ctl("set_user_tags", "carol", "monitoring", "impersonator")
+    users = json.loads(server.ctl("--formatter", "json", "list_users").stdout)
+    assert {"name": "carol", "tags": ["monitoring", "impersonator"]} in users
+
+
+def test_a_rabbitmq_export_imports_and_its_users_log_in(server, tmp_path):
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps(RABBITMQ_EXPORT))
+    result = server.ctl("import_definitions", str(path))
+    assert result.returncode == 0, result.stderr
+    conn = _login(server.port, "imported", "guest", "from-rabbit")
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("events", "job.new", b"j1")
+    assert ch.queue_declare("jobs", passive=True).method.message_count == 1
+    conn.close()
+    limits = json.loads(server.ctl("--formatter", "json", "list_vhosts").stdout)
+    assert {
+        "name": "from-rabbit",
+        "description": "",
+        "tags": [],
+        "limits": {"max-queues": 7},
+    } in limits
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"userz": []}, "Error: unknown key 'userz' in definitions"),
+        ({"users": [{"name": "x", "pasword_hash": "abc"}]}, "Error: unknown key 'pasword_hash' in users[0]"),
+        ({"users": [{"name": "x", "password_hash": "AAAA"}]}, "Error: users[0]: password_hash 'AAAA' has 3 bytes"),
+        ({"permissions": [{"user": "guest", "vhost": "ghost", "configure": ".*"}]}, "Error: permissions[0]: vhost 'ghost' does not exist"),
+        ({"permissions": [{"user": "guest", "vhost": "/", "configure": "[", "write": "", "read": ""}]}, "Error: permissions[0]: invalid regular expression '['"),
+    ],
+)  # fmt: skip
+def test_bad_definitions_are_refused_before_anything_changes(server, tmp_path, change, message):
+    before = server.ctl("--formatter", "json", "export_definitions", "-").stdout
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(change))
+    result = server.ctl("import_definitions", str(path))
+    assert result.returncode == 1
+    assert result.stderr.startswith(message), result.stderr
+    assert server.ctl("--formatter", "json", "export_definitions", "-").stdout == before
+
+
+def test_export_then_load_at_boot_on_another_broker(server, tmp_path):
+    server.ctl("add_vhost", "moving")
+    server.ctl("add_user", "mover", "pw")
+    server.ctl("set_permissions", "-p", "moving", "mover", ".*", ".*", ".*")
+    conn = _login(server.port, "guest", "guest", "/")
+    conn.close()
+    export = tmp_path / "export.json"
+    result = server.ctl("export_definitions", str(export))
+    assert result.returncode == 0 and export.exists()
+    doc = json.loads(export.read_text())
+    assert {u["name"] for u in doc["users"]} >= {"guest", "mover"}
+    assert all(u["hashing_algorithm"] == "rabbit_password_hashing_sha256" for u in doc["users"])
+    other = Server(tmp_path / "other", "--load-definitions", str(export)).wait()
+    try:
+        _login(other.port, "mover", "pw", "moving").close()
+    finally:
+        other.stop()
+
+
+def test_a_bad_definitions_file_stops_the_start(tmp_path):
+    path = tmp_path / "defs.json"
+    path.write_text('{"users": [{"name": "x", "password_hash": "@@"}]}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "leveret", "server", "--port", str(_free_port()),
+         "--data-dir", str(tmp_path / "d"), "--load-definitions", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        f"cannot start: definitions file {path}: users[0]: password_hash '@@' is not valid base64"
+        in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
