@@ -33,7 +33,16 @@ def _port(text: str) -> int:
 
 
 def _listen(text: str) -> Listener:
-    """HOST:PORT for --listen; an IPv6 address goes in brackets: [::1]:5672."""
+    """[amqp://|amqps://]HOST:PORT for --listen; IPv6 in brackets: [::1]:5672."""
+    kind = "amqp"
+    for scheme in ("amqp", "amqps"):
+        if text.startswith(scheme + "://"):
+            kind, text = scheme, text[len(scheme) + 3 :]
+    listener = _host_port(text)
+    return Listener(listener.host, listener.port, kind)
+
+
+def _host_port(text: str) -> Listener:
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or not rest.startswith(":"):
@@ -77,7 +86,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST:PORT",
         help="listen here instead of --host/--port; repeat for several, e.g. "
-        "--listen 127.0.0.1:5672 --listen [::1]:5672",
+        "--listen 127.0.0.1:5672 --listen [::1]:5672; amqps://HOST:PORT for TLS",
+    )
+    tls = server.add_argument_group("TLS (amqps)")
+    tls.add_argument("--tls-cert", metavar="PEM", help="the broker's certificate (chain)")
+    tls.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    tls.add_argument(
+        "--tls-ca", metavar="PEM", help="CA certificates that sign client certificates"
+    )
+    tls.add_argument(
+        "--tls-port",
+        type=_port,
+        default=5671,
+        help="with --tls-cert, an amqps listener on --host and this port (default %(default)s)",
+    )
+    tls.add_argument(
+        "--tls-verify",
+        action="store_true",
+        help="ask clients for a certificate (verified against --tls-ca); enables SASL EXTERNAL",
+    )
+    tls.add_argument(
+        "--tls-fail-if-no-peer-cert",
+        action="store_true",
+        help="refuse clients without a valid certificate (implies --tls-verify)",
     )
     server.add_argument(
         "--data-dir",
@@ -241,7 +272,22 @@ def run_server(args: argparse.Namespace) -> int:
     if args.frame_max and args.frame_max < 4096:
         log.error("--frame-max must be at least 4096 (the AMQP minimum), got %d", args.frame_max)
         return 2
+    tls_given = bool(args.tls_cert or args.tls_key)
+    if tls_given and not (args.tls_cert and args.tls_key):
+        log.error("TLS needs both --tls-cert and --tls-key")
+        return 2
+    wants_tls = args.tls_verify or args.tls_fail_if_no_peer_cert or args.tls_ca
+    amqps = any(listener.kind == "amqps" for listener in args.listen or [])
+    if (wants_tls or amqps) and not tls_given:
+        log.error("--tls-verify, --tls-ca and amqps:// listeners need --tls-cert and --tls-key")
+        return 2
     config = ServerConfig(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        tls_verify=args.tls_verify or args.tls_fail_if_no_peer_cert,
+        tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
+        tls_port=args.tls_port if tls_given else None,
         host=args.host,
         port=args.port,
         listeners=args.listen or [],
@@ -262,6 +308,7 @@ def run_server(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     from leveret.broker.errors import ModelError
+    from leveret.server.tls import TLSConfigError
     from leveret.store.errors import StoreError
 
     try:
@@ -269,7 +316,7 @@ def run_server(args: argparse.Namespace) -> int:
     except StoreError as exc:
         log.error("cannot start: the data dir %s cannot be used: %s", config.data_dir, exc)
         return 2
-    except ModelError as exc:
+    except (ModelError, TLSConfigError) as exc:
         log.error("cannot start: %s", exc)
         return 2
     except OSError as exc:

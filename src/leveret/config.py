@@ -60,6 +60,8 @@ class ServerConfig:
     tls_ca: str | None = None
     tls_verify: bool = False
     tls_fail_if_no_peer_cert: bool = False
+    # With host:port (no explicit listeners): also an amqps listener on this port.
+    tls_port: int | None = None
     fsync: str = "batch"  # always | batch | never
     max_memory_bytes: int = field(default_factory=_default_memory_budget)
     # Disable disk persistence entirely (the embedded test broker uses this by default).
@@ -72,4 +74,9 @@ class ServerConfig:
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""
-        return list(self.listeners) or [Listener(self.host, self.port)]
+        if self.listeners:
+            return list(self.listeners)
+        listeners = [Listener(self.host, self.port)]
+        if self.tls_port is not None:
+            listeners.append(Listener(self.host, self.tls_port, "amqps"))
+        return listeners

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as cmd
 
 import leveret
+from leveret.auth.sasl import certificate_cn
 from leveret.auth.users import is_loopback
 from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
@@ -98,6 +99,7 @@ class AMQPConnection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.user: str | None = None
+        self.peer_cn: str | None = None  # CN of a verified client certificate
         self.impersonator = False  # the user's tag: may set any user_id
         self.vhost: Any = None
         self.guard: Guard | None = None  # permission checks; None: may do anything
@@ -140,6 +142,9 @@ class AMQPConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER)  # type: ignore[attr-defined]
+        self.peer_cn = certificate_cn(transport.get_extra_info("peercert"))
+        if self.peer_cn is not None:  # a verified client certificate: offer EXTERNAL
+            self.core.mechanisms = " ".join((*MECHANISMS, "EXTERNAL"))
         self._last_recv = self._last_send = self.loop.time()
         self._timers.append(
             self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
@@ -452,6 +457,9 @@ class AMQPConnection(asyncio.Protocol):
         caps = self.client_properties.get("capabilities") or {}
         self.capabilities = dict(caps) if isinstance(caps, dict) else {}
         mechanism = event.mechanism
+        if mechanism == "EXTERNAL" and self.peer_cn is not None:
+            self._login_external(self.peer_cn)
+            return
         if mechanism not in MECHANISMS:
             raise ConnectionError_(
                 ACCESS_REFUSED,
@@ -488,6 +496,28 @@ class AMQPConnection(asyncio.Protocol):
             )
             return
         self.user = username
+        self.impersonator = user.is_impersonator
+        self.state = "tune-ok"
+        self.core.accept_login()
+
+    def _login_external(self, cn: str) -> None:
+        """SASL EXTERNAL: the verified certificate's CN names the user."""
+        user = self.broker.access.users.get(cn)
+        if user is None:
+            log.warning(
+                "EXTERNAL login from %s refused: no user '%s' (certificate CN)", self.peer, cn
+            )
+            self._refuse_login(
+                ConnectionError_(
+                    ACCESS_REFUSED,
+                    "Login was refused using authentication mechanism EXTERNAL. "
+                    "For details see the broker logfile.",
+                    10,
+                    11,
+                )
+            )
+            return
+        self.user = cn
         self.impersonator = user.is_impersonator
         self.state = "tune-ok"
         self.core.accept_login()

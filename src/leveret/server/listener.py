@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from leveret.broker import definitions_json
@@ -16,6 +17,7 @@ from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
+from leveret.server.tls import TLSAcceptor, server_context
 
 if TYPE_CHECKING:
     from leveret.store.durable_state import DurableState
@@ -55,10 +57,18 @@ class Server:
             self.config.data_dir if self.config.persistence else None,
         )
         self.alarms.start()
+        listeners = self.config.effective_listeners()
+        context = None
+        if any(listener.kind == "amqps" for listener in listeners):
+            context = server_context(self.config)  # TLSConfigError names the problem
         try:
-            for listener in self.config.effective_listeners():
+            for listener in listeners:
+                if listener.kind == "amqps":
+                    factory = partial(TLSAcceptor, self, context)
+                else:
+                    factory = partial(AMQPConnection, self)
                 server = await self.loop.create_server(
-                    lambda: AMQPConnection(self),
+                    factory,
                     listener.host,
                     listener.port,
                     reuse_address=True,
@@ -68,7 +78,8 @@ class Server:
                 port = server.sockets[0].getsockname()[1]
                 self.addresses.append((listener.host, port))
                 log.info(
-                    "Leveret listening for AMQP 0-9-1 on %s",
+                    "Leveret listening for AMQP 0-9-1%s on %s",
+                    " over TLS" if listener.kind == "amqps" else "",
                     Listener(listener.host, port, listener.kind),
                 )
         except OSError:
