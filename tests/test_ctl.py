@@ -272,3 +272,21 @@ def test_a_bad_definitions_file_stops_the_start(tmp_path):
         in proc.stderr
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_the_readme_secure_setup_uses_real_ctl_commands():
+    """Every `leveret ctl` line in the README's secure setup parses as a command."""
+    import re
+    from pathlib import Path
+
+    from leveret.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    lines = re.findall(r"^python -m leveret ctl (.+)$", readme, flags=re.M)
+    assert len(lines) >= 4
+    parser = build_parser()
+    for line in lines:
+        import shlex
+
+        args = parser.parse_args(["ctl", *shlex.split(line)])
+        assert args.command == "ctl"
