@@ -46,6 +46,14 @@ class LeveretOperator:
     def set_vhost_limit(self, vhost: str, name: str, value: int) -> None:
         self.admin.set_vhost_limits(vhost, {name: value})
 
+    def set_policy(
+        self, vhost, name, pattern, definition, priority=0, apply_to="all", operator=False
+    ):
+        self.admin.set_policy(vhost, name, pattern, definition, priority, apply_to, operator)
+
+    def clear_policy(self, vhost, name, operator=False) -> None:
+        self.admin.clear_policy(vhost, name, operator)
+
 
 class RabbitOperator:
     def __init__(self) -> None:
@@ -97,6 +105,24 @@ class RabbitOperator:
 
     def set_vhost_limit(self, vhost: str, name: str, value: int) -> None:
         self._call("PUT", f"/vhost-limits/{quote(vhost, safe='')}/{name}", {"value": value})
+
+    def set_policy(
+        self, vhost, name, pattern, definition, priority=0, apply_to="all", operator=False
+    ):
+        kind = "operator-policies" if operator else "policies"
+        path = f"/{kind}/{quote(vhost, safe='')}/{name}"
+        body = {
+            "pattern": pattern,
+            "definition": definition,
+            "priority": priority,
+            "apply-to": apply_to,
+        }
+        self._call("PUT", path, body)
+        self.created.append(path)
+
+    def clear_policy(self, vhost, name, operator=False) -> None:
+        kind = "operator-policies" if operator else "policies"
+        self._call("DELETE", f"/{kind}/{quote(vhost, safe='')}/{name}")
 
     def cleanup(self) -> None:
         for path in reversed(self.created):

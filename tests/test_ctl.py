@@ -290,3 +290,45 @@ def test_the_readme_secure_setup_uses_real_ctl_commands():
 
         args = parser.parse_args(["ctl", *shlex.split(line)])
         assert args.command == "ctl"
+
+
+def test_policies_from_the_command_line(server):
+    result = server.ctl(
+        "set_policy",
+        "--apply-to",
+        "queues",
+        "--priority",
+        "3",
+        "cap",
+        "^capped-",
+        '{"max-length": 2}',
+    )
+    assert result.returncode == 0, result.stderr
+    policies = json.loads(server.ctl("--formatter", "json", "list_policies").stdout)
+    assert policies == [
+        {
+            "vhost": "/",
+            "name": "cap",
+            "pattern": "^capped-",
+            "apply-to": "queues",
+            "definition": {"max-length": 2},
+            "priority": 3,
+        }
+    ]
+    conn = _login(server.port, "guest", "guest", "/")
+    ch = conn.channel()
+    ch.queue_declare("capped-1", auto_delete=True)
+    ch.confirm_delivery()
+    for _ in range(4):
+        ch.basic_publish("", "capped-1", b"x")
+    assert ch.queue_declare("capped-1", passive=True).method.message_count == 2
+    conn.close()
+    export = json.loads(server.ctl("export_definitions", "-").stdout)
+    assert export["policies"][0]["name"] == "cap"
+    result = server.ctl("set_policy", "bad", "(", '{"max-length": 2}')
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: policy 'bad': invalid regular expression '('")
+    result = server.ctl("clear_policy", "nope")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: policy 'nope' does not exist in vhost '/'")
+    assert server.ctl("clear_policy", "cap").returncode == 0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, User, parse_tags
 from leveret.broker.errors import AlreadyExists, InvalidValue, NotFound
+from leveret.broker.policies import Policy
 from leveret.broker.vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -64,6 +65,14 @@ class Admin:
                 record["read"],
             )
             self.access.permissions[(perm.user, perm.vhost)] = perm
+        for kind in ("policy", "operator_policy"):
+            for record in records.get(kind, {}).values():
+                vhost = self.broker.vhosts.get(record["vhost"])
+                if vhost is None:
+                    continue
+                policy = _policy_from(record, operator=kind == "operator_policy")
+                target = vhost.operator_policies if policy.operator else vhost.policies
+                target[policy.name] = policy
         for record in records.get("topic_permission", {}).values():
             topic = TopicPermission(
                 record["user"], record["vhost"], record["exchange"], record["write"], record["read"]
@@ -143,6 +152,10 @@ class Admin:
         for key in [k for k in self.access.topic_permissions if k[1] == name]:
             for exchange in list(self.access.topic_permissions[key]):
                 self._drop_topic_permission(key[0], name, exchange)
+        for policy in vhost.policies.values():
+            self.hooks.catalog_delete("policy", _key(name, policy.name))
+        for policy in vhost.operator_policies.values():
+            self.hooks.catalog_delete("operator_policy", _key(name, policy.name))
         self.hooks.catalog_delete("vhost", name)
         log.info("vhost '%s' deleted", name)
 
@@ -332,10 +345,74 @@ class Admin:
             if (vhost is None or v == vhost) and (user is None or u == user)
         ]
 
+    # --- policies ---------------------------------------------------------------
+
+    def set_policy(
+        self,
+        vhost: str,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+        operator: bool = False,
+    ) -> Policy:
+        """Add or replace a policy; matching queues and exchanges change at once."""
+        target = self.vhost(vhost)
+        policy = Policy(name, pattern, definition, priority, apply_to, operator)
+        kind = "operator_policy" if operator else "policy"
+        self.hooks.catalog_put(kind, _key(vhost, name), {"vhost": vhost, **policy.record()})
+        (target.operator_policies if operator else target.policies)[name] = policy
+        target.apply_policies()
+        return policy
+
+    def clear_policy(self, vhost: str, name: str, operator: bool = False) -> None:
+        target = self.vhost(vhost)
+        policies = target.operator_policies if operator else target.policies
+        if name not in policies:
+            what = "operator policy" if operator else "policy"
+            raise NotFound(f"{what} '{name}' does not exist in vhost '{vhost}'")
+        self.hooks.catalog_delete("operator_policy" if operator else "policy", _key(vhost, name))
+        del policies[name]
+        target.apply_policies()
+
+    def list_policies(self, vhost: str = "/", operator: bool = False) -> list[dict[str, Any]]:
+        target = self.vhost(vhost)
+        policies = target.operator_policies if operator else target.policies
+        return [{"vhost": vhost, **p.record()} for p in sorted(policies.values(), key=_by_name)]
+
+    def set_operator_policy(
+        self,
+        vhost: str,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "queues",
+    ) -> Policy:
+        return self.set_policy(vhost, name, pattern, definition, priority, apply_to, operator=True)
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.clear_policy(vhost, name, operator=True)
+
+    def list_operator_policies(self, vhost: str = "/") -> list[dict[str, Any]]:
+        return self.list_policies(vhost, operator=True)
+
     def _access_changed(self, user: str, vhost: str | None = None) -> None:
         """Open connections of `user` re-read their permissions before their next operation."""
         for conn in self.broker.connections_of(user=user, vhost=vhost):
             conn.access_changed()
+
+
+def _policy_from(record: dict[str, Any], operator: bool) -> Policy:
+    return Policy(
+        record["name"],
+        record["pattern"],
+        record["definition"],
+        record.get("priority", 0),
+        record.get("apply-to", "all"),
+        operator,
+    )
 
 
 def _by_name(item: Any) -> str:

@@ -16,6 +16,7 @@ import leveret
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, parse_tags
 from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.policies import Policy
 from leveret.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
     doc["global_parameters"] = []
     doc["policies"] = []
     for v in sorted(vhosts, key=_name):
-        for policy in sorted(getattr(v, "policies", {}).values(), key=_name):
+        for policy in sorted(v.policies.values(), key=_name):
             doc["policies"].append({"vhost": v.name, **policy.record()})
     doc["queues"] = [
         {
@@ -240,6 +241,17 @@ def _check(doc: Any, vhost: str | None) -> None:
             )
         except InvalidValue as exc:
             raise InvalidValue(f"topic_permissions[{i}]: {exc}") from None
+    for i, item in enumerate(doc.get("policies", [])):
+        try:
+            Policy(
+                item["name"],
+                item["pattern"],
+                item["definition"],
+                item.get("priority", 0),
+                item.get("apply-to", "all"),
+            )
+        except InvalidValue as exc:
+            raise InvalidValue(f"policies[{i}]: {exc}") from None
     for i, param in enumerate(doc.get("parameters", [])):
         if param["component"] != "vhost-limits":
             raise InvalidValue(
@@ -309,16 +321,14 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
         )
     for item in doc.get("parameters", []):
         admin.set_vhost_limits(vh(item), item["value"])
-    for i, item in enumerate(doc.get("policies", [])):
-        target = admin.vhost(vh(item))
-        if not hasattr(target, "set_policy"):
-            raise InvalidValue(f"policies[{i}]: policies are not supported yet")
-        target.set_policy(
+    for item in doc.get("policies", []):
+        admin.set_policy(
+            vh(item),
             item["name"],
             item["pattern"],
             item["definition"],
-            priority=item.get("priority", 0),
-            apply_to=item.get("apply-to", "all"),
+            item.get("priority", 0),
+            item.get("apply-to", "all"),
         )
     for kind in ("exchanges", "queues", "bindings"):
         for i, item in enumerate(doc.get(kind, [])):

@@ -51,10 +51,11 @@ class Exchange:
         # Bindings where this exchange is the destination (exchange-to-exchange).
         self.inbound: set[Binding] = set()
         self.deleted = False
+        self.policy_alternate: str | None = None  # alternate-exchange from a policy
 
     @property
     def alternate_exchange(self) -> str | None:
-        ae = self.arguments.get("alternate-exchange")
+        ae = self.arguments.get("alternate-exchange", self.policy_alternate)
         if isinstance(ae, bytes):
             ae = ae.decode(errors="replace")
         return ae if isinstance(ae, str) else None

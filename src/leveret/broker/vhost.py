@@ -14,6 +14,7 @@ from leveret.broker.durability import DurabilityHooks
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
+from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
 from leveret.broker.queues import Queue, QueueEntry, new_queue
 from leveret.protocol.constants import (
@@ -74,6 +75,8 @@ class VirtualHost:
         self.tags: list[str] = []
         # RabbitMQ's vhost limits: "max-connections", "max-queues" (absent: none).
         self.limits: dict[str, int] = {}
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -121,6 +124,10 @@ class VirtualHost:
                 self.hooks.exchange_state_path(self.name, name) if durable else None
             )
             self.exchanges[name] = exchange
+            if self.policies:
+                policy = winner(self.policies, "exchange", name, "")
+                if policy is not None:
+                    exchange.policy_alternate = policy.definition.get("alternate-exchange")
             if durable:
                 self.hooks.exchange_declared(exchange)
             return exchange
@@ -242,6 +249,8 @@ class VirtualHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
                 f"({limit}) is reached",
             )
+        if self.policies or self.operator_policies:
+            options = self._policy_options(name, arguments) or options
         queue = new_queue(
             self, name, durable, connection if exclusive else None, auto_delete, arguments, options
         )
@@ -251,6 +260,43 @@ class VirtualHost:
         if queue.stores_messages:
             self.hooks.queue_declared(queue)
         return queue
+
+    # --- policies -------------------------------------------------------------
+
+    def _policy_options(self, name: str, arguments: dict[str, Any]) -> Any:
+        """QueueOptions with the matching policies applied; None for streams (fixed at declare)."""
+        queue_type = arguments.get("x-queue-type", "classic")
+        if isinstance(queue_type, bytes):
+            queue_type = queue_type.decode(errors="replace")
+        if queue_type == "stream":
+            return None
+        policy = winner(self.policies, "queue", name, queue_type)
+        operator = winner(self.operator_policies, "queue", name, queue_type)
+        merged = effective_queue_arguments(arguments, policy, operator)
+        return parse_queue_arguments(merged, f"queue '{name}' in vhost '{self.name}'")
+
+    def apply_policies(self) -> None:
+        """Policies changed: every queue and exchange takes its new settings at once."""
+        for queue in list(self.queues.values()):
+            options = self._policy_options(queue.name, queue.arguments)
+            if options is not None and options != queue.options:
+                queue.apply_options(options)
+        for exchange in self.exchanges.values():
+            if exchange.name:
+                policy = winner(self.policies, "exchange", exchange.name, "")
+                ae = policy.definition.get("alternate-exchange") if policy else None
+                exchange.policy_alternate = ae
+
+    def policy_of(self, kind: str, name: str, queue_type: str = "classic") -> dict[str, Any]:
+        """The names of the policies that apply (for listings): policy, operator_policy."""
+        policy = winner(self.policies, kind, name, queue_type)
+        operator = (
+            winner(self.operator_policies, kind, name, queue_type) if kind == "queue" else None
+        )
+        return {
+            "policy": policy.name if policy else None,
+            "operator_policy": operator.name if operator else None,
+        }
 
     def delete_queue(self, queue: Queue, reason: str = "deleted") -> int:
         """Remove a queue, cancel its consumers, and return how many messages it held."""
@@ -372,7 +418,7 @@ class VirtualHost:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
         queues = self._route_once(exchange, message, routing_key)
-        if queues or not exchange.arguments:
+        if queues or (not exchange.arguments and exchange.policy_alternate is None):
             return queues
         # Unroutable: follow the alternate-exchange chain, each exchange once.
         seen = {exchange}

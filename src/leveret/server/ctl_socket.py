@@ -67,6 +67,12 @@ ADMIN_OPERATIONS = (
     "set_topic_permissions",
     "clear_topic_permissions",
     "list_topic_permissions",
+    "set_policy",
+    "clear_policy",
+    "list_policies",
+    "set_operator_policy",
+    "clear_operator_policy",
+    "list_operator_policies",
 )
 
 
@@ -95,12 +101,7 @@ def run_operation(broker: Broker, op: str, args: dict[str, Any]) -> Any:
         return getattr(broker.admin, op)(**args)
     if op in OTHER_OPERATIONS:
         return OTHER_OPERATIONS[op](broker, **args)
-    if op in POLICY_OPERATIONS:
-        return POLICY_OPERATIONS[op](broker, **args)
     raise InvalidValue(f"unknown operation '{op}'")
-
-
-POLICY_OPERATIONS: dict[str, Callable[..., Any]] = {}
 
 
 class ControlSocket:

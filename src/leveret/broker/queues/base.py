@@ -84,6 +84,13 @@ class Queue:
     def check_consume(self, prefetch: int, global_prefetch: int, no_ack: bool, args: dict) -> None:
         """Refuse a basic.consume this type cannot serve."""
 
+    def apply_options(self, options: Any) -> None:
+        """A policy changed the settings this queue behaves by (QueueOptions).
+
+        The default keeps the settings of the declaration: stream retention is
+        fixed when the stream is declared.
+        """
+
     def release(self) -> None:
         """The queue was deleted: free what it holds outside Python (files)."""
 

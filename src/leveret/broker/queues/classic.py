@@ -393,6 +393,18 @@ class ClassicQueue(Queue):
             message = message.copy_with_body(self.vhost.hooks.load_body(entry))
         return message
 
+    def apply_options(self, options: QueueOptions) -> None:
+        """A policy changed: new limits apply at once; a new TTL to messages from now on."""
+        old = self.options
+        self.options = options
+        self.plain = options.plain
+        if options.message_ttl is not None:
+            self.expiring = True
+        if options.max_length is not None or options.max_length_bytes is not None:
+            self._drop_head_over_limit()
+        if options.expires != old.expires:
+            self.touch()
+
     def touch(self) -> None:
         """The queue was used: restart its x-expires countdown."""
         expires = self.options.expires
