@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = sub.add_parser("server", help="run the broker")
     defaults = ServerConfig()
+    server.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LEVERET_CONFIG"),
+        help="a TOML file with any of these settings (docs/configuration.md); flags given "
+        "here override it (default: $LEVERET_CONFIG)",
+    )
     server.add_argument(
         "--host", default=defaults.host, help="address to listen on (default %(default)s)"
     )
@@ -222,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "server":
+        args.explicit = _explicit_flags(argv)
         return run_server(args)
     if args.command == "streams":
         return run_streams(args)
@@ -263,7 +272,46 @@ def run_streams(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explicit_flags(argv: list[str] | None) -> set[str]:
+    """The `leveret server` options given on the command line (they override the file)."""
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in subparsers.choices["server"]._actions:
+        action.default = argparse.SUPPRESS
+    given = parser.parse_args(argv)
+    return set(vars(given)) - {"command"}
+
+
+# `leveret server` options that are ServerConfig fields of another name.
+FLAG_FIELDS = {"listen": "listeners"}
+
+
+def _apply_config_file(args: argparse.Namespace) -> None:
+    """Settings from --config where no flag was given; ConfigFileError if the file is bad."""
+    from leveret.config_file import load
+
+    values = load(args.config)
+    explicit = getattr(args, "explicit", set())
+    flags = {FLAG_FIELDS.get(dest, dest): dest for dest in vars(args)}
+    args.extra_settings = {}
+    for field, value in values.items():
+        dest = flags.get(field)
+        if dest is None:
+            args.extra_settings[field] = value  # a setting with no flag
+        elif dest not in explicit:
+            setattr(args, dest, value)
+
+
 def run_server(args: argparse.Namespace) -> int:
+    args.extra_settings = {}
+    if args.config:
+        from leveret.config_file import ConfigFileError
+
+        try:
+            _apply_config_file(args)
+        except ConfigFileError as exc:
+            print(f"leveret server: bad config file: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -300,6 +348,7 @@ def run_server(args: argparse.Namespace) -> int:
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,
         load_definitions=args.load_definitions,
+        **args.extra_settings,
     )
     try:
         import uvloop

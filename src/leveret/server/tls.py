@@ -74,6 +74,9 @@ class TLSAcceptor(asyncio.Protocol):
         self.connection = AMQPConnection(server)
         self.peer = "?"
         self._task: asyncio.Task | None = None
+        # Bytes decrypted before the handshake task resumed: the client's protocol
+        # header may arrive first. They go to the connection once it has its transport.
+        self._early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -84,7 +87,7 @@ class TLSAcceptor(asyncio.Protocol):
         try:
             tls_transport = await self.server.loop.start_tls(
                 transport,
-                self.connection,
+                self,
                 self.context,
                 server_side=True,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
@@ -97,11 +100,20 @@ class TLSAcceptor(asyncio.Protocol):
         if tls_transport is None:
             transport.abort()
             return
+        tls_transport.set_protocol(self.connection)
         self.connection.connection_made(tls_transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.connection.data_received(data)
 
     def data_received(self, data: bytes) -> None:
-        pass  # start_tls owns the bytes from here on
+        self._early.append(data)  # only until the handshake task hands over
+
+    def eof_received(self) -> bool:
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        elif self.connection.transport is not None:
+            self.connection.connection_lost(exc)
