@@ -378,10 +378,12 @@ async def _serve(config: ServerConfig) -> int:
 
     loop = asyncio.get_running_loop()
     server = Server(config, loop=loop)
-    await server.start()
+    # Handlers first: a SIGTERM that arrives while start() finishes (the port already
+    # listens) must still stop the broker cleanly.
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await server.start()
     await stop.wait()
     log.info("shutting down: closing %d connection(s)", len(server.connections))
     await server.stop()

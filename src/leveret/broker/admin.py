@@ -131,7 +131,7 @@ class Admin:
         record = {"name": name, "description": description, "tags": list(tags), "limits": {}}
         self.hooks.catalog_put("vhost", name, record)  # on disk before anyone can use it
         vhost = self._make_vhost(record)
-        log.info("vhost '%s' created", name)
+        log.debug("vhost '%s' created", name)
         return vhost
 
     def delete_vhost(self, name: str) -> None:
