@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     server.add_argument(
+        "--management-port",
+        type=_port,
+        default=15672,
+        help="the management HTTP API's port on --host; 0 turns it off (default %(default)s)",
+    )
+    server.add_argument(
         "--load-definitions",
         metavar="FILE",
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
@@ -348,6 +354,7 @@ def run_server(args: argparse.Namespace) -> int:
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,
         load_definitions=args.load_definitions,
+        management_port=args.management_port or None,
         **args.extra_settings,
     )
     try:

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import definitions_json
 from leveret.broker.broker import Broker
@@ -40,6 +40,7 @@ class Server:
         self.connections: set[AMQPConnection] = set()
         self._servers: list[asyncio.base_events.Server] = []
         self.control: ControlSocket | None = None
+        self.management: Any = None  # leveret.management.app.ManagementServer when running
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
@@ -88,6 +89,21 @@ class Server:
             self._servers.clear()
             raise
         self.port = self.addresses[0][1]
+        if self.config.management_port is not None:
+            from leveret.management.app import ManagementServer
+
+            management = ManagementServer(self, self.config.host, self.config.management_port)
+            try:
+                await management.start()
+                self.management = management
+            except OSError as exc:
+                # AMQP clients can still work; the operator learns why the API is missing.
+                log.warning(
+                    "management API not started on %s:%d: %s",
+                    self.config.host,
+                    self.config.management_port,
+                    exc.strerror or exc,
+                )
         if self.config.persistence:
             self.control = ControlSocket(
                 lambda: self.broker, os.path.join(self.config.data_dir, SOCKET_NAME)
@@ -129,6 +145,8 @@ class Server:
             self.alarms.stop()
         if self.control is not None:
             await self.control.stop()
+        if self.management is not None:
+            await self.management.stop()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):

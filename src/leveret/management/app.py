@@ -1,0 +1,135 @@
+"""The management HTTP server: aiohttp in the broker's own event loop.
+
+Running in the broker's loop, handlers read the live model with no locks or
+copies; every operation that changes something goes through broker.admin, the
+same operations `leveret ctl` uses, and through its errors. Authentication is
+HTTP Basic with the broker's users; tags decide what a user may see and do,
+as in RabbitMQ: `management` (or monitoring, policymaker, administrator) to use
+the API at all, `administrator` for users, vhosts, permissions and
+definitions; other users see only the vhosts they have permissions in.
+
+Error bodies are RabbitMQ's: {"error": ..., "reason": ...}.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from leveret.broker.errors import AlreadyExists, InvalidValue, ModelError, NotFound
+
+if TYPE_CHECKING:
+    from leveret.server.listener import Server
+
+log = logging.getLogger("leveret.management")
+
+MANAGEMENT_TAGS = {"management", "monitoring", "policymaker", "administrator"}
+SERVER_KEY = web.AppKey("server", object)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(status: int, error: str, reason: Any) -> web.Response:
+    return web.json_response({"error": error, "reason": reason}, status=status)
+
+
+def not_found() -> web.Response:
+    return error(404, "Object Not Found", "Not Found")
+
+
+class Denied(Exception):
+    """401 with RabbitMQ's body."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Basic auth on every /api call, and model errors mapped to RabbitMQ's bodies."""
+    server = request.app[SERVER_KEY]
+    if request.path.startswith("/api/"):
+        user = _authenticate(server, request.headers.get("Authorization", ""))
+        if user is None:
+            response = error(401, "not_authorized", "Login failed")
+            response.headers["WWW-Authenticate"] = 'Basic realm="Leveret Management"'
+            return response
+        if not MANAGEMENT_TAGS & set(user.tags):
+            return error(401, "not_authorized", "Not management user")
+        request["user"] = user
+    try:
+        return await handler(request)
+    except Denied as exc:
+        return error(401, "not_authorised", exc.reason)  # RabbitMQ's spelling here
+    except NotFound:
+        return not_found()
+    except (InvalidValue, AlreadyExists) as exc:
+        return error(400, "bad_request", str(exc))
+    except ModelError as exc:
+        return error(400, "bad_request", str(exc))
+
+
+def _authenticate(server: Server, header: str) -> Any:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        username, _, password = base64.b64decode(encoded).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return server.broker.access.authenticate(username, password)
+
+
+def build_app(server: Server) -> web.Application:
+    from leveret.management import handlers
+
+    app = web.Application(middlewares=[errors_and_auth])
+    app[SERVER_KEY] = server
+    handlers.add_routes(app)
+    return app
+
+
+async def read_json(request: web.Request) -> Any:
+    """The body as JSON; 400 not_json as RabbitMQ when it is not."""
+    text = await request.text()
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "reason": "not_json"}),
+            content_type="application/json",
+        ) from None
+
+
+class ManagementServer:
+    """Starts and stops the HTTP listener beside the AMQP ones."""
+
+    def __init__(self, server: Server, host: str, port: int) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        self._runner = web.AppRunner(build_app(self.server), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        log.info("management API on http://%s:%d/api/", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,192 @@
+"""The management HTTP API against RabbitMQ's: the same calls on both brokers.
+
+With LEVERET_TEST_URL set the calls go to the reference RabbitMQ's API on 15673.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+import pika
+import pytest
+
+from access_setup import RABBITMQ_API, unique
+from conftest import EXTERNAL_URL
+from leveret.config import ServerConfig
+from leveret.testing import embedded_broker
+
+
+@pytest.fixture(scope="module")
+def api():
+    """(base URL of /api, AMQP URL) of the broker under test."""
+    if EXTERNAL_URL:
+        yield RABBITMQ_API, EXTERNAL_URL
+        return
+    with embedded_broker(ServerConfig(port=0, persistence=False, management_port=0)) as broker:
+        yield f"http://127.0.0.1:{broker.server.management.port}/api", broker.url
+
+
+def call(api, method: str, path: str, body=None, user="guest", password="guest", raw=None):
+    base, _amqp = api
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    request = urllib.request.Request(base + path, data=data, method=method)
+    request.add_header("content-type", "application/json")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read()
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        return exc.code, json.loads(text) if text else None
+
+
+def test_whoami_and_a_failed_login(api):
+    assert call(api, "GET", "/whoami") == (200, {"name": "guest", "tags": ["administrator"]})
+    assert call(api, "GET", "/whoami", password="wrong") == (
+        401,
+        {"error": "not_authorized", "reason": "Login failed"},
+    )
+
+
+def test_vhost_lifecycle_and_status_codes(api):
+    name = unique("api-v")
+    path = f"/vhosts/{quote(name, safe='')}"
+    assert call(api, "PUT", path, {"description": "made by a test"})[0] == 201
+    assert call(api, "PUT", path, {"description": "made by a test"})[0] == 204
+    status, body = call(api, "GET", path)
+    assert status == 200
+    assert body["name"] == name and body["description"] == "made by a test"
+    assert body["metadata"] == {"description": "made by a test", "tags": []}
+    assert name in [v["name"] for v in call(api, "GET", "/vhosts")[1]]
+    assert call(api, "DELETE", path)[0] == 204
+    assert call(api, "GET", path) == (404, {"error": "Object Not Found", "reason": "Not Found"})
+
+
+def test_users_and_permissions(api):
+    user, vhost = unique("api-u"), unique("api-pv")
+    vpath = f"/vhosts/{vhost}"
+    assert call(api, "PUT", vpath, {})[0] == 201
+    try:
+        assert (
+            call(api, "PUT", f"/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+        )
+        status, body = call(api, "GET", f"/users/{user}")
+        assert status == 200
+        assert body["tags"] == ["management"]
+        assert body["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+        perm = {"configure": "^x", "write": ".*", "read": ".*"}
+        assert call(api, "PUT", f"/permissions/{vhost}/{user}", perm)[0] == 201
+        assert call(api, "GET", f"/permissions/{vhost}/{user}") == (
+            200,
+            {"user": user, "vhost": vhost, **perm},
+        )
+        assert call(api, "PUT", f"/permissions/no-such-vhost/{user}", perm) == (
+            400,
+            {"error": "bad_request", "reason": "vhost_or_user_not_found"},
+        )
+        # The new user logs in over AMQP with the password set through the API.
+        _base, amqp = api
+        params = pika.URLParameters(amqp)
+        params.credentials = pika.PlainCredentials(user, "pw")
+        params.virtual_host = vhost
+        pika.BlockingConnection(params).close()
+        # A management user sees only its vhosts and may not list users.
+        visible = [v["name"] for v in call(api, "GET", "/vhosts", user=user, password="pw")[1]]
+        assert visible == [vhost]
+        status, body = call(api, "GET", "/users", user=user, password="pw")
+        assert (status, body) == (
+            401,
+            {"error": "not_authorised", "reason": "Not administrator user"},
+        )
+    finally:
+        call(api, "DELETE", f"/users/{user}")
+        call(api, "DELETE", vpath)
+
+
+def test_a_body_that_is_not_json(api):
+    status, body = call(api, "PUT", f"/users/{unique('api-bad')}", raw=b"{bad")
+    assert (status, body) == (400, {"error": "bad_request", "reason": "not_json"})
+
+
+def test_queues_listing_and_purge(api):
+    connection = pika.BlockingConnection(pika.URLParameters(api[1]))
+    channel = connection.channel()
+    q = unique("api-q")
+    channel.queue_declare(q)
+    channel.confirm_delivery()
+    for _ in range(3):
+        channel.basic_publish("", q, b"x")
+    try:
+        for _ in range(100):  # RabbitMQ publishes queue statistics every 5 s
+            status, body = call(api, "GET", f"/queues/%2F/{q}")
+            if status != 200 or "messages_ready" in body:
+                break
+            time.sleep(0.1)
+        assert status == 200
+        assert (body["name"], body["vhost"], body["durable"], body["messages_ready"]) == (
+            q,
+            "/",
+            False,
+            3,
+        )
+        assert q in [x["name"] for x in call(api, "GET", "/queues/%2F")[1]]
+        assert call(api, "DELETE", f"/queues/%2F/{q}/contents")[0] == 204
+        assert channel.queue_declare(q, passive=True).method.message_count == 0
+        assert call(api, "GET", "/queues/%2F/no-such-queue")[0] == 404
+    finally:
+        channel.queue_delete(q)
+        connection.close()
+
+
+def test_exchanges_definitions_and_health(api):
+    status, body = call(api, "GET", "/exchanges/%2F")
+    assert status == 200
+    assert {"name": "amq.topic", "type": "topic", "durable": True}.items() <= next(
+        x for x in body if x["name"] == "amq.topic"
+    ).items()
+    status, defs = call(api, "GET", "/definitions")
+    assert status == 200 and {"users", "vhosts", "permissions", "queues"} <= set(defs)
+    assert call(api, "GET", "/health/checks/alarms") == (200, {"status": "ok"})
+    assert call(api, "GET", "/aliveness-test/%2F") == (200, {"status": "ok"})
+
+
+@pytest.mark.leveret_only
+def test_the_cli_serves_the_api_on_its_port(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    amqp_port, http_port = ports
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leveret", "server", "--port", str(amqp_port),
+         "--management-port", str(http_port), "--data-dir", str(tmp_path / "d")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        api = (f"http://127.0.0.1:{http_port}/api", None)
+        for _ in range(300):
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                status, body = call(api, "GET", "/overview")
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert status == 200
+        assert body["product_name"] == "Leveret"
+        assert body["listeners"][0]["port"] == amqp_port
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=20)[1]
+    assert f"management API on http://127.0.0.1:{http_port}/api/" in err
