@@ -357,12 +357,17 @@ def run_server(args: argparse.Namespace) -> int:
         management_port=args.management_port or None,
         **args.extra_settings,
     )
-    try:
-        import uvloop
+    if any(listener.kind == "amqps" for listener in config.effective_listeners()):
+        # uvloop's start_tls (server/tls.py) intermittently leaves handshakes hanging
+        # here; asyncio's loop completes every one, so TLS brokers run on it.
+        log.info("TLS listener configured: running on asyncio's event loop, not uvloop")
+    else:
+        try:
+            import uvloop
 
-        uvloop.install()
-    except ImportError:
-        pass
+            uvloop.install()
+        except ImportError:
+            pass
     from leveret.broker.errors import ModelError
     from leveret.server.tls import TLSConfigError
     from leveret.store.errors import StoreError

@@ -81,10 +81,16 @@ class TLSAcceptor(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        # No raw bytes (the ClientHello) may reach data_received before start_tls
+        # takes the transport over: reading resumes in the same step as start_tls.
+        transport.pause_reading()  # type: ignore[attr-defined]
         self._task = self.server.loop.create_task(self._handshake(transport))  # type: ignore[arg-type]
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
         try:
+            # The coroutine below runs synchronously up to its handshake wait, so no
+            # bytes can be delivered between this resume and the takeover.
+            transport.resume_reading()
             tls_transport = await self.server.loop.start_tls(
                 transport,
                 self,
@@ -107,7 +113,8 @@ class TLSAcceptor(asyncio.Protocol):
             self.connection.data_received(data)
 
     def data_received(self, data: bytes) -> None:
-        self._early.append(data)  # only until the handshake task hands over
+        # Decrypted application bytes, only until the handshake task hands over.
+        self._early.append(data)
 
     def eof_received(self) -> bool:
         return False
