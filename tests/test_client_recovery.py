@@ -13,6 +13,8 @@ skipped otherwise (CI has no RabbitMQ).
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -178,6 +180,37 @@ def test_sigkill_restart_mid_traffic(tmp_path):
 
         result = run(traffic_through_failures(broker.url, disrupt, durable=True), timeout=240)
     check_delivery(result, 3000, 2)
+
+
+RABBITMQ_SCRIPT = Path(
+    os.environ.get(
+        "LEVERET_RABBITMQ_SCRIPT",
+        Path(__file__).resolve().parents[2] / "shared" / "tools" / "rabbitmq.sh",
+    )
+)
+
+
+@needs_rabbitmq
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("LEVERET_RESTART_RABBITMQ"),
+    reason="restarts the shared reference RabbitMQ; set LEVERET_RESTART_RABBITMQ=1 to run",
+)
+def test_rabbitmq_restart_mid_traffic():
+    """The same proof against RabbitMQ: its node is stopped and started mid-traffic."""
+
+    async def disrupt(_names: list[str]) -> None:
+        def restart() -> None:
+            subprocess.run(["bash", str(RABBITMQ_SCRIPT), "stop"], check=True, timeout=120)
+            subprocess.run(["bash", str(RABBITMQ_SCRIPT), "start"], check=True, timeout=180)
+
+        await asyncio.to_thread(restart)
+
+    result = run(
+        traffic_through_failures(RABBITMQ_URL, disrupt, n=2000, failures=1, durable=True),
+        timeout=600,
+    )
+    check_delivery(result, 2000, 1)
 
 
 # -- network problems ------------------------------------------------------------------------
