@@ -13,6 +13,7 @@ import urllib.request
 from urllib.parse import quote
 
 import pika
+import pika.exceptions
 import pytest
 
 from access_setup import RABBITMQ_API, unique
@@ -190,3 +191,135 @@ def test_the_cli_serves_the_api_on_its_port(tmp_path):
         proc.terminate()
         err = proc.communicate(timeout=20)[1]
     assert f"management API on http://127.0.0.1:{http_port}/api/" in err
+
+
+def test_exchange_queue_binding_publish_get_round_trip(api):
+    x, q = unique("api-x"), unique("api-bq")
+    try:
+        assert (
+            call(api, "PUT", f"/exchanges/%2F/{x}", {"type": "direct", "durable": False})[0] == 201
+        )
+        assert call(api, "PUT", f"/exchanges/%2F/{x}", {"type": "fanout"}) == (
+            400,
+            {
+                "error": "bad_request",
+                "reason": f"inequivalent arg 'type' for exchange '{x}' in vhost '/': "
+                "received 'fanout' but current is 'direct'",
+            },
+        )
+        assert call(api, "GET", f"/exchanges/%2F/{x}")[1]["type"] == "direct"
+        assert call(api, "PUT", f"/queues/%2F/{q}", {"durable": False})[0] == 201
+        base, _ = api
+        request = urllib.request.Request(
+            f"{base}/bindings/%2F/e/{x}/q/{q}",
+            data=json.dumps({"routing_key": "k1", "arguments": {}}).encode(),
+            method="POST",
+        )
+        request.add_header("content-type", "application/json")
+        request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 201
+            assert response.headers["Location"] == f"{q}/k1"
+        status, bindings = call(api, "GET", f"/bindings/%2F/e/{x}/q/{q}")
+        assert status == 200
+        assert bindings == [
+            {"source": x, "vhost": "/", "destination": q, "destination_type": "queue",
+             "routing_key": "k1", "arguments": {}, "properties_key": "k1"}
+        ]  # fmt: skip
+        published = {
+            "properties": {},
+            "routing_key": "k1",
+            "payload": "hello",
+            "payload_encoding": "string",
+        }
+        assert call(api, "POST", f"/exchanges/%2F/{x}/publish", published) == (
+            200,
+            {"routed": True},
+        )
+        status, got = call(
+            api,
+            "POST",
+            f"/queues/%2F/{q}/get",
+            {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"},
+        )
+        assert status == 200
+        assert [(m["payload"], m["routing_key"], m["exchange"], m["redelivered"]) for m in got] == [
+            ("hello", "k1", x, False)
+        ]
+        assert call(api, "DELETE", f"/bindings/%2F/e/{x}/q/{q}/k1")[0] == 204
+        assert call(api, "GET", f"/bindings/%2F/e/{x}/q/{q}") == (200, [])
+        status, body = call(api, "POST", "/exchanges/%2F/no-such-x/publish", published)
+        assert (status, body) == (
+            400,
+            {
+                "error": "bad_request",
+                "reason": "404 NOT_FOUND - no exchange 'no-such-x' in vhost '/'",
+            },
+        )
+    finally:
+        call(api, "DELETE", f"/exchanges/%2F/{x}")
+        call(api, "DELETE", f"/queues/%2F/{q}")
+
+
+def test_closing_a_connection_from_the_api(api):
+    _base, amqp = api
+    params = pika.URLParameters(amqp)
+    params.client_properties = {"connection_name": "api-close-me"}
+    conn = pika.BlockingConnection(params)
+    try:
+        for _ in range(100):  # RabbitMQ lists connections after its stats interval
+            named = [
+                c for c in call(api, "GET", "/connections")[1]
+                if c.get("client_properties", {}).get("connection_name") == "api-close-me"
+            ]  # fmt: skip
+            if named:
+                break
+            time.sleep(0.1)
+        assert len(named) == 1 and named[0]["user"] == "guest" and named[0]["vhost"] == "/"
+        assert call(api, "DELETE", f"/connections/{quote(named[0]['name'], safe='')}")[0] == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            for _ in range(50):
+                conn.process_data_events(0.1)
+        assert (info.value.reply_code, info.value.reply_text) == (
+            320,
+            "CONNECTION_FORCED - Closed via management plugin",
+        )
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_policies_topic_permissions_and_vhost_limits(api):
+    vhost, user = unique("api-pol"), unique("api-tu")
+    assert call(api, "PUT", f"/vhosts/{vhost}", {})[0] == 201
+    try:
+        policy = {
+            "pattern": "^capped",
+            "definition": {"max-length": 2},
+            "apply-to": "queues",
+            "priority": 1,
+        }
+        assert call(api, "PUT", f"/policies/{vhost}/cap", policy)[0] == 201
+        status, body = call(api, "GET", f"/policies/{vhost}/cap")
+        assert status == 200
+        assert {k: body[k] for k in ("name", "pattern", "apply-to", "definition", "priority")} == {
+            "name": "cap",
+            **policy,
+        }
+        assert call(api, "PUT", f"/vhost-limits/{vhost}/max-queues", {"value": 5})[0] == 204
+        assert call(api, "GET", f"/vhost-limits/{vhost}") == (
+            200,
+            [{"vhost": vhost, "value": {"max-queues": 5}}],
+        )
+        assert call(api, "PUT", f"/users/{user}", {"password": "pw", "tags": ""})[0] == 201
+        topic = {"exchange": "amq.topic", "write": "^a", "read": "^b"}
+        assert call(api, "PUT", f"/topic-permissions/{vhost}/{user}", topic)[0] == 201
+        assert call(api, "GET", f"/topic-permissions/{vhost}/{user}") == (
+            200,
+            [{"user": user, "vhost": vhost, **topic}],
+        )
+        assert call(api, "DELETE", f"/policies/{vhost}/cap")[0] == 204
+        assert call(api, "GET", f"/policies/{vhost}/cap")[0] == 404
+    finally:
+        call(api, "DELETE", f"/users/{user}")
+        call(api, "DELETE", f"/vhosts/{vhost}")

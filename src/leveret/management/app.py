@@ -73,6 +73,11 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         return error(400, "bad_request", str(exc))
     except ModelError as exc:
         return error(400, "bad_request", str(exc))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("management API: %s %s failed", request.method, request.path)
+        return error(500, "internal_server_error", "see the broker log")
 
 
 def _authenticate(server: Server, header: str) -> Any:

@@ -123,6 +123,12 @@ class AMQPConnection(asyncio.Protocol):
         self._waiting_for_disk = False
 
     @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "client address:port -> broker address:port"."""
+        local = self.transport.get_extra_info("sockname") if self.transport else None
+        return f"{self.peer} -> {local[0]}:{local[1]}" if local else self.peer
+
+    @property
     def frame_max(self) -> int:
         return self.core.frame_max
 
