@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, User, parse_tags
 from leveret.broker.errors import AlreadyExists, InvalidValue, NotFound
-from leveret.broker.policies import Policy
+from leveret.broker.policies import Policy, PolicyError
 from leveret.broker.vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -70,7 +70,12 @@ class Admin:
                 vhost = self.broker.vhosts.get(record["vhost"])
                 if vhost is None:
                     continue
-                policy = _policy_from(record, operator=kind == "operator_policy")
+                try:
+                    policy = _policy_from(record, operator=kind == "operator_policy")
+                except PolicyError as exc:
+                    # Kept on disk: a start must not fail on one record it cannot read.
+                    log.error("stored %s not loaded: %s", kind.replace("_", " "), exc)
+                    continue
                 target = vhost.operator_policies if policy.operator else vhost.policies
                 target[policy.name] = policy
         for record in records.get("topic_permission", {}).values():
@@ -358,23 +363,10 @@ class Admin:
         operator: bool = False,
     ) -> Policy:
         """Add or replace a policy; matching queues and exchanges change at once."""
-        target = self.vhost(vhost)
-        policy = Policy(name, pattern, definition, priority, apply_to, operator)
-        kind = "operator_policy" if operator else "policy"
-        self.hooks.catalog_put(kind, _key(vhost, name), {"vhost": vhost, **policy.record()})
-        (target.operator_policies if operator else target.policies)[name] = policy
-        target.apply_policies()
-        return policy
+        return self.vhost(vhost).set_policy(name, pattern, definition, priority, apply_to, operator)
 
     def clear_policy(self, vhost: str, name: str, operator: bool = False) -> None:
-        target = self.vhost(vhost)
-        policies = target.operator_policies if operator else target.policies
-        if name not in policies:
-            what = "operator policy" if operator else "policy"
-            raise NotFound(f"{what} '{name}' does not exist in vhost '{vhost}'")
-        self.hooks.catalog_delete("operator_policy" if operator else "policy", _key(vhost, name))
-        del policies[name]
-        target.apply_policies()
+        self.vhost(vhost).clear_policy(name, operator)
 
     def list_policies(self, vhost: str = "/", operator: bool = False) -> list[dict[str, Any]]:
         target = self.vhost(vhost)

@@ -3,42 +3,103 @@
 A policy names queues and/or exchanges by a regular expression and gives them
 settings (a "definition") without touching their declared arguments. For each
 queue or exchange the matching policy with the highest priority applies (one
-user policy and one operator policy at a time). As RabbitMQ's classic queues
-resolve them: for the limits (expires, message-ttl, max-length,
-max-length-bytes) the lowest of argument, policy and operator policy wins; for
-the rest (overflow, dead-lettering, queue-mode) the queue's own argument wins.
+user policy and one operator policy at a time). As RabbitMQ resolves them: for
+the limits (expires, message-ttl, max-length, max-length-bytes, and a stream's
+max-age and segment size) the lowest of argument, policy and operator policy
+wins; for the rest (overflow, dead-lettering, queue-mode, alternate-exchange)
+the declared argument wins.
 
-A definition is turned into the x-arguments it stands for, so one parser
-(broker.queue_args) validates and interprets both, and a policy can do nothing
-an argument could not.
+A definition stands for x-arguments, so a queue's effective settings are its
+arguments merged with its policies (effective_queue_arguments), read by the
+same parser (broker.queue_args) as a declaration: a policy can do nothing an
+argument could not. Declared arguments stay as declared, so redeclaration
+equivalence compares them alone, as in RabbitMQ.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from leveret.broker.errors import InvalidValue
-from leveret.broker.queue_args import parse_queue_arguments
-from leveret.protocol.errors import ChannelError
+from leveret.broker.queue_args import OVERFLOW_MODES, QUEUE_MODES
+from leveret.broker.queues.stream import parse_age
 
-# policy key → the queue argument it stands for
-QUEUE_KEYS = {
-    "message-ttl": "x-message-ttl",
-    "expires": "x-expires",
-    "max-length": "x-max-length",
-    "max-length-bytes": "x-max-length-bytes",
-    "overflow": "x-overflow",
-    "dead-letter-exchange": "x-dead-letter-exchange",
-    "dead-letter-routing-key": "x-dead-letter-routing-key",
-    "queue-mode": "x-queue-mode",
-    "max-age": "x-max-age",
+
+class PolicyError(InvalidValue, ValueError):
+    """A policy refused when it is set; the text says which field and why."""
+
+
+def _is_int(value: Any, minimum: int | None = None) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return minimum is None or value >= minimum
+
+
+def _integer(minimum: int, what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if _is_int(v, minimum) else f"{_show(v)} is not a valid {what}"
+
+
+def _string(what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if isinstance(v, str) else f"{_show(v)} is not a valid {what}"
+
+
+def _one_of(choices: tuple[str, ...], what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"{_show(v)} is not a valid {what}"
+
+
+def _age(value: Any) -> str | None:
+    return None if parse_age(value) is not None else f"{_show(value)} is not a valid max age"
+
+
+# policy key → (the queue argument it stands for, its check). Texts: RabbitMQ 3.10's.
+QUEUE_KEYS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
+    "message-ttl": ("x-message-ttl", _integer(0, "message TTL")),
+    "expires": ("x-expires", _integer(1, "queue expiry")),
+    "max-length": ("x-max-length", _integer(0, "maximum length")),
+    "max-length-bytes": ("x-max-length-bytes", _integer(0, "maximum length in bytes")),
+    "overflow": ("x-overflow", _one_of(OVERFLOW_MODES, "overflow value")),
+    "dead-letter-exchange": ("x-dead-letter-exchange", _string("dead letter exchange name")),
+    "dead-letter-routing-key": ("x-dead-letter-routing-key", _string("dead letter routing key")),
+    "queue-mode": ("x-queue-mode", _one_of(QUEUE_MODES, "queue-mode value")),
+    "max-age": ("x-max-age", _age),
+    "stream-max-segment-size-bytes": (
+        "x-stream-max-segment-size-bytes",
+        _integer(0, "segment size"),
+    ),
+    # Quorum-queue settings: accepted (RabbitMQ definitions carry them), no effect here,
+    # as they have none on RabbitMQ's classic queues and streams either.
+    "delivery-limit": ("x-delivery-limit", _integer(0, "delivery limit")),
+    "max-in-memory-length": ("x-max-in-memory-length", _integer(0, "maximum memory in bytes")),
+    "max-in-memory-bytes": ("x-max-in-memory-bytes", _integer(0, "maximum memory in bytes")),
 }
-EXCHANGE_KEYS = {"alternate-exchange": "alternate-exchange"}
-# Operator policies may only cap resources (RabbitMQ's list, less what Leveret lacks).
-OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes")
-APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "streams")
+EXCHANGE_KEYS: dict[str, Callable[[Any], str | None]] = {
+    "alternate-exchange": _string("alternate exchange name"),
+}
+# What RabbitMQ lets an operator policy set: caps on resources only.
+OPERATOR_KEYS = (
+    "expires",
+    "message-ttl",
+    "max-length",
+    "max-length-bytes",
+    "delivery-limit",
+    "max-in-memory-length",
+    "max-in-memory-bytes",
+)
+# Settings where the lowest of argument, policy and operator policy wins (RabbitMQ's min).
+LOWEST_WINS = (*OPERATOR_KEYS, "max-age", "stream-max-segment-size-bytes")
+APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "streams")
+
+
+def _show(value: Any) -> str:
+    """A value as the client sent it (JSON), for error texts."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 @dataclass
@@ -54,50 +115,41 @@ class Policy:
     def __post_init__(self) -> None:
         what = "operator policy" if self.operator else "policy"
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidValue(f"{what} name must be a non-empty string")
-        if not isinstance(self.pattern, str):
-            raise InvalidValue(f"{what} '{self.name}': pattern must be a string")
-        try:
-            self.regex = re.compile(self.pattern)
-        except re.error as exc:
-            raise InvalidValue(
-                f"{what} '{self.name}': invalid regular expression '{self.pattern}': {exc}"
-            ) from None
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise InvalidValue(f"{what} '{self.name}': priority must be an integer")
-        if self.apply_to not in APPLY_TO:
-            raise InvalidValue(
-                f"{what} '{self.name}': apply-to '{self.apply_to}' is not one of "
-                + ", ".join(APPLY_TO)
-            )
-        self._check_definition(what)
+            raise PolicyError(f"{what} name must be a non-empty string")
 
-    def _check_definition(self, what: str) -> None:
-        definition = self.definition
-        if not isinstance(definition, dict) or not definition:
-            raise InvalidValue(f"{what} '{self.name}': definition must be a non-empty object")
-        allowed = OPERATOR_KEYS if self.operator else (*QUEUE_KEYS, *EXCHANGE_KEYS)
-        for key in definition:
-            if key not in allowed:
-                raise InvalidValue(
-                    f"{what} '{self.name}': '{key}' is not a recognised {what} setting; "
-                    "known: " + ", ".join(allowed)
-                )
-        ae = definition.get("alternate-exchange")
-        if ae is not None and not isinstance(ae, str):
-            raise InvalidValue(f"{what} '{self.name}': alternate-exchange must be a string")
-        if "max-age" in definition and not isinstance(definition["max-age"], str):
-            raise InvalidValue(f"{what} '{self.name}': max-age must be a string such as '7D'")
-        arguments = {QUEUE_KEYS[k]: v for k, v in definition.items() if k in QUEUE_KEYS}
-        arguments.pop("x-max-age", None)
-        if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-            arguments["x-dead-letter-exchange"] = ""  # a routing key alone is fine in a policy
+        def fail(reason: str) -> PolicyError:
+            return PolicyError(f"{what} '{self.name}': {reason}")
+
+        if not isinstance(self.pattern, str):
+            raise fail(f"pattern should be a string but was {_show(self.pattern)}")
         try:
-            parse_queue_arguments(arguments, f"{what} '{self.name}'")
-        except ChannelError as exc:
-            text = exc.reply_text.partition(" - ")[2] or exc.reply_text
-            text = text.replace("invalid arg 'x-", "invalid value for '")
-            raise InvalidValue(text) from None
+            self.regex = re.compile(self.pattern)  # once, when set; never per lookup
+        except re.error as exc:
+            raise fail(f"invalid regular expression '{self.pattern}': {exc}") from None
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise fail(f"priority should be a number, actually was {_show(self.priority)}")
+        if self.apply_to not in APPLY_TO:
+            raise fail(
+                f"apply-to '{self.apply_to}' unrecognised; should be "
+                + ", ".join(f"'{a}'" for a in APPLY_TO[:-1])
+                + f" or '{APPLY_TO[-1]}'"
+            )
+        if not isinstance(self.definition, dict):
+            raise fail(f"definition should be an object but was {_show(self.definition)}")
+        if not self.definition:
+            raise fail("no policy provided")
+        allowed = OPERATOR_KEYS if self.operator else (*QUEUE_KEYS, *EXCHANGE_KEYS)
+        unknown = [key for key in self.definition if key not in allowed]
+        if unknown:
+            names = ", ".join(f"'{key}'" for key in unknown)
+            verb = "is not a recognised" if len(unknown) == 1 else "are not recognised"
+            noun = f"{what} setting" + ("" if len(unknown) == 1 else "s")
+            raise fail(f"{names} {verb} {noun}; known: " + ", ".join(allowed))
+        for key, value in self.definition.items():
+            check = QUEUE_KEYS[key][1] if key in QUEUE_KEYS else EXCHANGE_KEYS[key]
+            reason = check(value)
+            if reason is not None:
+                raise fail(reason)
 
     def applies_to(self, kind: str, name: str, queue_type: str = "classic") -> bool:
         """kind: 'queue' or 'exchange'."""
@@ -123,7 +175,11 @@ class Policy:
 
 
 def winner(policies: dict[str, Policy], kind: str, name: str, queue_type: str) -> Policy | None:
-    """The matching policy with the highest priority (ties: the first name in order)."""
+    """The matching policy with the highest priority.
+
+    Ties go to the first name in code-point order. RabbitMQ leaves ties to the
+    order of its internal table, so no rule can match it; this one is stable.
+    """
     best = None
     for policy in sorted(policies.values(), key=lambda p: p.name):
         if policy.applies_to(kind, name, queue_type) and (
@@ -140,25 +196,26 @@ def effective_queue_arguments(
     merged = dict(arguments)
     if policy is not None:
         for key, value in policy.definition.items():
-            arg = QUEUE_KEYS.get(key)
-            if arg is None:
+            if key not in QUEUE_KEYS:
                 continue
-            if arg not in arguments:
+            arg = QUEUE_KEYS[key][0]
+            if arg not in arguments or (key in LOWEST_WINS and _lower(key, value, arguments[arg])):
                 merged[arg] = value
-            elif key in OPERATOR_KEYS and _lower(value, arguments[arg]):
-                merged[arg] = value  # limits: the lower of argument and policy, as RabbitMQ
         if "x-dead-letter-routing-key" in merged and "x-dead-letter-exchange" not in merged:
             del merged["x-dead-letter-routing-key"]  # meaningless without a DLX
     if operator is not None:
         for key, value in operator.definition.items():
-            arg = QUEUE_KEYS[key]
-            if arg not in merged or _lower(value, merged[arg]):
+            arg = QUEUE_KEYS[key][0]
+            if arg not in merged or _lower(key, value, merged[arg]):
                 merged[arg] = value
     return merged
 
 
-def _lower(value: Any, current: Any) -> bool:
-    """True when `value` is a lower limit than `current` (a non-integer never is)."""
-    if not isinstance(current, int) or isinstance(current, bool):
+def _lower(key: str, value: Any, current: Any) -> bool:
+    """True when `value` is a tighter limit than `current` (a malformed current never holds)."""
+    if key == "max-age":
+        new, old = parse_age(value), parse_age(current)
+        return old is None or (new is not None and new < old)
+    if not _is_int(current):
         return True
-    return isinstance(value, int) and not isinstance(value, bool) and value < current
+    return _is_int(value) and value < current

@@ -7,10 +7,12 @@ codes and texts; the channel layer adds the class and method ids.
 from __future__ import annotations
 
 import base64
+import json
 import os
 from typing import Any
 
 from leveret.broker.durability import DurabilityHooks
+from leveret.broker.errors import NotFound
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
@@ -249,11 +251,15 @@ class VirtualHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
                 f"({limit}) is reached",
             )
+        merged = arguments
         if self.policies or self.operator_policies:
-            options = self._policy_options(name, arguments) or options
+            merged = self.effective_arguments(name, arguments)
+            options = parse_queue_arguments(merged, f"queue '{name}' in vhost '{self.name}'")
         queue = new_queue(
             self, name, durable, connection if exclusive else None, auto_delete, arguments, options
         )
+        if merged is not arguments:
+            queue.apply_policy(merged, options)
         self.queues[name] = queue
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
@@ -263,24 +269,72 @@ class VirtualHost:
 
     # --- policies -------------------------------------------------------------
 
-    def _policy_options(self, name: str, arguments: dict[str, Any]) -> Any:
-        """QueueOptions with the matching policies applied; None for streams (fixed at declare)."""
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+        operator: bool = False,
+    ) -> Policy:
+        """Add or replace a policy (PolicyError if invalid); it is stored, then applied at once."""
+        policy = Policy(name, pattern, definition, priority, apply_to, operator)
+        kind = "operator_policy" if operator else "policy"
+        self.hooks.catalog_put(
+            kind, self._policy_key(name), {"vhost": self.name, **policy.record()}
+        )
+        (self.operator_policies if operator else self.policies)[name] = policy
+        self.apply_policies()
+        return policy
+
+    def clear_policy(self, name: str, operator: bool = False) -> None:
+        """Remove a policy; what it set falls back to the arguments and other policies."""
+        policies = self.operator_policies if operator else self.policies
+        if name not in policies:
+            what = "operator policy" if operator else "policy"
+            raise NotFound(f"{what} '{name}' does not exist in vhost '{self.name}'")
+        self.hooks.catalog_delete(
+            "operator_policy" if operator else "policy", self._policy_key(name)
+        )
+        del policies[name]
+        self.apply_policies()
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "queues",
+    ) -> Policy:
+        return self.set_policy(name, pattern, definition, priority, apply_to, operator=True)
+
+    def clear_operator_policy(self, name: str) -> None:
+        self.clear_policy(name, operator=True)
+
+    def _policy_key(self, name: str) -> str:
+        return json.dumps([self.name, name])
+
+    def effective_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A queue's arguments merged with the policy and operator policy that match it."""
+        if not self.policies and not self.operator_policies:
+            return arguments
         queue_type = arguments.get("x-queue-type", "classic")
         if isinstance(queue_type, bytes):
             queue_type = queue_type.decode(errors="replace")
-        if queue_type == "stream":
-            return None
         policy = winner(self.policies, "queue", name, queue_type)
         operator = winner(self.operator_policies, "queue", name, queue_type)
-        merged = effective_queue_arguments(arguments, policy, operator)
-        return parse_queue_arguments(merged, f"queue '{name}' in vhost '{self.name}'")
+        return effective_queue_arguments(arguments, policy, operator)
 
     def apply_policies(self) -> None:
         """Policies changed: every queue and exchange takes its new settings at once."""
         for queue in list(self.queues.values()):
-            options = self._policy_options(queue.name, queue.arguments)
-            if options is not None and options != queue.options:
-                queue.apply_options(options)
+            if queue.deleted:
+                continue
+            merged = self.effective_arguments(queue.name, queue.arguments)
+            options = parse_queue_arguments(merged, queue.describe())
+            queue.apply_policy(merged, options)
         for exchange in self.exchanges.values():
             if exchange.name:
                 policy = winner(self.policies, "exchange", exchange.name, "")

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -234,7 +235,7 @@ class StreamLog:
         seg = Segment(first, self._seg_path(first))
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.segments.append(seg)
-        self.apply_retention()
+        self.apply_retention(int(time.time() * 1000))
         return seg
 
     def apply_retention(self, now_ms: int | None = None) -> int:

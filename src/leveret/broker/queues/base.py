@@ -84,12 +84,10 @@ class Queue:
     def check_consume(self, prefetch: int, global_prefetch: int, no_ack: bool, args: dict) -> None:
         """Refuse a basic.consume this type cannot serve."""
 
-    def apply_options(self, options: Any) -> None:
-        """A policy changed the settings this queue behaves by (QueueOptions).
-
-        The default keeps the settings of the declaration: stream retention is
-        fixed when the stream is declared.
-        """
+    def apply_policy(self, arguments: dict[str, Any], options: Any) -> None:
+        """Policies changed what this queue behaves by: `arguments` are its declared
+        arguments merged with its policies, `options` (QueueOptions) their parse.
+        `self.arguments` stays as declared (redeclaration compares those alone)."""
 
     def release(self) -> None:
         """The queue was deleted: free what it holds outside Python (files)."""

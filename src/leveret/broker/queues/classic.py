@@ -393,9 +393,12 @@ class ClassicQueue(Queue):
             message = message.copy_with_body(self.vhost.hooks.load_body(entry))
         return message
 
-    def apply_options(self, options: QueueOptions) -> None:
-        """A policy changed: new limits apply at once; a new TTL to messages from now on."""
+    def apply_policy(self, arguments: dict[str, Any], options: QueueOptions) -> None:
+        """New limits apply at once; a new TTL to messages from now on (as RabbitMQ,
+        where a message's expiry is fixed when it is enqueued)."""
         old = self.options
+        if options == old:
+            return
         self.options = options
         self.plain = options.plain
         if options.message_ttl is not None:

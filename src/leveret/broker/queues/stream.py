@@ -186,6 +186,17 @@ class StreamQueue(Queue):
                     f"got {value!r}",
                 )
 
+    def apply_policy(self, arguments: dict[str, Any], options: QueueOptions) -> None:
+        """Retention and segment size from the effective arguments; old segments go at once."""
+        log = self.log
+        log.max_segment_bytes = arguments.get(
+            "x-stream-max-segment-size-bytes", DEFAULT_SEGMENT_BYTES
+        )
+        log.max_bytes = arguments.get("x-max-length-bytes")
+        age = arguments.get("x-max-age")
+        log.max_age_ms = parse_age(age) if age is not None else None
+        log.apply_retention(int(time.time() * 1000))
+
     # --- publishing (hot path for streams) ----------------------------------------
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
