@@ -114,7 +114,11 @@ def main() -> int:
     print("|---|" + "---|" * len(variants))
     for name in scenarios:
         medians = [statistics.median(results[(name, v)]) for v in variants]
-        print(f"| {name} (median of {args.rounds}) | " + " | ".join(f"{m:,.0f}" for m in medians) + " |")
+        print(
+            f"| {name} (median of {args.rounds}) | "
+            + " | ".join(f"{m:,.0f}" for m in medians)
+            + " |"
+        )
     return 0
 
 

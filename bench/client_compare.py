@@ -130,7 +130,10 @@ async def aio_pika_publish(url: str, queue: str, seconds: float, pipelined: bool
     while time.perf_counter() < deadline:
         if pipelined:
             await asyncio.gather(
-                *(exchange.publish(aio_pika.Message(BODY), routing_key=queue) for _ in range(WINDOW))
+                *(
+                    exchange.publish(aio_pika.Message(BODY), routing_key=queue)
+                    for _ in range(WINDOW)
+                )
             )
             count += WINDOW
         else:
