@@ -54,6 +54,9 @@ def _settle() -> None:
 def _dead_letter_one(ch, queue: str) -> None:
     method, _, _ = ch.basic_get(queue)
     ch.basic_reject(method.delivery_tag, requeue=False)
+    # basic.reject has no reply: a synchronous call fences it, so a policy set next
+    # cannot overtake it (the rejected message would then be dead-lettered by it).
+    ch.queue_declare(queue, passive=True)
 
 
 # --- limits: applied at once, the lowest of argument, policy and operator policy ------
