@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything the test suite needs, on a fresh Debian machine: the Python extras, Debian's
+# Chromium (the web UI tests drive it with Playwright) and RabbitMQ's own command-line tool
+# rabbitmqadmin (the management API is checked with it). rabbitmqadmin is taken out of
+# Debian's rabbitmq-server package without installing RabbitMQ.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pip install -q -e ".[test,spark]"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+  echo "install-test-deps: need root (or sudo) to run: $*" >&2; return 1; fi; }
+apt_updated=
+apt_update() { [ -n "$apt_updated" ] || { as_root apt-get update -qq >/dev/null; apt_updated=1; }; }
+
+if ! command -v chromium >/dev/null; then
+  echo "install-test-deps: installing Debian's chromium for the web UI tests"
+  apt_update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+tools=.cache/tools
+if ! command -v rabbitmqadmin >/dev/null && [ ! -x $tools/rabbitmqadmin ]; then
+  echo "install-test-deps: fetching rabbitmqadmin from Debian's rabbitmq-server package"
+  apt_update
+  work=$(mktemp -d)
+  (cd "$work" && apt-get download -qq rabbitmq-server >/dev/null && dpkg-deb -x rabbitmq-server_*.deb root)
+  mkdir -p $tools
+  cp "$work/root/usr/bin/rabbitmqadmin" $tools/rabbitmqadmin
+  chmod +x $tools/rabbitmqadmin
+  rm -rf "$work"
+fi
