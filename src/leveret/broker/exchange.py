@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leveret.broker.exchanges import EXCHANGE_TYPES, ExchangeType
+from leveret.broker.stats import MessageStats
 
 
 def arguments_key(arguments: dict[str, Any]) -> str:
@@ -52,6 +53,7 @@ class Exchange:
         self.inbound: set[Binding] = set()
         self.deleted = False
         self.policy_alternate: str | None = None  # alternate-exchange from a policy
+        self.stats = MessageStats()
 
     @property
     def alternate_exchange(self) -> str | None:

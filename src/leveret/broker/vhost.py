@@ -19,6 +19,7 @@ from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
 from leveret.broker.queues import Queue, QueueEntry, new_queue
+from leveret.broker.stats import MessageStats
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -73,6 +74,8 @@ class VirtualHost:
         self.hooks = hooks or DurabilityHooks()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # Message counts of closed connections (broker.stats); open ones add their own.
+        self.stats = MessageStats()
         self.description = ""
         self.tags: list[str] = []
         # RabbitMQ's vhost limits: "max-connections", "max-queues" (absent: none).

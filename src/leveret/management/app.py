@@ -92,11 +92,11 @@ def _authenticate(server: Server, header: str) -> Any:
 
 
 def build_app(server: Server) -> web.Application:
-    from leveret.management import handlers
+    from leveret.management import routes
 
     app = web.Application(middlewares=[errors_and_auth])
     app[SERVER_KEY] = server
-    handlers.add_routes(app)
+    routes.add_routes(app)
     return app
 
 

@@ -23,6 +23,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name
 from leveret.broker.queues import Queue, QueueEntry
+from leveret.broker.stats import MessageStats
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
@@ -80,6 +81,7 @@ class Channel(ModelMethods, PublishMethods):
         self.unacked: dict[int, tuple[Queue, QueueEntry, Consumer | None]] = {}
         self.unacked_count = 0
         self.delivery_tag = 0
+        self.stats = MessageStats()  # broker.stats: counters only, rates come from the sampler
         self.prefetch_count = 0  # for consumers created from now on (global=false)
         self.global_prefetch = 0  # whole channel (global=true)
         self.last_queue_name: str | None = None
@@ -185,9 +187,17 @@ class Channel(ModelMethods, PublishMethods):
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         self.delivery_tag += 1
         tag = self.delivery_tag
+        stats, qstats = self.stats, queue.stats
+        if entry.redelivered:
+            stats.redeliver += 1
+            qstats.redeliver += 1
         if consumer.no_ack:
+            stats.deliver_no_ack += 1
+            qstats.deliver_no_ack += 1
             queue.vhost.on_message_removed(queue, entry)
         else:
+            stats.deliver += 1
+            qstats.deliver += 1
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
@@ -350,13 +360,23 @@ class Channel(ModelMethods, PublishMethods):
         queue = self.queue_by_name(m.queue)
         entry = queue.get()
         if entry is None:
+            self.stats.get_empty += 1
+            queue.stats.get_empty += 1
             self.send_method(cmd.Basic.GetEmpty())
             return
         self.delivery_tag += 1
         tag = self.delivery_tag
+        stats, qstats = self.stats, queue.stats
+        if entry.redelivered:
+            stats.redeliver += 1
+            qstats.redeliver += 1
         if m.no_ack:
+            stats.get_no_ack += 1
+            qstats.get_no_ack += 1
             queue.vhost.on_message_removed(queue, entry)
         else:
+            stats.get += 1
+            qstats.get += 1
             queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)
             self.unacked_count += 1
@@ -388,10 +408,12 @@ class Channel(ModelMethods, PublishMethods):
             self.tx.settlements.append(("ack", tag, multiple, False))
             return
         taken = self._take(tag, multiple)
+        self.stats.ack += len(taken)
         touched = set()
         for queue, entry, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
+            queue.stats.ack += 1
             queue.settle(entry)
             touched.add(queue)
         self._redispatch(touched)
@@ -473,6 +495,9 @@ class Channel(ModelMethods, PublishMethods):
     def cleanup(self) -> None:
         """Channel closed: drop consumers, requeue what it had not acked."""
         self.closing = True
+        # Its counts go on counting in the connection's totals (cleanup may run twice).
+        self.conn.stats.add(self.stats)
+        self.stats = MessageStats()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None

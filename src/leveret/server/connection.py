@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+import time
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
@@ -22,6 +23,7 @@ from pamqp import commands as cmd
 import leveret
 from leveret.auth.sasl import certificate_cn
 from leveret.auth.users import is_loopback
+from leveret.broker.stats import MessageStats, connection_counts, rates_between
 from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -96,6 +98,16 @@ class AMQPConnection(asyncio.Protocol):
         # rest of the broker reads; the protocol state proper is self.core.state)
         self.state = "header"
         self.channels: dict[int, Channel] = {}
+        # broker.stats: counts of this connection's closed channels (open ones keep
+        # their own), bytes in and out, and the sampler's last reading and rates.
+        self.stats = MessageStats()
+        self.recv_oct = 0
+        self.send_oct = 0
+        self.connected_at = time.time()
+        self.stats_rates: tuple[float, ...] | None = None
+        self._stats_last: tuple[int, ...] | None = None
+        self._octets_last = (0, 0)
+        self.octet_rates = (0.0, 0.0)
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.user: str | None = None
@@ -160,6 +172,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
+        self.recv_oct += len(data)
         if self.state == "closed":
             return
         channels = self.channels
@@ -290,7 +303,9 @@ class AMQPConnection(asyncio.Protocol):
             self._flush_handle = None
         self._teardown()
         self.server.connections.discard(self)
-        self.broker.connections.discard(self)
+        if self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.vhost.stats.add(connection_counts(self))  # vhost totals never go back
 
     def pause_writing(self) -> None:
         self._transport_paused = True
@@ -416,6 +431,7 @@ class AMQPConnection(asyncio.Protocol):
             out.clear()
             self._out_bytes = 0
             self.transport.write(data)
+            self.send_oct += len(data)
             self._last_send = self.loop.time()
             if not self.writable and not self._transport_paused:
                 self._set_writable(True)
@@ -655,6 +671,18 @@ class AMQPConnection(asyncio.Protocol):
             CONNECTION_FORCED,
             text or f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
+
+    def stats_sample(self, seconds: float) -> None:
+        """The stats sampler's tick (broker.stats.Sampler): rates of this connection."""
+        for channel in self.channels.values():
+            channel.stats.sample(seconds)
+        self.stats_rates, self._stats_last = rates_between(
+            self._stats_last, connection_counts(self), seconds
+        )
+        octets = (self.recv_oct, self.send_oct)
+        last, self._octets_last = self._octets_last, octets
+        if seconds > 0:
+            self.octet_rates = ((octets[0] - last[0]) / seconds, (octets[1] - last[1]) / seconds)
 
     def access_changed(self) -> None:
         """Look up this user's permissions and tags again (they were changed)."""

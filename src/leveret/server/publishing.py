@@ -81,6 +81,7 @@ class PublishMethods:
         """basic.publish with its content, as the protocol core assembled it."""
         if event.immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
+        self.stats.publish += 1
         conn = self.conn
         if conn.alarm_reason is not None:
             conn.publishing_while_alarmed()
@@ -178,12 +179,14 @@ class PublishMethods:
             queues = self.vhost.route(exchange, message)
         else:
             queues = self.vhost.route_keys(exchange, message, message.routing_keys)
+        exchange.stats.publish_in += 1
         seq = 0
         if self.confirm_mode:
             self.publish_seq += 1
             seq = self.publish_seq
             self.conn.confirms_due(self)
         if queues:
+            exchange.stats.publish_out += 1
             if barrier is None and message.persistent and self.vhost.hooks.active:
                 if seq:
                     # The confirm waits for the fsync of every durable queue's copy.
@@ -204,6 +207,7 @@ class PublishMethods:
             if seq and barrier is not None:
                 barrier.seal()
         elif mandatory:
+            self.stats.return_unroutable += 1
             returned = wire.encode_method(
                 wire.unchecked(
                     cmd.Basic.Return, NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key
@@ -211,6 +215,8 @@ class PublishMethods:
                 self.number,
             )
             self._send_content(returned, message)
+        else:
+            self.stats.drop_unroutable += 1
 
     def _confirm_written(self, seq: int, error: BaseException | None) -> None:
         waiting = self.confirm_waiting
@@ -314,6 +320,7 @@ class PublishMethods:
         if last > upto:
             out.append(wire.encode_confirm(self.number, last, last - upto > 1))
             upto = last
+        self.stats.confirm += upto - self.confirmed_upto
         self.confirmed_upto = upto
         if out:
             self.conn.write(b"".join(out))

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
     from leveret.broker.message import Message
     from leveret.broker.queues.classic import QueueEntry
+    from leveret.broker.stats import MessageStats
     from leveret.broker.vhost import VirtualHost
 
 
@@ -36,6 +37,7 @@ class Queue:
     stores_messages: bool
     tracked: bool
     unacked: int
+    stats: MessageStats  # broker.stats: the channel and the queue type count into it
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""

@@ -25,6 +25,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
 from leveret.broker.queues.base import Queue
+from leveret.broker.stats import MessageStats
 
 FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
 FLOW_RESUME = FLOW_LIMIT // 2
@@ -189,6 +190,7 @@ class ClassicQueue(Queue):
         self._rr = 0  # round-robin cursor into consumers
         self._top_priority = 0  # highest x-priority among consumers
         self.unacked = 0  # delivered, not yet acked, across all channels
+        self.stats = MessageStats()
         self._seq = 0
         self.bindings: set[Any] = set()  # Binding objects targeting this queue
         self.had_consumer = False
@@ -213,6 +215,7 @@ class ClassicQueue(Queue):
         `barrier` (a WriteBarrier) learns about the disk write of a persistent message.
         """
         self._seq += 1
+        self.stats.publish += 1
         entry = QueueEntry(self._seq, message)
         if self.plain and message.ttl is None:
             if self.tracked:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import QueueEntry
+from leveret.broker.stats import MessageStats
 from leveret.protocol.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError, ConnectionError_
 from leveret.protocol.properties import FLAG_HEADERS, rewrite_header, split_properties
@@ -134,6 +135,7 @@ class StreamQueue(Queue):
         self.deleted = False
         self.had_consumer = False
         self.unacked = 0
+        self.stats = MessageStats()
         self.throttled: set[Any] = set()
         self.ready = _Backlog()
         self.tracked = vhost.hooks.active  # the definition is stored and deleted
@@ -200,6 +202,7 @@ class StreamQueue(Queue):
     # --- publishing (hot path for streams) ----------------------------------------
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
+        self.stats.publish += 1
         log = self.log
         body = message.body
         if body is None:  # pragma: no cover - a fresh publish always has its body

@@ -1,0 +1,188 @@
+"""Message counters: one integer add per message on the hot path, rates once a second.
+
+Every queue, exchange, channel and connection owns a MessageStats. The hot path
+only ever does `stats.publish += 1` (and the like); nothing there allocates,
+looks at the clock or keeps history. The Sampler (started with the management
+API) walks the objects once a second and turns the counts into rates, keeping
+one previous reading per object, so statistics cost memory in proportion to the
+number of objects, never to the number of messages or to time. That is the
+difference from RabbitMQ's management stats database, whose history is what
+runs it out of memory.
+
+Counts of a channel that closes are added to its connection's, and a closed
+connection's to its vhost's, so vhost and overview totals never go backwards.
+The names are RabbitMQ's `message_stats` keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+
+FIELDS = (
+    "publish",  # channel, queue: messages published (into the queue, for a queue)
+    "publish_in",  # exchange: published to it
+    "publish_out",  # exchange: routed by it to at least one queue
+    "confirm",  # channel: publisher confirms sent
+    "deliver",  # channel, queue: delivered to consumers that ack
+    "deliver_no_ack",  # ... to consumers that do not
+    "get",  # basic.get answered, acknowledgement required
+    "get_no_ack",
+    "get_empty",
+    "redeliver",  # deliveries with the redelivered flag
+    "ack",
+    "return_unroutable",  # mandatory and no queue: basic.return
+    "drop_unroutable",  # no queue and not mandatory: dropped
+)
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+_DELIVER_GET = tuple(_INDEX[k] for k in ("deliver", "deliver_no_ack", "get", "get_no_ack"))
+
+
+class MessageStats:
+    """Counters of one object. Attributes are plain ints for the hot path's `+= 1`."""
+
+    __slots__ = (*FIELDS, "rates", "_last")
+
+    def __init__(self) -> None:
+        for name in FIELDS:
+            setattr(self, name, 0)
+        self.rates: tuple[float, ...] | None = None  # per second, set by the Sampler
+        self._last: tuple[int, ...] | None = None
+
+    def snapshot(self) -> tuple[int, ...]:
+        """The counts now, in FIELDS order: cheap, and safe to keep."""
+        return tuple(getattr(self, name) for name in FIELDS)
+
+    def add(self, other: MessageStats | tuple[int, ...]) -> None:
+        """Fold another object's counts into these (a channel that closed, say)."""
+        counts = other.snapshot() if isinstance(other, MessageStats) else other
+        for name, n in zip(FIELDS, counts, strict=True):
+            if n:
+                setattr(self, name, getattr(self, name) + n)
+
+    def sample(self, seconds: float) -> None:
+        """Turn the counts since the last sample into rates (the Sampler's tick)."""
+        self.rates, self._last = rates_between(self._last, self.snapshot(), seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return message_stats_json(self.snapshot(), self.rates)
+
+
+def total(stats: Iterable[MessageStats | tuple[int, ...]]) -> tuple[int, ...]:
+    sums = [0] * len(FIELDS)
+    for s in stats:
+        counts = s.snapshot() if isinstance(s, MessageStats) else s
+        for i, n in enumerate(counts):
+            sums[i] += n
+    return tuple(sums)
+
+
+def rates_between(
+    last: tuple[int, ...] | None, now: tuple[int, ...], seconds: float
+) -> tuple[tuple[float, ...] | None, tuple[int, ...]]:
+    if last is None or seconds <= 0:
+        return (0.0,) * len(FIELDS), now
+    return tuple(max(0, b - a) / seconds for a, b in zip(last, now, strict=True)), now
+
+
+def message_stats_json(counts: tuple[int, ...], rates: tuple[float, ...] | None) -> dict[str, Any]:
+    """RabbitMQ's `message_stats`: each counter that moved, with `<name>_details.rate`,
+    plus `deliver_get` (deliveries and gets together)."""
+    out: dict[str, Any] = {}
+    for i, name in enumerate(FIELDS):
+        if counts[i]:
+            out[name] = counts[i]
+            out[name + "_details"] = {"rate": round(rates[i], 1) if rates else 0.0}
+    deliver_get = sum(counts[i] for i in _DELIVER_GET)
+    if deliver_get:
+        out["deliver_get"] = deliver_get
+        rate = sum(rates[i] for i in _DELIVER_GET) if rates else 0.0
+        out["deliver_get_details"] = {"rate": round(rate, 1)}
+    return out
+
+
+# --- aggregates ----------------------------------------------------------------------------
+
+
+def connection_counts(conn: Any) -> tuple[int, ...]:
+    """A connection's counts: its closed channels' plus its open channels'."""
+    return total([conn.stats, *(ch.stats for ch in conn.channels.values())])
+
+
+def vhost_counts(vhost: Any, connections: Iterable[Any]) -> tuple[int, ...]:
+    """A vhost's counts: closed connections' plus the open ones' (channel side)."""
+    return total([vhost.stats, *(connection_counts(c) for c in connections)])
+
+
+class Sampler:
+    """Once a second: rates for every object and for each vhost's totals.
+
+    Runs only while the management API (or anything else that wants rates) is on;
+    a broker without it pays nothing. The vhost totals' previous readings live
+    here, keyed by name, so a deleted vhost's entry goes with the next tick.
+    """
+
+    INTERVAL = 1.0
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.vhost_rates: dict[str, tuple[float, ...]] = {}
+        self._vhost_last: dict[str, tuple[int, ...]] = {}
+        self.overview_rates: tuple[float, ...] | None = None
+        self._overview_last: tuple[int, ...] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._at = time.monotonic()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.INTERVAL)
+            self.tick()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        seconds, self._at = now - self._at, now
+        broker = self.broker
+        by_vhost: dict[str, list[Any]] = {name: [] for name in broker.vhosts}
+        for conn in broker.connections:
+            conn.stats_sample(seconds)
+            vhost = conn.vhost
+            if vhost is not None and vhost.name in by_vhost:
+                by_vhost[vhost.name].append(conn)
+        for obj in _model_objects(broker):
+            obj.stats.sample(seconds)
+        vhost_last, self._vhost_last = self._vhost_last, {}
+        for name, conns in by_vhost.items():
+            counts = vhost_counts(broker.vhosts[name], conns)
+            rates, self._vhost_last[name] = rates_between(vhost_last.get(name), counts, seconds)
+            self.vhost_rates[name] = rates or ()
+        for name in list(self.vhost_rates):
+            if name not in by_vhost:
+                del self.vhost_rates[name]
+        overview = total(self._vhost_last.values())
+        self.overview_rates, self._overview_last = rates_between(
+            self._overview_last, overview, seconds
+        )
+
+
+def _model_objects(broker: Broker) -> Iterator[Any]:
+    for vhost in broker.vhosts.values():
+        yield from vhost.queues.values()
+        yield from vhost.exchanges.values()

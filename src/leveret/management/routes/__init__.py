@@ -1,0 +1,16 @@
+"""The /api routes: RabbitMQ 3.10's paths, methods, status codes and field names.
+
+One module per area, as RabbitMQ's API documentation groups them; each has
+add_routes(router).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from leveret.management.routes import access, messages, overview, policies, runtime, topology
+
+
+def add_routes(app: web.Application) -> None:
+    for module in (overview, access, topology, messages, runtime, policies):
+        module.add_routes(app.router)

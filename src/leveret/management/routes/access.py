@@ -1,0 +1,233 @@
+"""Vhosts, users, permissions, topic permissions and vhost limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from leveret.broker.errors import InvalidValue, NotFound
+from leveret.management.app import read_json
+from leveret.management.routes.common import (
+    _admin,
+    _body_dict,
+    _broker,
+    _ok,
+    _require_admin,
+    _vhost,
+    _visible_vhosts,
+)
+
+
+def _vhost_json(vhost: Any) -> dict[str, Any]:
+    ready = sum(q.message_count for q in vhost.queues.values())
+    unacked = sum(q.unacked for q in vhost.queues.values())
+    return {
+        "name": vhost.name,
+        "description": vhost.description,
+        "tags": vhost.tags,
+        "metadata": {"description": vhost.description, "tags": vhost.tags},
+        "tracing": False,
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    }
+
+
+async def list_vhosts(request: web.Request) -> web.Response:
+    return web.json_response([_vhost_json(v) for v in _visible_vhosts(request)])
+
+
+async def get_vhost(request: web.Request) -> web.Response:
+    return web.json_response(_vhost_json(_vhost(request)))
+
+
+async def put_vhost(request: web.Request) -> web.Response:
+    _require_admin(request)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidValue("the body must be a JSON object")
+    name = request.match_info["vhost"]
+    existed = name in _broker(request).vhosts
+    tags = body.get("tags", [])
+    if isinstance(tags, str):
+        tags = [t.strip() for t in tags.split(",") if t.strip()]
+    _admin(request).add_vhost(name, body.get("description", ""), tags, exist_ok=True)
+    return _ok(204 if existed else 201)
+
+
+async def delete_vhost(request: web.Request) -> web.Response:
+    _require_admin(request)
+    _admin(request).delete_vhost(request.match_info["vhost"])
+    return _ok()
+
+
+def _user_json(user: Any) -> dict[str, Any]:
+    return {**user.record(), "limits": {}}
+
+
+async def list_users(request: web.Request) -> web.Response:
+    _require_admin(request)
+    users = sorted(_broker(request).access.users.values(), key=lambda u: u.name)
+    return web.json_response([_user_json(u) for u in users])
+
+
+async def get_user(request: web.Request) -> web.Response:
+    _require_admin(request)
+    return web.json_response(_user_json(_admin(request).user(request.match_info["user"])))
+
+
+async def put_user(request: web.Request) -> web.Response:
+    _require_admin(request)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidValue("the body must be a JSON object")
+    name = request.match_info["user"]
+    existed = name in _broker(request).access.users
+    tags = body.get("tags", [])
+    if "password" in body:
+        _admin(request).add_user(name, body["password"], tags, replace=True)
+    elif "password_hash" in body:
+        _admin(request).add_user(
+            name,
+            None,
+            tags,
+            password_hash=body["password_hash"],
+            hashing_algorithm=body.get("hashing_algorithm", "rabbit_password_hashing_sha256"),
+            replace=True,
+        )
+    elif existed:
+        _admin(request).set_user_tags(name, tags)
+    else:
+        raise InvalidValue("password or password_hash must be set")
+    return _ok(204 if existed else 201)
+
+
+async def delete_user(request: web.Request) -> web.Response:
+    _require_admin(request)
+    _admin(request).delete_user(request.match_info["user"])
+    return _ok()
+
+
+async def list_permissions(request: web.Request) -> web.Response:
+    _require_admin(request)
+    return web.json_response(_admin(request).list_permissions())
+
+
+async def vhost_permissions(request: web.Request) -> web.Response:
+    _require_admin(request)
+    return web.json_response(_admin(request).list_permissions(vhost=_vhost(request).name))
+
+
+async def user_permissions(request: web.Request) -> web.Response:
+    _require_admin(request)
+    return web.json_response(_admin(request).list_permissions(user=request.match_info["user"]))
+
+
+async def get_permission(request: web.Request) -> web.Response:
+    _require_admin(request)
+    vhost, user = request.match_info["vhost"], request.match_info["user"]
+    perm = _broker(request).access.permission(user, vhost)
+    if perm is None:
+        raise NotFound(user)
+    return web.json_response(perm.record())
+
+
+async def put_permission(request: web.Request) -> web.Response:
+    _require_admin(request)
+    body = await read_json(request)
+    vhost, user = request.match_info["vhost"], request.match_info["user"]
+    broker = _broker(request)
+    if vhost not in broker.vhosts or user not in broker.access.users:
+        raise InvalidValue("vhost_or_user_not_found")
+    if not isinstance(body, dict):
+        raise InvalidValue("the body must be a JSON object")
+    existed = broker.access.permission(user, vhost) is not None
+    _admin(request).set_permissions(
+        user, vhost, body.get("configure", ""), body.get("write", ""), body.get("read", "")
+    )
+    return _ok(204 if existed else 201)
+
+
+async def delete_permission(request: web.Request) -> web.Response:
+    _require_admin(request)
+    _admin(request).clear_permissions(request.match_info["user"], request.match_info["vhost"])
+    return _ok()
+
+
+async def list_topic_permissions(request: web.Request) -> web.Response:
+    _require_admin(request)
+    vhost = request.match_info.get("vhost")
+    user = request.match_info.get("user")
+    return web.json_response(_admin(request).list_topic_permissions(vhost=vhost, user=user))
+
+
+async def put_topic_permission(request: web.Request) -> web.Response:
+    _require_admin(request)
+    body = _body_dict(await read_json(request))
+    vhost, user = request.match_info["vhost"], request.match_info["user"]
+    broker = _broker(request)
+    if vhost not in broker.vhosts or user not in broker.access.users:
+        raise InvalidValue("vhost_or_user_not_found")
+    if "exchange" not in body:
+        raise InvalidValue("exchange not found")
+    existed = body["exchange"] in broker.access.topics(user, vhost)
+    _admin(request).set_topic_permissions(
+        user, vhost, body["exchange"], body.get("write", ""), body.get("read", "")
+    )
+    return _ok(204 if existed else 201)
+
+
+async def delete_topic_permission(request: web.Request) -> web.Response:
+    _require_admin(request)
+    _admin(request).clear_topic_permissions(
+        request.match_info["user"], request.match_info["vhost"], request.query.get("exchange")
+    )
+    return _ok()
+
+
+async def list_vhost_limits(request: web.Request) -> web.Response:
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    return web.json_response([{"vhost": v.name, "value": v.limits} for v in vhosts if v.limits])
+
+
+async def put_vhost_limit(request: web.Request) -> web.Response:
+    _require_admin(request)
+    vhost = _vhost(request)
+    body = _body_dict(await read_json(request))
+    if "value" not in body:
+        raise InvalidValue("value not found")
+    _admin(request).set_vhost_limits(vhost.name, {request.match_info["name"]: body["value"]})
+    return _ok()
+
+
+async def delete_vhost_limit(request: web.Request) -> web.Response:
+    _require_admin(request)
+    vhost = _vhost(request)
+    _admin(request).clear_vhost_limits(vhost.name, request.match_info["name"])
+    return _ok()
+
+
+def add_routes(r: web.UrlDispatcher) -> None:
+    r.add_get("/api/vhosts", list_vhosts)
+    r.add_get("/api/vhosts/{vhost}", get_vhost)
+    r.add_put("/api/vhosts/{vhost}", put_vhost)
+    r.add_delete("/api/vhosts/{vhost}", delete_vhost)
+    r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
+    r.add_get("/api/users", list_users)
+    r.add_get("/api/users/{user}", get_user)
+    r.add_put("/api/users/{user}", put_user)
+    r.add_delete("/api/users/{user}", delete_user)
+    r.add_get("/api/users/{user}/permissions", user_permissions)
+    r.add_get("/api/permissions", list_permissions)
+    r.add_get("/api/permissions/{vhost}/{user}", get_permission)
+    r.add_put("/api/permissions/{vhost}/{user}", put_permission)
+    r.add_delete("/api/permissions/{vhost}/{user}", delete_permission)
+    r.add_get("/api/topic-permissions", list_topic_permissions)
+    r.add_get("/api/topic-permissions/{vhost}/{user}", list_topic_permissions)
+    r.add_put("/api/topic-permissions/{vhost}/{user}", put_topic_permission)
+    r.add_delete("/api/topic-permissions/{vhost}/{user}", delete_topic_permission)
+    r.add_get("/api/vhost-limits", list_vhost_limits)
+    r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
+    r.add_put("/api/vhost-limits/{vhost}/{name}", put_vhost_limit)
+    r.add_delete("/api/vhost-limits/{vhost}/{name}", delete_vhost_limit)

@@ -1,0 +1,274 @@
+"""Queues, exchanges and bindings."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from leveret.broker import definitions_json
+from leveret.broker.errors import InvalidValue, NotFound
+from leveret.management.app import read_json
+from leveret.management.routes.common import (
+    _body_dict,
+    _bool,
+    _model_call,
+    _ok,
+    _permission_guard,
+    _vhost,
+    _visible_vhosts,
+)
+
+
+def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
+    ready = q.message_count
+    return {
+        "name": q.name,
+        "vhost": vhost.name,
+        "type": q.queue_type,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner is not None,
+        "arguments": definitions_json._jsonable(q.arguments),
+        "consumers": q.consumer_count,
+        "messages": ready + q.unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": q.unacked,
+        "node": "leveret@localhost",
+        "state": "running",
+        **vhost.policy_of("queue", q.name, q.queue_type),
+    }
+
+
+def _exchange_json(vhost: Any, x: Any) -> dict[str, Any]:
+    return {
+        "name": x.name,
+        "vhost": vhost.name,
+        "type": x.type_name,
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": definitions_json._jsonable(x.arguments),
+    }
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    return web.json_response(
+        [_queue_json(v, q) for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+    )
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise NotFound(request.match_info["name"])
+    return web.json_response(_queue_json(vhost, queue))
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise NotFound(request.match_info["name"])
+    vhost.delete_queue(queue)
+    return _ok()
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise NotFound(request.match_info["name"])
+    vhost.purge_queue(queue)
+    return _ok()
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    body = _body_dict(await read_json(request))
+    name = request.match_info["name"]
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        _model_call(guard.require, "configure", "queue", name)
+    existed = name in vhost.queues
+    _model_call(
+        vhost.declare_queue,
+        name,
+        False,
+        _bool(body, "durable", True),
+        False,
+        _bool(body, "auto_delete", False),
+        body.get("arguments") or {},
+    )
+    return _ok(204 if existed else 201)
+
+
+async def list_exchanges(request: web.Request) -> web.Response:
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    return web.json_response(
+        [
+            _exchange_json(v, x)
+            for v in vhosts
+            for x in sorted(v.exchanges.values(), key=lambda x: x.name)
+        ]
+    )
+
+
+async def get_exchange(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    exchange = vhost.exchanges.get(request.match_info["name"])
+    if exchange is None:
+        raise NotFound(request.match_info["name"])
+    return web.json_response(_exchange_json(vhost, exchange))
+
+
+async def put_exchange(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    body = _body_dict(await read_json(request))
+    name = request.match_info["name"]
+    if "type" not in body:
+        raise InvalidValue("exchange type must be given")
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        _model_call(guard.require, "configure", "exchange", name)
+    existed = name in vhost.exchanges
+    _model_call(
+        vhost.declare_exchange,
+        name,
+        body["type"],
+        False,
+        _bool(body, "durable", True),
+        _bool(body, "auto_delete", False),
+        _bool(body, "internal", False),
+        body.get("arguments") or {},
+    )
+    return _ok(204 if existed else 201)
+
+
+async def delete_exchange(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    name = request.match_info["name"]
+    if name not in vhost.exchanges:
+        raise NotFound(name)
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        _model_call(guard.require, "configure", "exchange", name)
+    _model_call(vhost.delete_exchange, name, request.query.get("if-unused") == "true")
+    return _ok()
+
+
+def _binding_json(vhost: Any, b: Any) -> dict[str, Any]:
+    kind = "exchange" if type(b.destination) is type(b.source) else "queue"
+    return {
+        "source": b.source.name,
+        "vhost": vhost.name,
+        "destination": b.destination.name,
+        "destination_type": kind,
+        "routing_key": b.routing_key,
+        "arguments": definitions_json._jsonable(b.arguments),
+        "properties_key": _properties_key(b.routing_key, b.arguments),
+    }
+
+
+def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """RabbitMQ's name for one binding in a URL: the key, plus a hash of the arguments."""
+    if not arguments:
+        return quote(routing_key, safe="") if routing_key else "~"
+    digest = hashlib.sha1(repr(sorted(arguments.items())).encode()).digest()
+    return (
+        f"{quote(routing_key, safe='')}~{base64.urlsafe_b64encode(digest[:8]).decode().rstrip('=')}"
+    )
+
+
+def _all_bindings(vhost: Any) -> list[Any]:
+    return [
+        b
+        for x in sorted(vhost.exchanges.values(), key=lambda x: x.name)
+        if x.name
+        for b in x.bindings.values()
+    ]
+
+
+async def list_bindings(request: web.Request) -> web.Response:
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    return web.json_response([_binding_json(v, b) for v in vhosts for b in _all_bindings(v)])
+
+
+def _binding_ends(request: web.Request) -> tuple[Any, Any, Any]:
+    vhost = _vhost(request)
+    source = vhost.exchanges.get(request.match_info["source"])
+    kind = request.match_info["kind"]
+    name = request.match_info["destination"]
+    dest = (vhost.queues if kind == "q" else vhost.exchanges).get(name)
+    if source is None or dest is None or kind not in ("q", "e"):
+        raise NotFound(name)
+    return vhost, source, dest
+
+
+async def bindings_between(request: web.Request) -> web.Response:
+    vhost, source, dest = _binding_ends(request)
+    return web.json_response(
+        [_binding_json(vhost, b) for b in source.bindings.values() if b.destination is dest]
+    )
+
+
+async def post_binding(request: web.Request) -> web.Response:
+    vhost, source, dest = _binding_ends(request)
+    body = _body_dict(await read_json(request))
+    key = body.get("routing_key", "")
+    arguments = body.get("arguments") or {}
+    if not isinstance(key, str) or not isinstance(arguments, dict):
+        raise InvalidValue("routing_key must be a string and arguments an object")
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+        _model_call(guard.require, "write", kind, dest.name)
+        _model_call(guard._check_source, source.name, key)
+    _model_call(vhost.bind, source, dest, key, arguments)
+    response = _ok(201)
+    response.headers["Location"] = f"{quote(dest.name, safe='')}/{_properties_key(key, arguments)}"
+    return response
+
+
+async def delete_binding(request: web.Request) -> web.Response:
+    vhost, source, dest = _binding_ends(request)
+    props = request.match_info["props"]
+    for b in list(source.bindings.values()):
+        if b.destination is dest and _properties_key(b.routing_key, b.arguments) == quote(
+            props, safe=""
+        ).replace("%7E", "~"):
+            _model_call(
+                vhost.unbind,
+                source.name,
+                dest.name,
+                request.match_info["kind"] == "q",
+                b.routing_key,
+                b.arguments,
+                None,
+            )
+            return _ok()
+    raise NotFound(props)
+
+
+def add_routes(r: web.UrlDispatcher) -> None:
+    r.add_get("/api/queues", list_queues)
+    r.add_get("/api/queues/{vhost}", list_queues)
+    r.add_get("/api/queues/{vhost}/{name}", get_queue)
+    r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    r.add_get("/api/exchanges", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
+    r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
+    r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
+    r.add_put("/api/queues/{vhost}/{name}", put_queue)
+    r.add_get("/api/bindings", list_bindings)
+    r.add_get("/api/bindings/{vhost}", list_bindings)
+    r.add_get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", bindings_between)
+    r.add_post("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", post_binding)
+    r.add_delete("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", delete_binding)
