@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,19 +40,38 @@ FIELDS = (
     "drop_unroutable",  # no queue and not mandatory: dropped
 )
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+# Which keys RabbitMQ shows for each kind of object (all of them, zeros too, once any moved).
+CHANNEL_KEYS = (
+    "publish",
+    "confirm",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "get_empty",
+    "redeliver",
+    "ack",
+    "return_unroutable",
+    "drop_unroutable",
+)
+QUEUE_KEYS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "redeliver", "ack")
+EXCHANGE_KEYS = ("publish_in", "publish_out")
 _DELIVER_GET = tuple(_INDEX[k] for k in ("deliver", "deliver_no_ack", "get", "get_no_ack"))
 
 
 class MessageStats:
     """Counters of one object. Attributes are plain ints for the hot path's `+= 1`."""
 
-    __slots__ = (*FIELDS, "rates", "_last")
+    __slots__ = (*FIELDS, "rates", "_last", "depth_rates", "_last_depth")
 
     def __init__(self) -> None:
         for name in FIELDS:
             setattr(self, name, 0)
         self.rates: tuple[float, ...] | None = None  # per second, set by the Sampler
         self._last: tuple[int, ...] | None = None
+        # Queues only: how fast (ready, unacked) grow or shrink, per second.
+        self.depth_rates = (0.0, 0.0)
+        self._last_depth: tuple[int, int] | None = None
 
     def snapshot(self) -> tuple[int, ...]:
         """The counts now, in FIELDS order: cheap, and safe to keep."""
@@ -69,8 +88,13 @@ class MessageStats:
         """Turn the counts since the last sample into rates (the Sampler's tick)."""
         self.rates, self._last = rates_between(self._last, self.snapshot(), seconds)
 
-    def to_json(self) -> dict[str, Any]:
-        return message_stats_json(self.snapshot(), self.rates)
+    def sample_depth(self, ready: int, unacked: int, seconds: float) -> None:
+        last, self._last_depth = self._last_depth, (ready, unacked)
+        if last is not None and seconds > 0:
+            self.depth_rates = ((ready - last[0]) / seconds, (unacked - last[1]) / seconds)
+
+    def to_json(self, keys: tuple[str, ...] = CHANNEL_KEYS) -> dict[str, Any]:
+        return message_stats_json(self.snapshot(), self.rates, keys)
 
 
 def total(stats: Iterable[MessageStats | tuple[int, ...]]) -> tuple[int, ...]:
@@ -90,17 +114,21 @@ def rates_between(
     return tuple(max(0, b - a) / seconds for a, b in zip(last, now, strict=True)), now
 
 
-def message_stats_json(counts: tuple[int, ...], rates: tuple[float, ...] | None) -> dict[str, Any]:
-    """RabbitMQ's `message_stats`: each counter that moved, with `<name>_details.rate`,
-    plus `deliver_get` (deliveries and gets together)."""
+def message_stats_json(
+    counts: tuple[int, ...], rates: tuple[float, ...] | None, keys: tuple[str, ...] = CHANNEL_KEYS
+) -> dict[str, Any]:
+    """RabbitMQ's `message_stats`: each of `keys` with `<key>_details.rate`, plus
+    `deliver_get` (deliveries and gets together); empty while nothing moved."""
+    indexes = [_INDEX[k] for k in keys]
+    if not any(counts[i] for i in indexes):
+        return {}
     out: dict[str, Any] = {}
-    for i, name in enumerate(FIELDS):
-        if counts[i]:
-            out[name] = counts[i]
-            out[name + "_details"] = {"rate": round(rates[i], 1) if rates else 0.0}
-    deliver_get = sum(counts[i] for i in _DELIVER_GET)
-    if deliver_get:
-        out["deliver_get"] = deliver_get
+    for i in indexes:
+        name = FIELDS[i]
+        out[name] = counts[i]
+        out[name + "_details"] = {"rate": round(rates[i], 1) if rates else 0.0}
+    if "deliver" in keys:
+        out["deliver_get"] = sum(counts[i] for i in _DELIVER_GET)
         rate = sum(rates[i] for i in _DELIVER_GET) if rates else 0.0
         out["deliver_get_details"] = {"rate": round(rate, 1)}
     return out
@@ -166,8 +194,13 @@ class Sampler:
             vhost = conn.vhost
             if vhost is not None and vhost.name in by_vhost:
                 by_vhost[vhost.name].append(conn)
-        for obj in _model_objects(broker):
-            obj.stats.sample(seconds)
+        for vhost in broker.vhosts.values():
+            for queue in vhost.queues.values():
+                stats = queue.stats
+                stats.sample(seconds)
+                stats.sample_depth(queue.message_count, queue.unacked, seconds)
+            for exchange in vhost.exchanges.values():
+                exchange.stats.sample(seconds)
         vhost_last, self._vhost_last = self._vhost_last, {}
         for name, conns in by_vhost.items():
             counts = vhost_counts(broker.vhosts[name], conns)
@@ -180,9 +213,3 @@ class Sampler:
         self.overview_rates, self._overview_last = rates_between(
             self._overview_last, overview, seconds
         )
-
-
-def _model_objects(broker: Broker) -> Iterator[Any]:
-    for vhost in broker.vhosts.values():
-        yield from vhost.queues.values()
-        yield from vhost.exchanges.values()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from leveret.broker.errors import AlreadyExists, InvalidValue, ModelError, NotFound
+from leveret.broker.stats import Sampler
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -31,6 +32,7 @@ log = logging.getLogger("leveret.management")
 
 MANAGEMENT_TAGS = {"management", "monitoring", "policymaker", "administrator"}
 SERVER_KEY = web.AppKey("server", object)
+SAMPLER_KEY = web.AppKey("sampler", Sampler)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -96,6 +98,7 @@ def build_app(server: Server) -> web.Application:
 
     app = web.Application(middlewares=[errors_and_auth])
     app[SERVER_KEY] = server
+    app[SAMPLER_KEY] = Sampler(server.broker)  # rates once a second while the API runs
     routes.add_routes(app)
     return app
 
@@ -124,8 +127,10 @@ class ManagementServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
-        self._runner = web.AppRunner(build_app(self.server), access_log=None)
+        app = build_app(self.server)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
+        app[SAMPLER_KEY].start()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
@@ -136,5 +141,6 @@ class ManagementServer:
 
     async def stop(self) -> None:
         if self._runner is not None:
+            await self._runner.app[SAMPLER_KEY].stop()
             await self._runner.cleanup()
             self._runner = None

@@ -44,9 +44,10 @@ class Server:
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
+        self.started_at = time.monotonic()
 
     async def start(self) -> None:
-        started = time.monotonic()
+        started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
         if self.config.load_definitions:

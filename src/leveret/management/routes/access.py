@@ -16,13 +16,17 @@ from leveret.management.routes.common import (
     _require_admin,
     _vhost,
     _visible_vhosts,
+    listing,
+    vhosts_message_stats,
 )
 
 
-def _vhost_json(vhost: Any) -> dict[str, Any]:
+def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
     ready = sum(q.message_count for q in vhost.queues.values())
     unacked = sum(q.unacked for q in vhost.queues.values())
+    message_stats = vhosts_message_stats(request, [vhost])
     return {
+        **({"message_stats": message_stats} if message_stats else {}),
         "name": vhost.name,
         "description": vhost.description,
         "tags": vhost.tags,
@@ -35,11 +39,11 @@ def _vhost_json(vhost: Any) -> dict[str, Any]:
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
-    return web.json_response([_vhost_json(v) for v in _visible_vhosts(request)])
+    return listing(request, [_vhost_json(request, v) for v in _visible_vhosts(request)])
 
 
 async def get_vhost(request: web.Request) -> web.Response:
-    return web.json_response(_vhost_json(_vhost(request)))
+    return web.json_response(_vhost_json(request, _vhost(request)))
 
 
 async def put_vhost(request: web.Request) -> web.Response:
@@ -69,7 +73,7 @@ def _user_json(user: Any) -> dict[str, Any]:
 async def list_users(request: web.Request) -> web.Response:
     _require_admin(request)
     users = sorted(_broker(request).access.users.values(), key=lambda u: u.name)
-    return web.json_response([_user_json(u) for u in users])
+    return listing(request, [_user_json(u) for u in users])
 
 
 async def get_user(request: web.Request) -> web.Response:
@@ -111,7 +115,7 @@ async def delete_user(request: web.Request) -> web.Response:
 
 async def list_permissions(request: web.Request) -> web.Response:
     _require_admin(request)
-    return web.json_response(_admin(request).list_permissions())
+    return listing(request, _admin(request).list_permissions())
 
 
 async def vhost_permissions(request: web.Request) -> web.Response:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from leveret.broker.errors import InvalidValue, NotFound
-from leveret.management.app import SERVER_KEY, Denied
+from leveret.broker.stats import message_stats_json, total, vhost_counts
+from leveret.management.app import SAMPLER_KEY, SERVER_KEY, Denied
 from leveret.protocol.constants import ACCESS_REFUSED as ACCESS_REFUSED_CODE
 from leveret.protocol.constants import NOT_FOUND as NOT_FOUND_CODE
 from leveret.protocol.errors import AMQPError
 from leveret.server.authorization import Guard
 
 RABBITMQ_VERSION = "3.10.8"  # the API version Leveret follows
+NODE = "leveret@localhost"  # the one node's name, where RabbitMQ's JSON names a node
 
 
 def _server(request: web.Request) -> Any:
@@ -49,6 +54,21 @@ def _vhost(request: web.Request) -> Any:
         if vhost.name == name:
             return vhost
     raise NotFound(name)
+
+
+def vhosts_message_stats(request: web.Request, vhosts: list[Any]) -> dict[str, Any]:
+    """RabbitMQ's message_stats for these vhosts together (channel side: publish, deliver,
+    ack, ...), counts since start with the sampler's rates."""
+    broker = _broker(request)
+    names = {v.name for v in vhosts}
+    conns: dict[str, list[Any]] = {name: [] for name in names}
+    for conn in broker.connections:
+        if conn.vhost is not None and conn.vhost.name in names:
+            conns[conn.vhost.name].append(conn)
+    counts = total(vhost_counts(v, conns[v.name]) for v in vhosts)
+    sampler = request.app[SAMPLER_KEY]
+    rates = total(sampler.vhost_rates[n] for n in names if sampler.vhost_rates.get(n))
+    return message_stats_json(counts, rates)
 
 
 def _ok(status: int = 204) -> web.Response:
@@ -91,3 +111,136 @@ def _permission_guard(request: web.Request, vhost: Any) -> Any:
     user = request["user"].name
     perm, topics = access.permission(user, vhost.name), access.topics(user, vhost.name)
     return Guard(user, vhost, perm, topics) if Guard.needed(perm, topics) else None
+
+
+# --- listings: RabbitMQ's sort, columns and pagination parameters ---------------------------
+
+PAGE_SIZE_DEFAULT = 100
+PAGE_SIZE_MAX = 500
+
+
+def bad_request(error: str, reason: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(
+        text=json.dumps({"error": error, "reason": reason}), content_type="application/json"
+    )
+
+
+def _lookup(item: dict[str, Any], path: str) -> Any:
+    value: Any = item
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers before strings, missing values last; never compares unlike types."""
+    if isinstance(value, bool):
+        return (1, str(value).lower())
+    if isinstance(value, int | float):
+        return (0, value)
+    if value is None:
+        return (2, "")
+    return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def _columns(item: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    """Keep only these keys; `a.b` keeps `b` inside `a` (an empty `a` if it has none)."""
+    out: dict[str, Any] = {}
+    for column in columns:
+        head, _, rest = column.partition(".")
+        if head not in item:
+            continue
+        if not rest:
+            out[head] = item[head]
+        elif isinstance(item[head], dict):
+            inner = _columns(item[head], [rest])
+            out[head] = {**out.get(head, {}), **inner}
+    return out
+
+
+def listing(
+    request: web.Request,
+    items: list[Any],
+    build: Callable[[Any], dict[str, Any]] | None = None,
+) -> web.Response:
+    """A list answer with RabbitMQ's query parameters.
+
+    `sort` (a dotted key) and `sort_reverse` order the list and `columns` trims
+    each item, always; `page`, `page_size`, `name` and `use_regex` turn the answer
+    into RabbitMQ's page object, filtered by name (a case-insensitive substring,
+    or a regular expression), as RabbitMQ does only when `page` is given.
+
+    With `build`, `items` are model objects with a `.name` and `build` makes each
+    one's JSON: a page sorted by name then builds only the page's items, which
+    keeps a paged /api/queues cheap with tens of thousands of queues.
+    """
+    query = request.query
+    sort = query.get("sort")
+    if build is not None:
+        if sort and sort != "name":
+            items, build = [build(i) for i in items], None
+        elif sort == "name":
+            items = sorted(items, key=lambda i: i.name)
+    if build is None and sort:
+        items = sorted(items, key=lambda item: _sort_key(_lookup(item, sort)))
+    if query.get("sort_reverse") == "true":
+        items = list(reversed(items))
+    columns = [c for c in query.get("columns", "").split(",") if c]
+
+    def finish(chosen: list[Any]) -> list[Any]:
+        if build is not None:
+            chosen = [build(i) for i in chosen]
+        return [_columns(i, columns) for i in chosen] if columns else chosen
+
+    if "page" not in query:
+        return web.json_response(finish(items))
+    page, page_size = _page_numbers(query)
+    total = len(items)
+    name = query.get("name", "")
+    if name:
+        get_name = (lambda i: i.name) if build is not None else (lambda i: str(i.get("name", "")))
+        if query.get("use_regex") == "true":
+            try:
+                pattern = re.compile(name)
+            except re.error:
+                raise bad_request("bad_request", "Pagination parameters are invalid") from None
+            items = [i for i in items if pattern.search(get_name(i))]
+        else:
+            needle = name.lower()
+            items = [i for i in items if needle in get_name(i).lower()]
+    filtered = len(items)
+    page_count = (filtered + page_size - 1) // page_size
+    if page > max(page_count, 1):
+        raise bad_request(
+            "page_out_of_range",
+            f"Page out of range, page: {page} page size: {page_size}, len: {filtered}",
+        )
+    chosen = finish(items[(page - 1) * page_size : page * page_size])
+    return web.json_response(
+        {
+            "filtered_count": filtered,
+            "item_count": len(chosen),
+            "items": chosen,
+            "page": page,
+            "page_count": page_count,
+            "page_size": page_size,
+            "total_count": total,
+        }
+    )
+
+
+def _page_numbers(query: Any) -> tuple[int, int]:
+    try:
+        page = int(query["page"])
+        page_size = int(query.get("page_size", PAGE_SIZE_DEFAULT))
+    except ValueError:
+        raise bad_request("bad_request", "Pagination parameters are invalid") from None
+    if page < 1 or not 1 <= page_size <= PAGE_SIZE_MAX:
+        shown = query.get("page_size", "undefined")
+        raise bad_request(
+            "invalid_pagination_parameters",
+            f"Invalid pagination parameters: page number {page}, page size {shown}",
+        )
+    return page, page_size

@@ -12,6 +12,7 @@ from leveret.management.routes.common import (
     _ok,
     _vhost,
     _visible_vhosts,
+    listing,
 )
 
 
@@ -25,7 +26,7 @@ async def list_policies(request: web.Request) -> web.Response:
     out = []
     for v in vhosts:
         out += _admin(request).list_policies(v.name, operator)
-    return web.json_response(out)
+    return listing(request, out)
 
 
 async def get_policy(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from leveret.broker import definitions_json
 from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
 from leveret.management.app import read_json
 from leveret.management.routes.common import (
     _body_dict,
@@ -20,11 +21,21 @@ from leveret.management.routes.common import (
     _permission_guard,
     _vhost,
     _visible_vhosts,
+    listing,
 )
 
 
 def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
     ready = q.message_count
+    stats = q.stats
+    ready_rate, unacked_rate = stats.depth_rates
+    extra: dict[str, Any] = {}
+    message_stats = stats.to_json(QUEUE_KEYS)
+    if message_stats:
+        extra["message_stats"] = message_stats
+    if q.queue_type == "stream":  # Leveret: the offsets a reader can start from
+        extra["stream_first_offset"] = q.log.first
+        extra["stream_next_offset"] = q.log.next
     return {
         "name": q.name,
         "vhost": vhost.name,
@@ -37,9 +48,15 @@ def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
         "messages": ready + q.unacked,
         "messages_ready": ready,
         "messages_unacknowledged": q.unacked,
+        "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},
+        "messages_ready_details": {"rate": round(ready_rate, 1)},
+        "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
+        "message_bytes_ready": getattr(q.ready, "bytes", 0),
+        "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None),
         "node": "leveret@localhost",
         "state": "running",
         **vhost.policy_of("queue", q.name, q.queue_type),
+        **extra,
     }
 
 
@@ -52,14 +69,14 @@ def _exchange_json(vhost: Any, x: Any) -> dict[str, Any]:
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": definitions_json._jsonable(x.arguments),
+        **({"message_stats": stats} if (stats := x.stats.to_json(EXCHANGE_KEYS)) else {}),
     }
 
 
 async def list_queues(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
-    return web.json_response(
-        [_queue_json(v, q) for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
-    )
+    queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+    return listing(request, queues, lambda q: _queue_json(q.vhost, q))
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -108,15 +125,23 @@ async def put_queue(request: web.Request) -> web.Response:
     return _ok(204 if existed else 201)
 
 
+class _Named:
+    """An object and the name listing() pages by (exchanges know only their vhost's name)."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, value
+
+
+def _exchange_from_named(named: _Named) -> dict[str, Any]:
+    return _exchange_json(*named.value)
+
+
 async def list_exchanges(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
-    return web.json_response(
-        [
-            _exchange_json(v, x)
-            for v in vhosts
-            for x in sorted(v.exchanges.values(), key=lambda x: x.name)
-        ]
-    )
+    pairs = [(v, x) for v in vhosts for x in sorted(v.exchanges.values(), key=lambda x: x.name)]
+    return listing(request, [_Named(x.name, (v, x)) for v, x in pairs], _exchange_from_named)
 
 
 async def get_exchange(request: web.Request) -> web.Response:
@@ -196,7 +221,7 @@ def _all_bindings(vhost: Any) -> list[Any]:
 
 async def list_bindings(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
-    return web.json_response([_binding_json(v, b) for v in vhosts for b in _all_bindings(v)])
+    return listing(request, [_binding_json(v, b) for v in vhosts for b in _all_bindings(v)])
 
 
 def _binding_ends(request: web.Request) -> tuple[Any, Any, Any]:
