@@ -189,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the management HTTP API's port on --host; 0 turns it off (default %(default)s)",
     )
     server.add_argument(
+        "--prometheus-port",
+        type=_port,
+        default=15692,
+        help="Prometheus metrics (/metrics, RabbitMQ's metric names) on --host; 0 turns "
+        "them off (default %(default)s)",
+    )
+    server.add_argument(
         "--load-definitions",
         metavar="FILE",
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
@@ -355,6 +362,7 @@ def run_server(args: argparse.Namespace) -> int:
         disk_free_limit=args.disk_free_limit,
         load_definitions=args.load_definitions,
         management_port=args.management_port or None,
+        prometheus_port=args.prometheus_port or None,
         **args.extra_settings,
     )
     if any(listener.kind == "amqps" for listener in config.effective_listeners()):

@@ -62,6 +62,8 @@ class ServerConfig:
     tls_fail_if_no_peer_cert: bool = False
     # The management HTTP API on host:management_port; None: off (the CLI's default is 15672).
     management_port: int | None = None
+    # Prometheus /metrics on host:prometheus_port; None: off (the CLI's default is 15692).
+    prometheus_port: int | None = None
     # With host:port (no explicit listeners): also an amqps listener on this port.
     tls_port: int | None = None
     fsync: str = "batch"  # always | batch | never

@@ -35,6 +35,9 @@ class Broker:
         # closing or re-checking them when their vhost or user changes.
         self.connections: set[ClientConnection] = set()
         self.direct_reply = DirectReplyRegistry()
+        # Opened since start (closed = opened - open now); read by the Prometheus metrics.
+        self.connections_opened = 0
+        self.channels_opened = 0
         self.admin = Admin(self)
         self.admin.load()
 

@@ -76,6 +76,7 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         # Message counts of closed connections (broker.stats); open ones add their own.
         self.stats = MessageStats()
+        self.churn = [0, 0, 0]  # queues declared, created, deleted (Prometheus)
         self.description = ""
         self.tags: list[str] = []
         # RabbitMQ's vhost limits: "max-connections", "max-queues" (absent: none).
@@ -221,6 +222,7 @@ class VirtualHost:
         arguments = arguments or {}
         if passive:
             return self.get_queue(name, connection)
+        self.churn[0] += 1
         existing = self.queues.get(name) if name else None
         options = parse_queue_arguments(arguments, f"queue '{name}' in vhost '{self.name}'")
         if existing is not None:
@@ -264,6 +266,7 @@ class VirtualHost:
         if merged is not arguments:
             queue.apply_policy(merged, options)
         self.queues[name] = queue
+        self.churn[1] += 1
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
         if queue.stores_messages:
@@ -362,6 +365,7 @@ class VirtualHost:
         queue.deleted = True
         queue.stop_timers()
         self.queues.pop(queue.name, None)
+        self.churn[2] += 1
         count = len(queue.ready)
         for binding in list(queue.bindings):
             self._drop_binding(binding, cascade=True)

@@ -239,6 +239,7 @@ class AMQPConnection(asyncio.Protocol):
         elif kind is pc.ChannelOpened:
             number = event.channel  # type: ignore[attr-defined]
             self.channels[number] = Channel(self, number)
+            self.broker.channels_opened += 1
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
             if ch is not None:
@@ -578,6 +579,7 @@ class AMQPConnection(asyncio.Protocol):
         self.vhost = vhost
         self.access_changed()
         self.broker.connections.add(self)
+        self.broker.connections_opened += 1
         self.state = "opened"
         for timer in self._timers:
             timer.cancel()

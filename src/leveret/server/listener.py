@@ -41,6 +41,7 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self.control: ControlSocket | None = None
         self.management: Any = None  # leveret.management.app.ManagementServer when running
+        self.prometheus: Any = None  # leveret.management.prometheus.PrometheusServer
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
@@ -105,6 +106,20 @@ class Server:
                     self.config.management_port,
                     exc.strerror or exc,
                 )
+        if self.config.prometheus_port is not None:
+            from leveret.management.prometheus import PrometheusServer
+
+            metrics = PrometheusServer(self, self.config.host, self.config.prometheus_port)
+            try:
+                await metrics.start()
+                self.prometheus = metrics
+            except OSError as exc:
+                log.warning(
+                    "Prometheus metrics not started on %s:%d: %s",
+                    self.config.host,
+                    self.config.prometheus_port,
+                    exc.strerror or exc,
+                )
         if self.config.persistence:
             self.control = ControlSocket(
                 lambda: self.broker, os.path.join(self.config.data_dir, SOCKET_NAME)
@@ -148,6 +163,9 @@ class Server:
             await self.control.stop()
         if self.management is not None:
             await self.management.stop()
+        if self.prometheus is not None:
+            await self.prometheus.stop()
+            self.prometheus = None
         for server in self._servers:
             server.close()
         for conn in list(self.connections):

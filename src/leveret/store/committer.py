@@ -8,6 +8,7 @@ batches; publisher confirms go out from the `on_durable` callbacks, after the fs
 from __future__ import annotations
 
 import asyncio
+import bisect
 import errno
 import logging
 import os
@@ -35,6 +36,26 @@ _sync_file = getattr(os, "fdatasync", os.fsync)
 def segment_path(directory: str, seq: int) -> str:
     """Zero-padded so a plain directory listing sorts segments in log order."""
     return os.path.join(directory, f"{seq:016d}.seg")
+
+
+class Buckets:
+    """A fixed-bucket histogram in plain ints: O(1) memory, filled by the writer thread,
+    read by the metrics endpoint (a reading may be one observation behind; no lock)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+
+FSYNC_SECONDS_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class GroupCommitter:
@@ -66,6 +87,8 @@ class GroupCommitter:
         self.unlinks_disabled = False
         self.batches = 0
         self.syncs = 0
+        self.fsync_seconds = Buckets(FSYNC_SECONDS_BOUNDS)  # for /metrics
+        self.batch_sizes = Buckets(BATCH_SIZE_BOUNDS)  # writes per group commit
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._progress = threading.Condition(self._lock)
@@ -232,6 +255,7 @@ class GroupCommitter:
         except OSError as exc:
             self._fail(batch, durable, firsts, exc)
         self.batches += 1
+        self.batch_sizes.observe(sum(1 for kind, _a, _cb in batch if kind == _WRITE))
         with self._lock:
             self._progress.notify_all()
         done = [(cb, None) for kind, _a, cb in batch[:durable] if kind == _WRITE and cb]
@@ -266,11 +290,13 @@ class GroupCommitter:
 
     def _sync(self, dirty: set[int]) -> None:
         if self.mode != "never" and (dirty or self._new_file):
+            started = time.perf_counter()
             for seq in dirty:
                 _sync_file(self._fds[seq])
             if self._new_file:
                 os.fsync(self._dirfd)
             self.syncs += 1
+            self.fsync_seconds.observe(time.perf_counter() - started)
         self._new_file = False
         dirty.clear()
 

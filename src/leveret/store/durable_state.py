@@ -67,7 +67,8 @@ class DurableState(DurabilityHooks):
         self.messages = MessageStore(data_dir, fsync=fsync, loop=loop)
         self.memory_budget = max_memory_bytes
         self.memory_used = 0  # bodies held in RAM by queue entries
-        self.paged_out = 0
+        self.paged_out = 0  # bodies ever paged out to disk (messages, then bytes)
+        self.paged_out_bytes = 0
         self._restoring = False
         self.loop = loop
         self._disk_waiters: set[Any] = set()
@@ -178,6 +179,7 @@ class DurableState(DurabilityHooks):
             )
         entry.message = message.paged_copy()
         self.paged_out += 1
+        self.paged_out_bytes += message.size
 
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         self.messages.mark_delivered(entry.location)
@@ -302,6 +304,7 @@ class DurableState(DurabilityHooks):
                 if self.memory_used + size > self.memory_budget and size:
                     message.body = None  # stays paged out until delivered
                     self.paged_out += 1
+                    self.paged_out_bytes += size
                 else:
                     self.memory_used += size
                 messages[loc.msg_id] = message
