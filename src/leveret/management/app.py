@@ -60,7 +60,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         user = _authenticate(server, request.headers.get("Authorization", ""))
         if user is None:
             response = error(401, "not_authorized", "Login failed")
-            response.headers["WWW-Authenticate"] = 'Basic realm="Leveret Management"'
+            if request.headers.get("X-Requested-With") != "XMLHttpRequest":
+                # Not for the web UI's own calls: browsers would pop up their login box.
+                response.headers["WWW-Authenticate"] = 'Basic realm="Leveret Management"'
             return response
         if not MANAGEMENT_TAGS & set(user.tags):
             return error(401, "not_authorized", "Not management user")
@@ -94,12 +96,13 @@ def _authenticate(server: Server, header: str) -> Any:
 
 
 def build_app(server: Server) -> web.Application:
-    from leveret.management import routes
+    from leveret.management import routes, ui
 
     app = web.Application(middlewares=[errors_and_auth])
     app[SERVER_KEY] = server
     app[SAMPLER_KEY] = Sampler(server.broker)  # rates once a second while the API runs
     routes.add_routes(app)
+    ui.add_routes(app)
     return app
 
 

@@ -71,6 +71,13 @@ def vhosts_message_stats(request: web.Request, vhosts: list[Any]) -> dict[str, A
     return message_stats_json(counts, rates)
 
 
+def exchange_param(request: web.Request, key: str = "name") -> str:
+    """An exchange name from the URL: RabbitMQ's API spells the default exchange
+    `amq.default` there (its real name is the empty string)."""
+    name = request.match_info[key]
+    return "" if name == "amq.default" else name
+
+
 def _ok(status: int = 204) -> web.Response:
     return web.Response(status=status)
 
@@ -87,10 +94,14 @@ def _body_dict(body: Any) -> dict[str, Any]:
 
 
 def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    """RabbitMQ takes true/false and the strings "true"/"false" (rabbitmqadmin sends
+    those); anything else is 400 with reason ["not_boolean", value]."""
     value = body.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidValue(f"{key} must be true or false")
-    return value
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise bad_request("bad_request", ["not_boolean", value])
 
 
 def _model_call(fn, *args, **kwargs):
@@ -103,6 +114,17 @@ def _model_call(fn, *args, **kwargs):
         if exc.code == ACCESS_REFUSED_CODE:
             raise Denied(_strip_code(exc.reply_text)) from None
         raise InvalidValue(_strip_code(exc.reply_text)) from None
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    """An integer field; RabbitMQ also takes its decimal string (rabbitmqadmin sends
+    those), and answers 400 ["not_integer", value] otherwise."""
+    value = body.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise bad_request("bad_request", ["not_integer", value])
 
 
 def _permission_guard(request: web.Request, vhost: Any) -> Any:
@@ -119,7 +141,7 @@ PAGE_SIZE_DEFAULT = 100
 PAGE_SIZE_MAX = 500
 
 
-def bad_request(error: str, reason: str) -> web.HTTPBadRequest:
+def bad_request(error: str, reason: Any) -> web.HTTPBadRequest:
     return web.HTTPBadRequest(
         text=json.dumps({"error": error, "reason": reason}), content_type="application/json"
     )

@@ -13,9 +13,11 @@ from leveret.broker.message import Message
 from leveret.management.app import read_json
 from leveret.management.routes.common import (
     _body_dict,
+    _int,
     _model_call,
     _permission_guard,
     _vhost,
+    exchange_param,
 )
 from leveret.protocol.properties import decode_properties, encode_header, parse_header
 
@@ -25,7 +27,7 @@ ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "re
 async def publish(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
-    name = request.match_info["name"]
+    name = exchange_param(request)
     for key in ("routing_key", "payload", "payload_encoding", "properties"):
         if key not in body:
             raise InvalidValue(f"{key} not found")
@@ -67,9 +69,8 @@ async def get_messages(request: web.Request) -> web.Response:
     if queue is None:
         raise NotFound(request.match_info["name"])
     body = _body_dict(await read_json(request))
-    count, ackmode = body.get("count", 1), body.get("ackmode")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InvalidValue("count must be a positive integer")
+    count, ackmode = _int(body, "count", 1), body.get("ackmode")
+    truncate = _int(body, "truncate", 0) if "truncate" in body else None
     if ackmode not in ACK_MODES:
         raise InvalidValue("ackmode must be one of " + ", ".join(ACK_MODES))
     guard = _permission_guard(request, vhost)
@@ -84,10 +85,14 @@ async def get_messages(request: web.Request) -> web.Response:
             break
         queue.unacked += 1
         entries.append(entry)
+    queue.stats.get += len(entries)  # the API's get acknowledges like a channel's would
     out = []
     for i, entry in enumerate(entries):
         message = queue.with_body(entry)
         data = message.body or b""
+        size = len(data)
+        if truncate is not None:
+            data = data[:truncate]
         try:
             text, encoding = data.decode("utf-8"), "string"
         except UnicodeDecodeError:
@@ -101,7 +106,7 @@ async def get_messages(request: web.Request) -> web.Response:
         }
         out.append(
             {
-                "payload_bytes": len(data),
+                "payload_bytes": size,
                 "redelivered": entry.redelivered,
                 "exchange": message.exchange,
                 "routing_key": message.routing_key,

@@ -21,6 +21,7 @@ from leveret.management.routes.common import (
     _permission_guard,
     _vhost,
     _visible_vhosts,
+    exchange_param,
     listing,
 )
 
@@ -146,16 +147,16 @@ async def list_exchanges(request: web.Request) -> web.Response:
 
 async def get_exchange(request: web.Request) -> web.Response:
     vhost = _vhost(request)
-    exchange = vhost.exchanges.get(request.match_info["name"])
+    exchange = vhost.exchanges.get(exchange_param(request))
     if exchange is None:
-        raise NotFound(request.match_info["name"])
+        raise NotFound(exchange_param(request))
     return web.json_response(_exchange_json(vhost, exchange))
 
 
 async def put_exchange(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
-    name = request.match_info["name"]
+    name = exchange_param(request)
     if "type" not in body:
         raise InvalidValue("exchange type must be given")
     guard = _permission_guard(request, vhost)
@@ -177,7 +178,7 @@ async def put_exchange(request: web.Request) -> web.Response:
 
 async def delete_exchange(request: web.Request) -> web.Response:
     vhost = _vhost(request)
-    name = request.match_info["name"]
+    name = exchange_param(request)
     if name not in vhost.exchanges:
         raise NotFound(name)
     guard = _permission_guard(request, vhost)
@@ -219,6 +220,44 @@ def _all_bindings(vhost: Any) -> list[Any]:
     ]
 
 
+def _queue_or_404(request: web.Request) -> tuple[Any, Any]:
+    vhost = _vhost(request)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise NotFound(request.match_info["name"])
+    return vhost, queue
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    """A queue's bindings, its implicit one from the default exchange first (as RabbitMQ)."""
+    vhost, queue = _queue_or_404(request)
+    default = {
+        "source": "",
+        "vhost": vhost.name,
+        "destination": queue.name,
+        "destination_type": "queue",
+        "routing_key": queue.name,
+        "arguments": {},
+        "properties_key": queue.name,
+    }
+    explicit = sorted(queue.bindings, key=lambda b: (b.source.name, b.routing_key))
+    return listing(request, [default, *(_binding_json(vhost, b) for b in explicit)])
+
+
+async def exchange_bindings(request: web.Request) -> web.Response:
+    """Bindings with this exchange as their source, or (…/destination) as their destination."""
+    vhost = _vhost(request)
+    exchange = vhost.exchanges.get(exchange_param(request))
+    if exchange is None:
+        raise NotFound(exchange_param(request))
+    if request.match_info["side"] == "source":
+        found = list(exchange.bindings.values())
+    else:
+        found = list(exchange.inbound)
+    found.sort(key=lambda b: (b.source.name, b.destination.name, b.routing_key))
+    return listing(request, [_binding_json(vhost, b) for b in found])
+
+
 async def list_bindings(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
     return listing(request, [_binding_json(v, b) for v in vhosts for b in _all_bindings(v)])
@@ -226,7 +265,7 @@ async def list_bindings(request: web.Request) -> web.Response:
 
 def _binding_ends(request: web.Request) -> tuple[Any, Any, Any]:
     vhost = _vhost(request)
-    source = vhost.exchanges.get(request.match_info["source"])
+    source = vhost.exchanges.get(exchange_param(request, "source"))
     kind = request.match_info["kind"]
     name = request.match_info["destination"]
     dest = (vhost.queues if kind == "q" else vhost.exchanges).get(name)
@@ -281,6 +320,8 @@ async def delete_binding(request: web.Request) -> web.Response:
 
 
 def add_routes(r: web.UrlDispatcher) -> None:
+    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
+    r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", exchange_bindings)
     r.add_get("/api/queues", list_queues)
     r.add_get("/api/queues/{vhost}", list_queues)
     r.add_get("/api/queues/{vhost}/{name}", get_queue)
