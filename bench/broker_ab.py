@@ -8,6 +8,10 @@ neither always runs on a warmer machine. Prints the median of the rounds as a ta
 
     git worktree add --detach /tmp/before 8caa1c2^
     bench/broker_ab.py --a /tmp/before --rounds 5 --seconds 5 --scenarios S1,S3
+
+The same tree twice, with and without the management API and metrics:
+
+    bench/broker_ab.py --a . --b . --b-args "--management-port 15680 --prometheus-port 15681"
 """
 
 from __future__ import annotations
@@ -43,13 +47,22 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--scenarios", default="S1,S3")
     p.add_argument("--tools", default="amqbench,leveret perf")
+    p.add_argument(
+        "--a-args",
+        default="--management-port 0 --prometheus-port 0",
+        help="extra `leveret server` arguments for A (default: no HTTP servers)",
+    )
+    p.add_argument("--b-args", default="--management-port 0 --prometheus-port 0",
+                   help="the same for B; e.g. '--management-port 15680 --prometheus-port 15681'"
+                   " to measure what the management API costs")  # fmt: skip
     args = p.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
     tools = args.tools.split(",")
     results: dict[tuple[str, str, str], list] = {}
     trees = {"A": args.a.resolve(), "B": args.b.resolve()}
     with tempfile.TemporaryDirectory() as tmp:
-        brokers = {name: _start(tree, f"{tmp}/{name}") for name, tree in trees.items()}
+        extra = {"A": args.a_args.split(), "B": args.b_args.split()}
+        brokers = {name: _start(tree, f"{tmp}/{name}", extra[name]) for name, tree in trees.items()}
         try:
             for r in range(args.rounds):
                 order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
@@ -99,14 +112,14 @@ def main() -> int:
     return 0
 
 
-def _start(tree: Path, data_dir: str) -> tuple[subprocess.Popen, int]:
+def _start(tree: Path, data_dir: str, extra: list[str]) -> tuple[subprocess.Popen, int]:
     """`leveret server` from `tree` (its src/ alone on the path), once its port listens."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir,
-         "--log-level", "warning"],
+         "--log-level", "warning", *extra],
         env=_env(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 30

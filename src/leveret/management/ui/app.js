@@ -194,10 +194,10 @@ function poll(fn, ms = POLL_MS) {
 async function overviewPage() {
   const tiles = h("div", { class: "tiles" });
   const rates = new Chart("chart-rates", [
-    { label: "publish /s", color: "var(--c1)" }, { label: "deliver / get /s", color: "var(--c2)" },
-    { label: "ack /s", color: "var(--c3)" }]);
+    { label: "publish /s", color: "#3b6cf6" }, { label: "deliver / get /s", color: "#1f9d55" },
+    { label: "ack /s", color: "#e08a1e" }]);
   const queued = new Chart("chart-queued", [
-    { label: "ready", color: "var(--c1)" }, { label: "unacked", color: "var(--c3)" }]);
+    { label: "ready", color: "#3b6cf6" }, { label: "unacked", color: "#e08a1e" }]);
   main().replaceChildren(h("h1", {}, "Overview"), tiles, h("div", { class: "grid" },
     h("div", { class: "card" }, h("h2", {}, "Message rates"), rates.el),
     h("div", { class: "card" }, h("h2", {}, "Queued messages"), queued.el)));
@@ -322,7 +322,8 @@ function publishForm(id, vhost, exchange, defaultKey) {
 async function queuePage(vhost, name) {
   const base = `/queues/${enc(vhost)}/${enc(name)}`;
   const details = h("div");
-  const bindings = new Table([{ key: "source", label: "From exchange" }, { key: "routing_key", label: "Routing key" }],
+  const bindings = new Table([{ key: "source", label: "From exchange", render: (b) => b.source || "(AMQP default)" },
+    { key: "routing_key", label: "Routing key" }],
     () => get(`${base}/bindings`), { pageSize: 10 });
   const consumers = new Table([{ key: "consumer_tag", label: "Consumer tag" },
     { key: "channel_details.name", label: "Channel" }, { key: "ack_required", label: "Ack required" },
