@@ -53,7 +53,7 @@ async def populate(url: str, queues: int, connections: int) -> list:
     conn = await connect(url)
     channel = await conn.channel()
     for i in range(queues):
-        await channel.queue_declare(f"load-{i:05d}")
+        await channel.declare_queue(f"load-{i:05d}")
     await conn.close()
     idle = []
     for _ in range(connections):
