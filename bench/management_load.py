@@ -104,7 +104,7 @@ def main() -> int:
                 ("/api/overview", "/overview"),
                 ("/api/queues?page=1&page_size=100", "/queues?page=1&page_size=100"),
                 (
-                    "/api/queues?page=50&page_size=100&name=load-0",
+                    "/api/queues?page=5&page_size=100&name=load-0",
                     "/queues?page=5&page_size=100&name=load-0",
                 ),  # noqa: E501
             ):

@@ -26,7 +26,7 @@ def test_the_ten_line_pika_example_runs(leveret_broker, capsys):
 def test_readme_commands_match_ci():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    command = 'bash scripts/install-test-deps.sh && python -m pytest'
+    command = "bash scripts/install-test-deps.sh && python -m pytest"
     assert command in text and command in ci
 
 
