@@ -2,13 +2,15 @@
 
 scripts/install-test-deps.sh installs chromium; the broker runs in-process with its
 management API (and the UI) on an ephemeral port. No timings are asserted: every wait
-is Playwright's own wait for something to appear.
+is Playwright's own wait for something to appear on the page.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import shutil
+import threading
 
 import pika
 import pytest
@@ -21,6 +23,7 @@ from test_management_api import call
 
 pytestmark = pytest.mark.leveret_only
 
+CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -29,12 +32,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def chromium_path() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "Debian's chromium is missing: run scripts/install-test-deps.sh"
-    return path
+# Lists poll every 5 s and the overview every 2 s: waits for the next poll get this long.
+POLL_WAIT_MS = 15_000
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +45,22 @@ def broker():
 
 @pytest.fixture(scope="module")
 def browser():
+    assert os.path.exists(CHROMIUM), (
+        "Debian's chromium is missing: run scripts/install-test-deps.sh"
+    )
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
 
 
 @pytest.fixture
 def page(browser, broker):
-    context = browser.new_context(viewport={"width": 1366, "height": 860})
+    context = browser.new_context(viewport={"width": 1366, "height": 860}, accept_downloads=True)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("dialog", lambda dialog: dialog.accept())  # the UI's "Delete …?" confirmations
     page.goto(broker[1] + "/")
     yield page
     context.close()
@@ -65,6 +68,7 @@ def page(browser, broker):
 
 
 def api(broker):
+    """What test_management_api.call takes: (base URL of /api, AMQP URL)."""
     return (broker[1] + "/api", broker[0].url)
 
 
@@ -74,19 +78,39 @@ def log_in(page: Page, user: str = "guest", password: str = "guest") -> None:
     page.click("#login-form button[type=submit]")
 
 
+def go(page: Page, hash_: str) -> None:
+    page.goto(page.url.split("#")[0] + hash_)
+
+
+def row(page: Page, text: str):
+    """The table row whose cells include exactly `text`."""
+    cell = page.locator("td", has_text=re.compile(f"^{re.escape(text)}$"))
+    return page.locator("tbody tr", has=cell)
+
+
 def test_a_wrong_password_is_refused_and_the_right_one_opens_the_overview(page):
     log_in(page, "guest", "wrong")
     expect(page.locator("#login-error")).to_contain_text("Wrong username or password")
     expect(page.locator("#app")).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('leveret-auth')") is None
+
     log_in(page)
     expect(page.locator("#app")).to_be_visible()
+    expect(page.locator("#login-error")).to_have_text("")
     expect(page.locator("main h1")).to_have_text("Overview")
     expect(page.locator("#whoami")).to_have_text("guest")
+    # A reload keeps the session (sessionStorage), without asking again.
+    page.reload()
+    expect(page.locator("#whoami")).to_have_text("guest")
+    expect(page.locator("#login")).to_be_hidden()
+
     page.click("#logout")
     expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("input[name=password]")).to_have_value("")
+    assert page.evaluate("sessionStorage.getItem('leveret-auth')") is None
 
 
-def test_create_a_queue_publish_and_get_the_message_back(page):
+def test_create_a_queue_publish_get_purge_and_delete(page, broker):
     log_in(page)
     name = unique("ui-q")
     page.click("#nav >> text=Queues")
@@ -95,51 +119,117 @@ def test_create_a_queue_publish_and_get_the_message_back(page):
     page.click("#add-queue button[type=submit]")
     link = page.locator(f"a:text-is('{name}')")
     expect(link).to_be_visible()
+    status, queue = call(api(broker), "GET", f"/queues/%2F/{name}")
+    assert status == 200 and queue["durable"] is False
+
     link.click()
     expect(page.locator("main h1")).to_contain_text(name)
-    expect(page.locator("dl.props")).to_contain_text("classic")
+    expect(page.locator("#queue-details")).to_contain_text("classic")
+    # Its default-exchange binding is listed.
+    expect(page.locator("#queue-bindings tbody")).to_contain_text("(AMQP default)")
+    expect(page.locator("#queue-bindings tbody")).to_contain_text(name)
+
+    # Publish through the default exchange: the routing key is the queue's name already.
+    expect(page.locator("#publish input[name=routing_key]")).to_have_value(name)
     page.fill("#publish textarea[name=payload]", "hello from the browser")
     page.click("#publish button[type=submit]")
     expect(page.locator("#toast")).to_have_text("Message published")
-    page.select_option("#get-messages select[name=ackmode]", "ack_requeue_false")
+
+    # Nack-and-requeue (the default mode) shows the message and leaves it in the queue.
+    expect(page.locator("#get-messages select[name=ackmode]")).to_have_value("ack_requeue_true")
     page.click("#get-messages button[type=submit]")
     expect(page.locator("#messages pre.payload")).to_have_text("hello from the browser")
-    # The message was acknowledged by the get: the queue is empty now.
+    expect(page.locator("#messages")).to_contain_text("22 bytes")
+    page.click("#get-messages button[type=submit]")
+    expect(page.locator("#messages")).to_contain_text("redelivered")
+    expect(page.locator("#messages pre.payload")).to_have_text("hello from the browser")
+    assert call(api(broker), "GET", f"/queues/%2F/{name}")[1]["messages_ready"] == 1
+
+    # Purge empties it.
+    page.click("#purge")
+    expect(page.locator("#toast")).to_have_text("Queue purged")
     page.click("#get-messages button[type=submit]")
     expect(page.locator("#messages")).to_contain_text("The queue is empty.")
-    # Its default-exchange binding is listed.
-    expect(page.locator("table").nth(1)).to_contain_text(name)
-    page.once("dialog", lambda dialog: dialog.accept())
+    assert call(api(broker), "GET", f"/queues/%2F/{name}")[1]["messages"] == 0
+
     page.click("#delete")
     expect(page).to_have_url(re.compile(r"#/queues$"))
     expect(page.locator(f"a:text-is('{name}')")).to_have_count(0)
+    assert call(api(broker), "GET", f"/queues/%2F/{name}")[0] == 404
 
 
-def test_the_overview_chart_follows_the_publish_rate(page, broker):
-    log_in(page)
-    chart = page.locator("#chart-rates")
-    expect(chart).to_have_attribute("data-samples", "1")
-    connection = pika.BlockingConnection(pika.URLParameters(broker[0].url))
-    channel = connection.channel()
-    queue = channel.queue_declare("", exclusive=True).method.queue
+def test_ack_mode_removes_the_message(page, broker):
+    name = unique("ui-ack")
+    assert call(api(broker), "PUT", f"/queues/%2F/{name}", {"durable": False})[0] == 201
+    body = {
+        "routing_key": name,
+        "payload": "take me",
+        "payload_encoding": "string",
+        "properties": {},
+    }
+    assert call(api(broker), "POST", "/exchanges/%2F/amq.default/publish", body)[1]["routed"]
     try:
-        # Publish until the chart's newest sample shows a publish rate above zero.
-        for _ in range(400):
-            for _ in range(50):
-                channel.basic_publish("", queue, b"tick")
-            connection.process_data_events(0.05)
-            last = chart.get_attribute("data-last") or "0"
-            if float(last.split(",")[0]) > 0:
-                break
-        assert float(chart.get_attribute("data-last").split(",")[0]) > 0
-        assert int(chart.get_attribute("data-samples")) > 1
-        queued = page.locator("#chart-queued")
-        page.wait_for_function(
-            "() => Number(document.querySelector('#chart-queued').dataset.last.split(',')[0]) > 0"
-        )
-        assert float(queued.get_attribute("data-last").split(",")[0]) > 0
+        log_in(page)
+        go(page, f"#/queues/%2F/{name}")
+        page.select_option("#get-messages select[name=ackmode]", "ack_requeue_false")
+        page.click("#get-messages button[type=submit]")
+        expect(page.locator("#messages pre.payload")).to_have_text("take me")
+        page.click("#get-messages button[type=submit]")
+        expect(page.locator("#messages")).to_contain_text("The queue is empty.")
     finally:
+        call(api(broker), "DELETE", f"/queues/%2F/{name}")
+
+
+def publish_until(url: str, stop: threading.Event, failures: list[BaseException]) -> None:
+    """Publish to a queue nobody reads until told to stop, so rates and depths rise."""
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        queue = channel.queue_declare("", exclusive=True).method.queue
+        while not stop.is_set():
+            for _ in range(20):
+                channel.basic_publish("", queue, b"tick")
+            connection.process_data_events(0.02)
         connection.close()
+    except BaseException as exc:  # seen by the test, not lost in the thread
+        failures.append(exc)
+
+
+def chart_value(page: Page, chart: str, series: int) -> float:
+    last = page.locator(f"#{chart}").get_attribute("data-last") or "0"
+    return float(last.split(",")[series])
+
+
+def test_the_overview_charts_follow_published_traffic(page, broker):
+    log_in(page)
+    rates, queued = page.locator("#chart-rates"), page.locator("#chart-queued")
+    expect(rates).to_have_attribute("data-samples", re.compile(r"^[1-9]"))
+    expect(queued).to_have_attribute("data-last", re.compile(r"^[\d.]+,[\d.]+$"))
+    stop, failures = threading.Event(), []
+    publisher = threading.Thread(target=publish_until, args=(broker[0].url, stop, failures))
+    publisher.start()
+    try:
+        # The publish rate (first series) and the ready messages (first series) go above 0.
+        page.wait_for_function(
+            "() => Number(document.querySelector('#chart-rates').dataset.last.split(',')[0]) > 0",
+            timeout=POLL_WAIT_MS,
+        )
+        page.wait_for_function(
+            "() => Number(document.querySelector('#chart-queued').dataset.last.split(',')[0]) > 0",
+            timeout=POLL_WAIT_MS,
+        )
+    finally:
+        stop.set()
+        publisher.join(10)
+    assert failures == []
+    assert chart_value(page, "chart-rates", 0) > 0
+    assert chart_value(page, "chart-queued", 0) > 0
+    assert int(rates.get_attribute("data-samples")) > 1  # it kept polling
+    # The legend shows the newest value beside its label, and the tiles count the connection.
+    expect(page.locator(".legend b").first).not_to_have_text("0")
+    expect(page.locator(".tile", has_text="Connections").locator("b")).to_have_text(
+        re.compile(r"^[1-9]")
+    )
 
 
 def test_tables_filter_sort_and_page(page, broker):
@@ -148,66 +238,118 @@ def test_tables_filter_sort_and_page(page, broker):
         assert (
             call(api(broker), "PUT", f"/queues/%2F/{prefix}-{i:02d}", {"durable": False})[0] == 201
         )
+    # Messages in three queues, so sorting by Ready has something to order.
+    for i, count in ((3, 2), (7, 5), (11, 1)):
+        for _ in range(count):
+            body = {
+                "routing_key": f"{prefix}-{i:02d}",
+                "payload": "x",
+                "payload_encoding": "string",
+                "properties": {},
+            }
+            assert call(api(broker), "POST", "/exchanges/%2F/amq.default/publish", body)[0] == 200
     try:
         log_in(page)
         page.click("#nav >> text=Queues")
         page.fill("input[aria-label=filter]", prefix)
-        rows = page.locator("tbody tr")
+        rows = page.locator("#list tbody tr")
         expect(rows).to_have_count(20)  # one page
         expect(page.locator("[data-role=page]")).to_have_text("1 / 2 · 25 items")
-        page.click(".pager button >> text=›")
+        page.click("[aria-label='next page']")
         expect(rows).to_have_count(5)
-        page.click(".pager button >> text=‹")
+        expect(page.locator("[data-role=page]")).to_have_text("2 / 2 · 25 items")
+        page.click("[aria-label='previous page']")
         expect(rows.first).to_contain_text(f"{prefix}-00")
         page.click("th[data-key=name]")  # sorted by name already: now descending
+        expect(page.locator("th[data-key=name]")).to_have_class(re.compile(r"\bdesc\b"))
         expect(rows.first).to_contain_text(f"{prefix}-24")
+        page.click("th[data-key=messages_ready]")  # a number column: biggest first
+        expect(rows.nth(0)).to_contain_text(f"{prefix}-07")
+        expect(rows.nth(1)).to_contain_text(f"{prefix}-03")
+        expect(rows.nth(2)).to_contain_text(f"{prefix}-11")
+        page.click("th[data-key=messages_ready]")  # and again: smallest first
+        expect(rows.first.locator("td").nth(4)).to_have_text("0")
         page.fill("input[aria-label=filter]", f"{prefix}-1")
         expect(rows).to_have_count(10)
+        page.fill("input[aria-label=filter]", "no-such-queue-anywhere")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_have_text("Nothing matches the filter.")
     finally:
         for i in range(25):
             call(api(broker), "DELETE", f"/queues/%2F/{prefix}-{i:02d}")
 
 
-def test_a_management_user_sees_no_admin_pages(page, broker):
+def test_statistics_the_broker_does_not_report_show_as_zero(page):
+    log_in(page)
+    page.click("#nav >> text=Exchanges")
+    # amq.direct has seen no traffic here: no message_stats, so its rates read 0, not blank.
+    cells = row(page, "amq.direct").locator("td")
+    expect(cells.nth(4)).to_have_text("0")
+    expect(cells.nth(5)).to_have_text("0")
+
+
+def make_user(broker, tags: str) -> str:
     user = unique("ui-u")
-    assert (
-        call(api(broker), "PUT", f"/users/{user}", {"password": "pw", "tags": "management"})[0]
-        == 201
-    )
-    assert (
-        call(
-            api(broker),
-            "PUT",
-            f"/permissions/%2F/{user}",
-            {"configure": ".*", "write": ".*", "read": ".*"},
-        )[0]
-        == 201
-    )
+    assert call(api(broker), "PUT", f"/users/{user}", {"password": "pw", "tags": tags})[0] == 201
+    perms = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert call(api(broker), "PUT", f"/permissions/%2F/{user}", perms)[0] == 201
+    return user
+
+
+def test_a_management_user_sees_no_admin_pages(page, broker):
+    user = make_user(broker, "management")
     try:
         log_in(page, user, "pw")
         expect(page.locator("#whoami")).to_have_text(user)
         expect(page.locator("#nav >> text=Queues")).to_be_visible()
-        for hidden in ("Users", "Vhosts", "Definitions", "Policies"):
+        for hidden in ("Users", "Vhosts", "Permissions", "Definitions", "Policies"):
             expect(page.locator(f"#nav >> text={hidden}")).to_be_hidden()
-        # And the API behind the page refuses it too, with RabbitMQ's body.
-        page.goto(page.url.split("#")[0] + "#/users")
-        expect(page.locator("#toast")).to_contain_text("Not administrator user")
+        # Typing the address gets an explanation, not the page.
+        go(page, "#/users")
+        expect(page.locator("#forbidden")).to_contain_text("needs the administrator tag")
+        expect(page.locator("#add-user")).to_have_count(0)
+        # And the API behind the page refuses it too.
+        assert call(api(broker), "GET", "/users", user=user, password="pw")[0] == 401
     finally:
         call(api(broker), "DELETE", f"/users/{user}")
 
 
-def test_exchange_page_binds_and_publishes(page, broker):
+def test_a_policymaker_gets_policies_but_not_users(page, broker):
+    user = make_user(broker, "policymaker")
+    try:
+        log_in(page, user, "pw")
+        expect(page.locator("#nav >> text=Policies")).to_be_visible()
+        expect(page.locator("#nav >> text=Users")).to_be_hidden()
+        page.click("#nav >> text=Policies")
+        expect(page.locator("#add-policy")).to_be_visible()
+    finally:
+        call(api(broker), "DELETE", f"/users/{user}")
+
+
+def test_a_deleted_user_is_sent_back_to_the_login_form(page, broker):
+    user = make_user(broker, "management")
+    log_in(page, user, "pw")
+    expect(page.locator("#whoami")).to_have_text(user)
+    assert call(api(broker), "DELETE", f"/users/{user}")[0] == 204
+    # The overview's next poll is refused; the UI drops the stale credentials.
+    expect(page.locator("#login")).to_be_visible(timeout=POLL_WAIT_MS)
+    expect(page.locator("#login-error")).to_contain_text("session has ended")
+
+
+def test_exchange_page_binds_publishes_and_unbinds(page, broker):
     exchange, queue = unique("ui-x"), unique("ui-xq")
     assert call(api(broker), "PUT", f"/exchanges/%2F/{exchange}", {"type": "direct"})[0] == 201
     assert call(api(broker), "PUT", f"/queues/%2F/{queue}", {"durable": False})[0] == 201
     try:
         log_in(page)
-        page.goto(page.url.split("#")[0] + f"#/exchanges/%2F/{exchange}")
+        page.click("#nav >> text=Exchanges")
+        page.click(f"a:text-is('{exchange}')")
         expect(page.locator("main h1")).to_contain_text(exchange)
+        expect(page.locator("#exchange-details")).to_contain_text("direct")
         page.fill("#add-binding input[name=destination]", queue)
         page.fill("#add-binding input[name=routing_key]", "rk")
         page.click("#add-binding button[type=submit]")
-        expect(page.locator("tbody")).to_contain_text(queue)
+        expect(page.locator("#exchange-bindings tbody")).to_contain_text(queue)
         page.fill("#publish input[name=routing_key]", "rk")
         page.fill("#publish textarea[name=payload]", "via the exchange")
         page.click("#publish button[type=submit]")
@@ -216,19 +358,144 @@ def test_exchange_page_binds_and_publishes(page, broker):
             api(broker),
             "POST",
             f"/queues/%2F/{queue}/get",
-            {"count": 1, "ackmode": "ack_requeue_false"},
+            {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
         )
         assert status == 200 and got[0]["payload"] == "via the exchange"
+        # An unroutable publish is reported as such.
+        page.fill("#publish input[name=routing_key]", "nobody-listens")
+        page.click("#publish button[type=submit]")
+        expect(page.locator("#toast")).to_contain_text("not routed")
+        page.click("#exchange-bindings button:text('Unbind')")
+        expect(page.locator("#exchange-bindings tbody")).to_contain_text("Nothing here yet.")
+        assert call(api(broker), "GET", f"/exchanges/%2F/{exchange}/bindings/source")[1] == []
     finally:
         call(api(broker), "DELETE", f"/exchanges/%2F/{exchange}")
         call(api(broker), "DELETE", f"/queues/%2F/{queue}")
 
 
-def test_definitions_export_downloads_json(page):
+def test_the_default_exchange_page_opens(page):
+    log_in(page)
+    page.click("#nav >> text=Exchanges")
+    page.click("a:text-is('(AMQP default)')")
+    expect(page.locator("main h1")).to_contain_text("(AMQP default)")
+    expect(page.locator("#exchange-details")).to_contain_text("direct")
+    expect(page.locator("#add-binding")).to_have_count(0)  # it takes no bindings
+
+
+def test_admin_pages_create_and_delete(page, broker):
+    vhost, user, policy = unique("ui-vh"), unique("ui-nu"), unique("ui-p")
+    try:
+        log_in(page)
+        page.click("#nav >> text=Vhosts")
+        page.fill("#add-vhost input[name=name]", vhost)
+        page.click("#add-vhost button[type=submit]")
+        expect(row(page, vhost)).to_have_count(1)
+        assert call(api(broker), "GET", f"/vhosts/{vhost}")[0] == 200
+
+        page.click("#nav >> text=Users")
+        page.fill("#add-user input[name=name]", user)
+        page.fill("#add-user input[name=password]", "secret")
+        page.fill("#add-user input[name=tags]", "monitoring")
+        page.click("#add-user button[type=submit]")
+        expect(row(page, user)).to_contain_text("monitoring")
+
+        page.click("#nav >> text=Permissions")
+        page.select_option("#set-permission select[name=user]", user)
+        page.select_option("#set-permission select[name=vhost]", vhost)
+        page.fill("#set-permission input[name=write]", "^amq\\.gen")
+        page.click("#set-permission button[type=submit]")
+        expect(row(page, user)).to_contain_text("^amq\\.gen")
+        status, perm = call(api(broker), "GET", f"/permissions/{vhost}/{user}")
+        assert status == 200 and perm["write"] == "^amq\\.gen" and perm["read"] == ".*"
+        row(page, user).locator("button:text('Revoke')").click()
+        expect(row(page, user)).to_have_count(0)
+        assert call(api(broker), "GET", f"/permissions/{vhost}/{user}")[0] == 404
+
+        page.click("#nav >> text=Policies")
+        page.select_option("#add-policy select[name=vhost]", vhost)
+        page.fill("#add-policy input[name=name]", policy)
+        page.fill("#add-policy input[name=pattern]", "^ui\\.")
+        page.select_option("#add-policy select[name=apply_to]", "queues")
+        page.fill("#add-policy textarea[name=definition]", '{"max-length": 7}')
+        page.click("#add-policy button[type=submit]")
+        expect(row(page, policy)).to_contain_text('{"max-length":7}')
+        status, got = call(api(broker), "GET", f"/policies/{vhost}/{policy}")
+        assert status == 200 and got["definition"] == {"max-length": 7}
+        # A definition that is not JSON never reaches the API.
+        page.fill("#add-policy textarea[name=definition]", "{not json")
+        page.click("#add-policy button[type=submit]")
+        expect(page.locator("#toast")).to_contain_text("the definition is not JSON")
+        row(page, policy).locator("button:text('Delete')").click()
+        expect(row(page, policy)).to_have_count(0)
+        assert call(api(broker), "GET", f"/policies/{vhost}/{policy}")[0] == 404
+
+        page.click("#nav >> text=Users")
+        row(page, user).locator("button:text('Delete')").click()
+        expect(row(page, user)).to_have_count(0)
+        assert call(api(broker), "GET", f"/users/{user}")[0] == 404
+
+        page.click("#nav >> text=Vhosts")
+        row(page, vhost).locator("button:text('Delete')").click()
+        expect(row(page, vhost)).to_have_count(0)
+        assert call(api(broker), "GET", f"/vhosts/{vhost}")[0] == 404
+    finally:
+        call(api(broker), "DELETE", f"/users/{user}")
+        call(api(broker), "DELETE", f"/vhosts/{vhost}")
+
+
+def test_definitions_export_and_import(page, broker, tmp_path):
+    queue = unique("ui-def")
     log_in(page)
     page.click("#nav >> text=Definitions")
     with page.expect_download() as download_info:
         page.click("#export")
-    path = download_info.value.path()
-    text = open(path).read()
-    assert '"users"' in text and '"vhosts"' in text
+    assert download_info.value.suggested_filename == "leveret-definitions.json"
+    exported = json.loads(open(download_info.value.path()).read())
+    assert any(u["name"] == "guest" for u in exported["users"])
+    assert any(v["name"] == "/" for v in exported["vhosts"])
+
+    # Import a file that adds one queue.
+    file = tmp_path / "defs.json"
+    file.write_text(
+        json.dumps(
+            {
+                "queues": [
+                    {
+                        "name": queue,
+                        "vhost": "/",
+                        "durable": True,
+                        "auto_delete": False,
+                        "arguments": {},
+                    }
+                ]
+            }
+        )
+    )
+    try:
+        page.set_input_files("#import input[name=file]", str(file))
+        page.click("#import button[type=submit]")
+        expect(page.locator("#toast")).to_have_text("Definitions imported")
+        expect(page.locator("#import-result")).to_contain_text("1 queues")
+        status, got = call(api(broker), "GET", f"/queues/%2F/{queue}")
+        assert status == 200 and got["durable"] is True
+        # A file that is not JSON is refused before it is sent.
+        file.write_text("this is not json")
+        page.set_input_files("#import input[name=file]", str(file))
+        page.click("#import button[type=submit]")
+        expect(page.locator("#toast")).to_contain_text("the file is not JSON")
+    finally:
+        call(api(broker), "DELETE", f"/queues/%2F/{queue}")
+
+
+def test_static_files_need_no_credentials_and_the_api_does(broker):
+    import urllib.error
+    import urllib.request
+
+    for path in ("/", "/ui/app.js", "/ui/style.css"):
+        with urllib.request.urlopen(broker[1] + path, timeout=10) as response:
+            assert response.status == 200
+            body = response.read().decode()
+            assert "http://" not in body and "https://" not in body  # nothing from outside
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(broker[1] + "/api/overview", timeout=10)
+    assert exc.value.code == 401
