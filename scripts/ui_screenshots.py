@@ -7,7 +7,6 @@ python scripts/ui_screenshots.py            (needs Debian's chromium and playwri
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -51,8 +50,7 @@ def main() -> None:
         worker.start()
         time.sleep(1)
         with sync_playwright() as p:
-            chromium = shutil.which("chromium") or "/usr/bin/chromium"
-            browser = p.chromium.launch(executable_path=chromium, args=ARGS)
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page(viewport={"width": 1366, "height": 820})
             page.goto(base)
             page.fill("input[name=username]", "guest")
@@ -65,10 +63,10 @@ def main() -> None:
             page.screenshot(path=OUT / "overview.png")
             for name, hash_, ready in (
                 ("queues", "#/queues", "a:text-is('audit')"),
-                ("queue", "#/queues/%2F/orders.eu", "dl.props"),
+                ("queue", "#/queues/%2F/orders.eu", "#queue-consumers td.num"),
                 ("exchanges", "#/exchanges", "a:text-is('orders')"),
                 ("connections", "#/connections", "tbody button"),
-                ("users", "#/users", "#set-permission"),
+                ("users", "#/users", "td:text-is('guest')"),
             ):
                 page.goto(base + hash_)
                 page.wait_for_selector(ready)
