@@ -1,4 +1,10 @@
-"""`leveret ctl` against a real `leveret server` process, over its control socket."""
+"""`leveret ctl` against a real `leveret server` process.
+
+The tests that use the `server` fixture run twice: over the control socket and
+with `--url` over the management HTTP API, so both ways give the same tables,
+JSON, messages and exit codes. test_ctl_url_on_rabbitmq runs the `--url` way
+against the reference RabbitMQ's own API.
+"""
 
 from __future__ import annotations
 
@@ -60,14 +66,17 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir, *extra: str) -> None:
+    def __init__(self, data_dir, *extra: str, transport: str = "socket") -> None:
         self.data_dir = str(data_dir)
+        self.transport = transport
         self.port = _free_port()
+        self.management_port = _free_port()
         self.log_path = os.path.join(os.path.dirname(self.data_dir), f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "server", "--port", str(self.port),
-             "--data-dir", self.data_dir, *extra],
+             "--data-dir", self.data_dir, "--management-port", str(self.management_port),
+             "--prometheus-port", "0", *extra],
             stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -77,13 +86,23 @@ class Server:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, open(self.log_path).read()
             if os.path.exists(sock):
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                with socket.socket() as s, socket.socket() as m:
+                    if (
+                        s.connect_ex(("127.0.0.1", self.port)) == 0
+                        and m.connect_ex(("127.0.0.1", self.management_port)) == 0
+                    ):
                         return self
             time.sleep(0.05)
         raise AssertionError("broker did not start")
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
     def ctl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        if self.transport == "url":
+            return ctl("--url", self.url, "--username", "guest", "--password", "guest", *args,
+                       stdin=stdin)  # fmt: skip
         return ctl("--data-dir", self.data_dir, *args, stdin=stdin)
 
     def stop(self) -> None:
@@ -102,9 +121,9 @@ def ctl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("ctl") / "data").wait()
+@pytest.fixture(scope="module", params=["socket", "url"])
+def server(request, tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("ctl") / "data", transport=request.param).wait()
     yield srv
     srv.stop()
 
@@ -332,3 +351,172 @@ def test_policies_from_the_command_line(server):
     assert result.returncode == 1
     assert result.stderr.startswith("Error: policy 'nope' does not exist in vhost '/'")
     assert server.ctl("clear_policy", "cap").returncode == 0
+
+
+def test_topic_permissions_limits_and_operator_policies(server):
+    assert server.ctl("add_user", "tp", "pw").returncode == 0
+    for exchange, write in (("amq.topic", "^a"), ("events", "^b"), ("logs", "^c")):
+        result = server.ctl("set_topic_permissions", "tp", exchange, write, ".*")
+        assert result.returncode == 0, result.stderr
+    assert server.ctl("clear_topic_permissions", "tp", "events").returncode == 0
+    rows = json.loads(server.ctl("--formatter", "json", "list_topic_permissions").stdout)
+    assert [(r["exchange"], r["write"]) for r in rows if r["user"] == "tp"] == [
+        ("amq.topic", "^a"),
+        ("logs", "^c"),
+    ]
+    result = server.ctl("clear_topic_permissions", "tp", "events")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "Error: user 'tp' has no topic permissions in vhost '/' for exchange 'events'"
+    )
+    assert server.ctl("clear_topic_permissions", "tp").returncode == 0
+    rows = json.loads(server.ctl("--formatter", "json", "list_topic_permissions").stdout)
+    assert [r for r in rows if r["user"] == "tp"] == []
+
+    server.ctl("set_permissions", "-p", "/", "tp", "", "", ".*")
+    rows = json.loads(server.ctl("--formatter", "json", "list_user_permissions", "tp").stdout)
+    assert rows == [{"user": "tp", "vhost": "/", "configure": "", "write": "", "read": ".*"}]
+    assert server.ctl("clear_password", "tp").returncode == 0
+    assert server.ctl("authenticate_user", "tp", "pw").returncode == 1
+
+    server.ctl("add_vhost", "limited")
+    limits = '{"max-queues": 3, "max-connections": 5}'
+    assert server.ctl("set_vhost_limits", "-p", "limited", limits).returncode == 0
+    vhosts = json.loads(server.ctl("--formatter", "json", "list_vhosts").stdout)
+    [limited] = [v for v in vhosts if v["name"] == "limited"]
+    assert limited["limits"] == {"max-queues": 3, "max-connections": 5}
+    assert server.ctl("clear_vhost_limits", "-p", "limited").returncode == 0
+    vhosts = json.loads(server.ctl("--formatter", "json", "list_vhosts").stdout)
+    assert [v["limits"] for v in vhosts if v["name"] == "limited"] == [{}]
+
+    result = server.ctl("set_operator_policy", "-p", "limited", "--apply-to", "queues", "cap", ".*",
+                        '{"max-length": 9}')  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(
+        server.ctl("--formatter", "json", "list_operator_policies", "-p", "limited").stdout
+    )
+    assert [(r["name"], r["definition"]) for r in rows] == [("cap", {"max-length": 9})]
+    assert server.ctl("clear_operator_policy", "-p", "limited", "cap").returncode == 0
+    result = server.ctl("clear_operator_policy", "-p", "limited", "cap")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "Error: operator policy 'cap' does not exist in vhost 'limited'"
+    ), result.stderr
+    assert server.ctl("delete_vhost", "limited").returncode == 0
+    assert server.ctl("delete_user", "tp").returncode == 0
+
+
+# --- only with --url ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("ctl-url") / "data", transport="url").wait()
+    yield srv
+    srv.stop()
+
+
+def _url_ctl(url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_url_credentials_from_the_url_and_the_environment(api_server):
+    port = api_server.management_port
+    result = _url_ctl(f"http://guest:guest@127.0.0.1:{port}", "list_users")
+    assert result.returncode == 0 and "guest\tadministrator" in result.stdout
+    result = _url_ctl(api_server.url, "list_users", env={"LEVERET_CTL_PASSWORD": "guest"})
+    assert result.returncode == 0 and "guest\tadministrator" in result.stdout
+
+
+def test_url_wrong_password_and_missing_tags_are_exit_77(api_server):
+    result = _url_ctl(api_server.url, "--password", "wrong", "list_users")
+    assert result.returncode == 77
+    assert result.stderr == (
+        f"Error: the management API at {api_server.url} refused user 'guest': "
+        "login failed (check --username and --password)\n"
+    )
+    api_server.ctl("add_user", "plain", "pw")
+    result = _url_ctl(api_server.url, "--username", "plain", "--password", "pw", "list_vhosts")
+    assert result.returncode == 77
+    assert "user 'plain' has no management tag" in result.stderr
+    api_server.ctl("set_user_tags", "plain", "management")
+    result = _url_ctl(api_server.url, "--username", "plain", "--password", "pw", "list_users")
+    assert result.returncode == 77
+    assert result.stderr.startswith("Error: user 'plain' may not list_users: "), result.stderr
+    # Commands that change nothing the user may not see still work for a management user.
+    assert api_server.ctl("authenticate_user", "plain", "pw").returncode == 0
+
+
+def test_url_without_an_api_is_exit_69_and_a_bad_url_is_exit_2(api_server):
+    result = _url_ctl(f"http://127.0.0.1:{_free_port()}", "list_users")
+    assert result.returncode == 69
+    assert "cannot reach the management API at http://127.0.0.1:" in result.stderr
+    assert "Connection refused" in result.stderr
+    # The AMQP port is not an HTTP API.
+    result = _url_ctl(f"http://127.0.0.1:{api_server.port}", "list_users")
+    assert result.returncode == 69, result.stderr
+    result = _url_ctl("127.0.0.1:15672", "list_users")
+    assert result.returncode == 2
+    assert "--url must be http://HOST:PORT or https://HOST:PORT" in result.stderr
+
+
+def test_ctl_url_on_rabbitmq():
+    """The same `--url` commands against RabbitMQ's own management API (15673)."""
+    from access_setup import RABBITMQ_API
+
+    base = RABBITMQ_API.removesuffix("/api")
+    probe = _url_ctl(base, "list_vhosts")
+    if probe.returncode == 69:
+        pytest.skip(f"the reference RabbitMQ's API is not running at {base}")
+    suffix = os.urandom(3).hex()
+    vhost, user = f"ctl-{suffix}", f"ctl-{suffix}"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        result = _url_ctl(base, *args)
+        assert result.returncode == 0, (args, result.stderr)
+        return result
+
+    run("add_vhost", vhost)
+    try:
+        run("add_user", user, "pw", "--tags", "monitoring")
+        run("set_permissions", "-p", vhost, user, "^q", ".*", ".*")
+        for exchange in ("amq.topic", "events"):
+            run("set_topic_permissions", "-p", vhost, user, exchange, "^w", "^r")
+        run("clear_topic_permissions", "-p", vhost, user, "events")
+        topics = json.loads(
+            run("--formatter", "json", "list_topic_permissions", "-p", vhost).stdout
+        )
+        assert [t["exchange"] for t in topics] == ["amq.topic"]
+        run("set_user_tags", user, "management")
+        assert run("authenticate_user", user, "pw").returncode == 0
+        assert _url_ctl(base, "authenticate_user", user, "nope").returncode == 1
+        run("set_vhost_limits", "-p", vhost, '{"max-queues": 4}')
+        vhosts = json.loads(run("--formatter", "json", "list_vhosts").stdout)
+        assert [v["limits"] for v in vhosts if v["name"] == vhost] == [{"max-queues": 4}]
+        run("set_policy", "-p", vhost, "--apply-to", "queues", "cap", "^q", '{"max-length": 2}')
+        policies = json.loads(run("--formatter", "json", "list_policies", "-p", vhost).stdout)
+        assert [(p["name"], p["apply-to"], p["priority"]) for p in policies] == [
+            ("cap", "queues", 0)
+        ]
+        assert run("list_queues", "-p", vhost).stdout == ""
+        exchanges = run("list_exchanges", "-p", vhost).stdout
+        assert "amq.topic\ttopic\ttrue\tfalse\tfalse" in exchanges
+        export = json.loads(run("export_definitions", "--only-vhost", vhost, "-").stdout)
+        assert export["policies"][0]["name"] == "cap"
+        result = _url_ctl(base, "add_user", user, "again")
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"Error: user '{user}' already exists")
+        result = _url_ctl(base, "clear_policy", "-p", vhost, "nope")
+        assert result.stderr.startswith(f"Error: policy 'nope' does not exist in vhost '{vhost}'")
+    finally:
+        _url_ctl(base, "delete_user", user)
+        run("delete_vhost", vhost)
+    result = _url_ctl(base, "delete_vhost", vhost)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: vhost '{vhost}' does not exist")

@@ -323,3 +323,79 @@ def test_policies_topic_permissions_and_vhost_limits(api):
     finally:
         call(api, "DELETE", f"/users/{user}")
         call(api, "DELETE", f"/vhosts/{vhost}")
+
+
+def test_user_listings_bulk_delete_and_a_users_connections(api):
+    lonely, busy, vhost = unique("api-lonely"), unique("api-busy"), unique("api-tv")
+    assert call(api, "PUT", f"/vhosts/{vhost}", {})[0] == 201
+    try:
+        for user in (lonely, busy):
+            assert call(api, "PUT", f"/users/{user}", {"password": "pw", "tags": ""})[0] == 201
+        perm = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert call(api, "PUT", f"/permissions/{vhost}/{busy}", perm)[0] == 201
+        status, body = call(api, "GET", "/users/without-permissions")
+        names = [u["name"] for u in body]
+        assert status == 200 and lonely in names and busy not in names
+        assert {"name", "password_hash", "hashing_algorithm", "tags"} <= set(body[0])
+
+        topic = {"exchange": "amq.topic", "write": "^w", "read": "^r"}
+        assert call(api, "PUT", f"/topic-permissions/{vhost}/{busy}", topic)[0] == 201
+        expected = [{"user": busy, "vhost": vhost, **topic}]
+        assert call(api, "GET", f"/vhosts/{vhost}/topic-permissions") == (200, expected)
+        assert call(api, "GET", f"/users/{busy}/topic-permissions") == (200, expected)
+        assert call(api, "GET", f"/users/{lonely}/topic-permissions") == (200, [])
+        not_found = (404, {"error": "Object Not Found", "reason": "Not Found"})
+        assert call(api, "GET", "/vhosts/no-such-vhost/topic-permissions") == not_found
+        assert call(api, "GET", "/users/no-such-user/topic-permissions") == not_found
+
+        # A user's connections; closing them is 320 to the client, as for one connection.
+        params = pika.URLParameters(api[1])
+        params.credentials = pika.PlainCredentials(busy, "pw")
+        params.virtual_host = vhost
+        connection = pika.BlockingConnection(params)
+        deadline = time.monotonic() + 15  # RabbitMQ's connection tracking lags a little
+        while time.monotonic() < deadline:
+            status, rows = call(api, "GET", f"/connections/username/{busy}")
+            if rows:
+                break
+            time.sleep(0.2)
+        assert status == 200 and len(rows) == 1
+        assert {k: rows[0][k] for k in ("user", "vhost")} == {"user": busy, "vhost": vhost}
+        assert set(rows[0]) == {"name", "node", "user", "vhost"}
+        assert call(api, "GET", "/connections/username/no-such-user") == (200, [])
+        assert call(api, "DELETE", f"/connections/username/{busy}") == (204, None)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            connection.process_data_events(time_limit=5)
+            connection.process_data_events(time_limit=5)
+        assert info.value.reply_code == 320
+        assert info.value.reply_text == "CONNECTION_FORCED - Closed via management plugin"
+
+        assert call(api, "POST", "/users/bulk-delete", {"userz": []}) == (
+            400,
+            {"error": "bad_request", "reason": "[{key_missing,users}]"},
+        )
+        assert call(api, "POST", "/users/bulk-delete", {"users": [lonely, "no-such-user"]}) == (
+            400,
+            {"error": "bad_request", "reason": ["no_such_user", "no-such-user"]},
+        )
+        # (RabbitMQ has deleted `lonely` by now; Leveret checks every name first.)
+        call(api, "PUT", f"/users/{lonely}", {"password": "pw", "tags": ""})
+        assert call(api, "POST", "/users/bulk-delete", {"users": [lonely, busy]}) == (204, None)
+        assert call(api, "GET", f"/users/{lonely}") == not_found
+        assert call(api, "GET", f"/users/{busy}") == not_found
+    finally:
+        call(api, "DELETE", f"/users/{lonely}")
+        call(api, "DELETE", f"/users/{busy}")
+        call(api, "DELETE", f"/vhosts/{vhost}")
+
+
+def test_a_user_without_a_management_tag(api):
+    user = unique("api-notag")
+    assert call(api, "PUT", f"/users/{user}", {"password": "pw", "tags": ""})[0] == 201
+    try:
+        assert call(api, "GET", "/whoami", user=user, password="pw") == (
+            401,
+            {"error": "not_authorised", "reason": "Not management user"},
+        )
+    finally:
+        call(api, "DELETE", f"/users/{user}")

@@ -2,9 +2,12 @@
 
 It talks to the running broker over the control socket in its data directory
 (server.ctl_socket), so only the account that runs the broker can use it.
+With `--url` it talks to a broker elsewhere through the management HTTP API
+instead, as a user with the administrator tag (ctl_http).
 Output is a table for people, or JSON with `--formatter json` for scripts.
 Exit status: 0 done, 1 refused (the broker's message is printed), 2 usage,
-69 no broker to talk to (as rabbitmqctl's "unable to perform an operation").
+69 no broker to talk to (as rabbitmqctl's "unable to perform an operation"),
+77 the API refused the credentials (as rabbitmqctl's "no permission").
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from leveret.server.ctl_socket import SOCKET_NAME
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
+EXIT_NOPERM = 77
 
 # command → (help, positional arguments, takes -p VHOST)
 COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
@@ -69,6 +73,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the broker's --data-dir, where its control socket is (default %(default)s)",
     )
     parser.add_argument("--socket", help="the control socket's path (instead of --data-dir)")
+    parser.add_argument(
+        "--url",
+        help="a broker elsewhere: its management API, e.g. http://HOST:15672 "
+        "(instead of the control socket)",
+    )
+    parser.add_argument(
+        "--username",
+        dest="api_username",
+        default=os.environ.get("LEVERET_CTL_USERNAME", "guest"),
+        help="with --url: an administrator (default $LEVERET_CTL_USERNAME or guest)",
+    )
+    parser.add_argument(
+        "--password",
+        dest="api_password",
+        default=os.environ.get("LEVERET_CTL_PASSWORD", "guest"),
+        help="with --url: its password (default $LEVERET_CTL_PASSWORD, which keeps it out of "
+        "the process list, or guest)",
+    )
     parser.add_argument(
         "--formatter",
         choices=["table", "json"],
@@ -256,10 +278,14 @@ def _cell(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = args.socket or os.path.join(args.data_dir, SOCKET_NAME)
     try:
         op, params = _request(args)
-        result = call(path, op, params)
+        if args.url:
+            from leveret.ctl_http import HttpControl
+
+            result = HttpControl(args.url, args.api_username, args.api_password).call(op, params)
+        else:
+            result = call(args.socket or os.path.join(args.data_dir, SOCKET_NAME), op, params)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.status

@@ -65,7 +65,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 response.headers["WWW-Authenticate"] = 'Basic realm="Leveret Management"'
             return response
         if not MANAGEMENT_TAGS & set(user.tags):
-            return error(401, "not_authorized", "Not management user")
+            return error(401, "not_authorised", "Not management user")  # sic, as RabbitMQ
         request["user"] = user
     try:
         return await handler(request)

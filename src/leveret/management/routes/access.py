@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker.errors import InvalidValue, NotFound
-from leveret.management.app import read_json
+from leveret.management.app import error, read_json
 from leveret.management.routes.common import (
     _admin,
     _body_dict,
@@ -107,6 +107,33 @@ async def put_user(request: web.Request) -> web.Response:
     return _ok(204 if existed else 201)
 
 
+async def users_without_permissions(request: web.Request) -> web.Response:
+    _require_admin(request)
+    broker = _broker(request)
+    with_permissions = {user for user, _ in broker.access.permissions}
+    users = sorted(broker.access.users.values(), key=lambda u: u.name)
+    return web.json_response([_user_json(u) for u in users if u.name not in with_permissions])
+
+
+async def bulk_delete_users(request: web.Request) -> web.Response:
+    """POST {"users": [...]}. All names are checked first, so a missing one deletes nothing
+    (RabbitMQ deletes the names before it)."""
+    _require_admin(request)
+    body = _body_dict(await read_json(request))
+    names = body.get("users")
+    if names is None:
+        raise InvalidValue("[{key_missing,users}]")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidValue("users must be a list of user names")
+    users = _broker(request).access.users
+    for name in names:
+        if name not in users:
+            return error(400, "bad_request", ["no_such_user", name])
+    for name in dict.fromkeys(names):
+        _admin(request).delete_user(name)
+    return _ok()
+
+
 async def delete_user(request: web.Request) -> web.Response:
     _require_admin(request)
     _admin(request).delete_user(request.match_info["user"])
@@ -160,9 +187,14 @@ async def delete_permission(request: web.Request) -> web.Response:
 
 
 async def list_topic_permissions(request: web.Request) -> web.Response:
+    """All, one vhost's, one user's, or one user's in one vhost (404 for unknown names)."""
     _require_admin(request)
     vhost = request.match_info.get("vhost")
     user = request.match_info.get("user")
+    if vhost is not None:
+        _vhost(request)
+    if user is not None:
+        _admin(request).user(user)
     return web.json_response(_admin(request).list_topic_permissions(vhost=vhost, user=user))
 
 
@@ -219,6 +251,8 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_delete("/api/vhosts/{vhost}", delete_vhost)
     r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
     r.add_get("/api/users", list_users)
+    r.add_get("/api/users/without-permissions", users_without_permissions)
+    r.add_post("/api/users/bulk-delete", bulk_delete_users)
     r.add_get("/api/users/{user}", get_user)
     r.add_put("/api/users/{user}", put_user)
     r.add_delete("/api/users/{user}", delete_user)
@@ -229,6 +263,8 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_delete("/api/permissions/{vhost}/{user}", delete_permission)
     r.add_get("/api/topic-permissions", list_topic_permissions)
     r.add_get("/api/topic-permissions/{vhost}/{user}", list_topic_permissions)
+    r.add_get("/api/vhosts/{vhost}/topic-permissions", list_topic_permissions)
+    r.add_get("/api/users/{user}/topic-permissions", list_topic_permissions)
     r.add_put("/api/topic-permissions/{vhost}/{user}", put_topic_permission)
     r.add_delete("/api/topic-permissions/{vhost}/{user}", delete_topic_permission)
     r.add_get("/api/vhost-limits", list_vhost_limits)

@@ -9,10 +9,12 @@ from aiohttp import web
 from leveret.broker import definitions_json
 from leveret.broker.errors import NotFound
 from leveret.broker.stats import connection_counts, message_stats_json
+from leveret.management.app import Denied
 from leveret.management.routes.common import (
     NODE,
     _broker,
     _ok,
+    _require_admin,
     _vhost,
     _visible_vhosts,
     listing,
@@ -102,6 +104,38 @@ async def delete_connection(request: web.Request) -> web.Response:
         raise NotFound(conn.name)
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     conn.force_close(text=f"CONNECTION_FORCED - {reason}")
+    return _ok()
+
+
+def _user_connections(request: web.Request) -> list[Any]:
+    """A user's connections, for that user itself, monitoring or administrator users."""
+    name, user = request.match_info["user"], request["user"]
+    if name != user.name and not {"administrator", "monitoring"} & set(user.tags):
+        raise Denied("Not administrator user")
+    return sorted(_broker(request).connections_of(user=name), key=lambda c: c.name)
+
+
+async def user_connections(request: web.Request) -> web.Response:
+    """RabbitMQ lists these from its connection tracking: name, node, user, vhost only."""
+    return web.json_response(
+        [
+            {
+                "name": c.name,
+                "node": NODE,
+                "user": c.user,
+                "vhost": c.vhost.name if c.vhost else None,
+            }
+            for c in _user_connections(request)
+        ]
+    )
+
+
+async def close_user_connections(request: web.Request) -> web.Response:
+    if request["user"].name != request.match_info["user"]:
+        _require_admin(request)
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    for conn in _user_connections(request):
+        conn.force_close(text=f"CONNECTION_FORCED - {reason}")
     return _ok()
 
 
@@ -207,3 +241,5 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/vhosts/{vhost}/connections", list_connections)
     r.add_get("/api/connections/{name}", get_connection)
     r.add_delete("/api/connections/{name}", delete_connection)
+    r.add_get("/api/connections/username/{user}", user_connections)
+    r.add_delete("/api/connections/username/{user}", close_user_connections)
