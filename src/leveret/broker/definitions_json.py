@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 import leveret
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, parse_tags
-from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.errors import InvalidValue, ModelError, NotFound
 from leveret.broker.policies import Policy
-from leveret.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -334,9 +333,8 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
         for i, item in enumerate(doc.get(kind, [])):
             try:
                 _declare(admin.vhost(vh(item)), kind, item)
-            except (AMQPError, NotFound) as exc:
-                text = getattr(exc, "reply_text", None) or str(exc)
-                raise InvalidValue(f"{kind}[{i}]: {text}") from None
+            except ModelError as exc:
+                raise InvalidValue(f"{kind}[{i}]: {exc}") from None
     for section in TOP_LEVEL:
         if isinstance(doc.get(section), list):
             counts[section] = len(doc[section])

@@ -1,7 +1,9 @@
 """Errors of the broker's administrative model (vhosts, users, permissions, limits).
 
-They name what went wrong and carry no protocol codes: each front end (AMQP,
-the ctl socket, later the HTTP API) maps them to its own codes and status.
+They name what went wrong and carry no protocol codes: each front end maps
+them to its own (server.amqp_errors to AMQP reply codes, the management API's
+middleware to HTTP statuses, the ctl socket to error kinds). `str(error)` is
+the reply text without the code's name, in RabbitMQ's words where it has some.
 """
 
 from __future__ import annotations
@@ -21,6 +23,22 @@ class AlreadyExists(ModelError):
 
 class InvalidValue(ModelError):
     """A value the broker refuses: a bad regular expression, hash, limit or name."""
+
+
+class PreconditionFailed(InvalidValue):
+    """A declaration that differs from what exists, a bad argument, or an object in use."""
+
+
+class UnknownType(InvalidValue):
+    """An exchange type the broker does not have (AMQP treats it as a connection error)."""
+
+
+class ResourceLocked(ModelError):
+    """An exclusive queue that belongs to another connection."""
+
+
+class NotSupported(ModelError):
+    """An operation this kind of queue does not have, e.g. basic.get on a stream."""
 
 
 class AccessRefused(ModelError):

@@ -11,8 +11,7 @@ import decimal
 from dataclasses import dataclass
 from typing import Any
 
-from leveret.protocol.constants import PRECONDITION_FAILED
-from leveret.protocol.errors import ChannelError
+from leveret.broker.errors import PreconditionFailed
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_TYPES = ("classic", "stream")
@@ -75,8 +74,8 @@ def _text(value: Any) -> str:
 def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOptions:
     """Check a queue.declare arguments table; raise 406 with RabbitMQ's text if invalid."""
 
-    def fail(key: str, reason: str) -> ChannelError:
-        return ChannelError(PRECONDITION_FAILED, f"invalid arg '{key}' for {describe}: {reason}")
+    def fail(key: str, reason: str) -> PreconditionFailed:
+        return PreconditionFailed(f"invalid arg '{key}' for {describe}: {reason}")
 
     def integer(key: str, *, positive: bool = False, maximum: int | None = None) -> int | None:
         if key not in arguments:
@@ -109,8 +108,7 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
     if "x-dead-letter-exchange" in arguments:
         value = arguments["x-dead-letter-exchange"]
         if not isinstance(value, str | bytes):
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise PreconditionFailed(
                 f"invalid type '{amqp_type_name(value)}' for arg 'x-dead-letter-exchange' in "
                 f"{describe}",
             )
@@ -178,15 +176,9 @@ def parse_expiration(value: Any) -> int:
     try:
         number = int(head)
     except ValueError:
-        raise ChannelError(
-            PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer"
-        ) from None
+        raise PreconditionFailed(f"invalid expiration '{text}': no_integer") from None
     if rest:
-        raise ChannelError(
-            PRECONDITION_FAILED, f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}"
-        )
+        raise PreconditionFailed(f"invalid expiration '{text}': {{leftover_string,\"{rest}\"}}")
     if number < 0:
-        raise ChannelError(
-            PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{number}}}"
-        )
+        raise PreconditionFailed(f"invalid expiration '{text}': {{value_negative,{number}}}")
     return number

@@ -1,7 +1,8 @@
 """A virtual host: the namespace of exchanges and queues, and routing between them.
 
-Model operations raise ChannelError / ConnectionError_ with RabbitMQ's reply
-codes and texts; the channel layer adds the class and method ids.
+Model operations raise broker.errors (NotFound, PreconditionFailed, ...) with
+RabbitMQ's reply texts; server.amqp_errors gives them their AMQP reply codes and
+the channel layer the class and method ids, the management API its statuses.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import os
 from typing import Any
 
 from leveret.broker.durability import DurabilityHooks
-from leveret.broker.errors import NotFound
+from leveret.broker.errors import (
+    AccessRefused,
+    LimitReached,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,
+    UnknownType,
+)
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
@@ -20,14 +28,6 @@ from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
 from leveret.broker.queues import Queue, QueueEntry, new_queue
 from leveret.broker.stats import MessageStats
-from leveret.protocol.constants import (
-    ACCESS_REFUSED,
-    COMMAND_INVALID,
-    NOT_FOUND,
-    PRECONDITION_FAILED,
-    RESOURCE_LOCKED,
-)
-from leveret.protocol.errors import ChannelError, ConnectionError_
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -61,8 +61,7 @@ def _check_equivalent(describe: str, *fields: tuple[str, str, str]) -> None:
     """406 for the first (name, received, current) that differs, in RabbitMQ's words."""
     for field, got, current in fields:
         if got != current:
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise PreconditionFailed(
                 f"inequivalent arg '{field}' for {describe}: "
                 f"received '{got}' but current is '{current}'",
             )
@@ -93,7 +92,7 @@ class VirtualHost:
     def get_exchange(self, name: str) -> Exchange:
         exchange = self.exchanges.get(name)
         if exchange is None:
-            raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
+            raise NotFound(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
     def declare_exchange(
@@ -107,20 +106,19 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> Exchange:
         if not name:
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise AccessRefused("operation not permitted on the default exchange")
         existing = self.exchanges.get(name)
         if passive:
             if existing is None:
-                raise ChannelError(NOT_FOUND, f"no exchange '{name}' in vhost '{self.name}'")
+                raise NotFound(f"no exchange '{name}' in vhost '{self.name}'")
             return existing
         if type_name not in EXCHANGE_TYPES:
-            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
+            raise UnknownType(f"unknown exchange type '{type_name}'")
         arguments = arguments or {}
         if existing is None:
             EXCHANGE_TYPES[type_name].validate_arguments(arguments)
             if name.startswith("amq."):
-                raise ChannelError(
-                    ACCESS_REFUSED,
+                raise AccessRefused(
                     f"exchange name '{name}' contains reserved prefix 'amq.*'",
                 )
             exchange = Exchange(
@@ -149,8 +147,7 @@ class VirtualHost:
             existing.arguments.get("alternate-exchange"),
         )
         if ae_new != ae_old:
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise PreconditionFailed(
                 f"inequivalent arg 'alternate-exchange' for {existing.describe()}: "
                 f"received {ae_new!r} but current is {ae_old!r}",
             )
@@ -158,17 +155,16 @@ class VirtualHost:
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if not name:
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise AccessRefused("operation not permitted on the default exchange")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # idempotent, as RabbitMQ 3.x
         if name.startswith("amq.") and exchange in self._standard():
-            raise ChannelError(
-                ACCESS_REFUSED,
+            raise AccessRefused(
                 f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed",
             )
         if if_unused and exchange.bindings:
-            raise ChannelError(PRECONDITION_FAILED, f"{exchange.describe()} in use")
+            raise PreconditionFailed(f"{exchange.describe()} in use")
         self._remove_exchange(exchange)
 
     def _standard(self) -> list[Exchange]:
@@ -197,10 +193,9 @@ class VirtualHost:
         """The named queue, checking exclusive ownership against `connection`."""
         queue = self.queues.get(name)
         if queue is None:
-            raise ChannelError(NOT_FOUND, f"no queue '{name}' in vhost '{self.name}'")
+            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
-            raise ChannelError(
-                RESOURCE_LOCKED,
+            raise ResourceLocked(
                 f"cannot obtain exclusive access to locked {queue.describe()}. It could be "
                 "originally declared on another connection or the exclusive property value "
                 "does not match that of the original declaration.",
@@ -237,8 +232,7 @@ class VirtualHost:
             for key in EQUIVALENCE_ARGS:
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
                 if got_arg != cur_arg or type(got_arg) is not type(cur_arg):
-                    raise ChannelError(
-                        PRECONDITION_FAILED,
+                    raise PreconditionFailed(
                         inequivalent_text(key, existing.describe(), got_arg, cur_arg),
                     )
             existing.touch()
@@ -246,13 +240,10 @@ class VirtualHost:
         if not name:
             name = self.new_queue_name()
         elif name.startswith("amq.") and not server_named:
-            raise ChannelError(
-                ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
-            )
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         limit = self.limits.get("max-queues")
         if limit is not None and len(self.queues) >= limit:
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise LimitReached(
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
                 f"({limit}) is reached",
             )
@@ -403,7 +394,7 @@ class VirtualHost:
         arguments: dict[str, Any],
     ) -> None:
         if source is self.default_exchange or destination is self.default_exchange:
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise AccessRefused("operation not permitted on the default exchange")
         source.router.validate_binding(routing_key, arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.add_binding(binding):
@@ -430,7 +421,7 @@ class VirtualHost:
         such as aio-pika's RPC pattern unbinds after the queue was auto-deleted.
         """
         if not source_name or (not to_queue and not destination_name):
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise AccessRefused("operation not permitted on the default exchange")
         source = self.exchanges.get(source_name)
         if to_queue:
             if destination_name not in self.queues:

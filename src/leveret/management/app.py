@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.broker.errors import AlreadyExists, InvalidValue, ModelError, NotFound
+from leveret.broker.errors import AccessRefused, AlreadyExists, InvalidValue, ModelError, NotFound
 from leveret.broker.stats import Sampler
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         return error(401, "not_authorised", exc.reason)  # RabbitMQ's spelling here
     except NotFound:
         return not_found()
+    except AccessRefused as exc:
+        return error(401, "not_authorised", str(exc))
     except (InvalidValue, AlreadyExists) as exc:
         return error(400, "bad_request", str(exc))
     except ModelError as exc:

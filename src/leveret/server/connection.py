@@ -23,6 +23,7 @@ from pamqp import commands as cmd
 import leveret
 from leveret.auth.sasl import certificate_cn
 from leveret.auth.users import is_loopback
+from leveret.broker.errors import ModelError
 from leveret.broker.stats import MessageStats, connection_counts, rates_between
 from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
@@ -39,6 +40,7 @@ from leveret.protocol.constants import (
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import HEARTBEAT_FRAME
+from leveret.server.amqp_errors import amqp_error
 from leveret.server.authorization import Guard
 from leveret.server.channel import Channel
 from leveret.server.publishing import MAX_MESSAGE_SIZE
@@ -185,14 +187,14 @@ class AMQPConnection(asyncio.Protocol):
                     if ch is not None and not ch.closing:
                         try:
                             ch.on_publish(event)
-                        except AMQPError as exc:
+                        except (AMQPError, ModelError) as exc:
                             self._channel_exception(ch, exc, BASIC_PUBLISH)
                 elif kind is pc.Ack:
                     ch = channels.get(event.channel)
                     if ch is not None and not ch.closing:
                         try:
                             ch.ack(event.delivery_tag, event.multiple)
-                        except AMQPError as exc:
+                        except (AMQPError, ModelError) as exc:
                             self._channel_exception(ch, exc, BASIC_ACK)
                 else:
                     self._event(event)
@@ -201,6 +203,9 @@ class AMQPConnection(asyncio.Protocol):
         except AMQPError as exc:
             events.close()
             self.close_with_error(exc)
+        except ModelError as exc:
+            events.close()
+            self.close_with_error(amqp_error(exc))
         except Exception:
             events.close()
             log.exception("internal error on connection %s", self.peer)
@@ -224,7 +229,7 @@ class AMQPConnection(asyncio.Protocol):
                 if ch is not None and not ch.closing:
                     try:
                         ch.handle_method(method)
-                    except AMQPError as exc:
+                    except (AMQPError, ModelError) as exc:
                         self._channel_exception(ch, exc, method.index)
             else:
                 self._connection_method(method)
@@ -234,7 +239,7 @@ class AMQPConnection(asyncio.Protocol):
             if ch is not None and not ch.closing:
                 try:
                     ch.on_basic_nack(e)  # the event has a method's field names
-                except AMQPError as exc:
+                except (AMQPError, ModelError) as exc:
                     self._channel_exception(ch, exc, BASIC_NACK)
         elif kind is pc.ChannelOpened:
             number = event.channel  # type: ignore[attr-defined]
@@ -275,8 +280,10 @@ class AMQPConnection(asyncio.Protocol):
                 COMMAND_INVALID, f"unexpected {type(event).__name__} from a client"
             )
 
-    def _channel_exception(self, ch: Channel, exc: AMQPError, index: int) -> None:
+    def _channel_exception(self, ch: Channel, exc: AMQPError | ModelError, index: int) -> None:
         """A channel handler raised: close the channel, or the connection for hard errors."""
+        if isinstance(exc, ModelError):
+            exc = amqp_error(exc)
         if not exc.class_id and index:
             exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
         if isinstance(exc, ChannelError) and not exc.is_connection_error:

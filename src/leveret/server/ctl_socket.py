@@ -161,7 +161,8 @@ class ControlSocket:
         try:
             result = run_operation(self._broker(), op, args)
         except ModelError as exc:
-            return {"error": ERROR_KINDS.get(type(exc), "error"), "message": str(exc)}
+            kind = next((k for t, k in ERROR_KINDS.items() if isinstance(exc, t)), "error")
+            return {"error": kind, "message": str(exc)}
         except TypeError as exc:
             return {"error": "invalid", "message": f"bad arguments for {op}: {exc}"}
         except Exception:

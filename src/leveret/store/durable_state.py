@@ -18,11 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 from leveret.broker.durability import DurabilityHooks
+from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import parse_expiration
 from leveret.broker.queues import Queue, QueueEntry
-from leveret.protocol.errors import ChannelError
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
@@ -299,7 +299,7 @@ class DurableState(DurabilityHooks):
                 if flags & FLAG_EXPIRATION:
                     try:
                         message.ttl = parse_expiration(message.properties.expiration)
-                    except ChannelError:
+                    except PreconditionFailed:
                         message.ttl = None
                 if self.memory_used + size > self.memory_budget and size:
                     message.body = None  # stays paged out until delivered

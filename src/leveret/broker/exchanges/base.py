@@ -28,11 +28,11 @@ class ExchangeType:
 
     @classmethod
     def validate_binding(cls, routing_key: str, arguments: dict[str, Any]) -> None:
-        """Raise ChannelError for a binding this type cannot accept."""
+        """Raise PreconditionFailed for a binding this type cannot accept."""
 
     @classmethod
     def validate_arguments(cls, arguments: dict[str, Any]) -> None:
-        """Raise ChannelError for exchange.declare arguments this type cannot accept."""
+        """Raise PreconditionFailed for exchange.declare arguments this type cannot accept."""
 
     def attach(self, storage_path: str | None) -> None:
         """The exchange now exists; a type with state on disk keeps it at storage_path

@@ -17,9 +17,8 @@ import bisect
 import zlib
 from typing import Any
 
+from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
-from leveret.protocol.constants import PRECONDITION_FAILED
-from leveret.protocol.errors import ChannelError
 
 HASH_PROPERTIES = ("message_id", "correlation_id", "timestamp")
 # Ring points per unit of weight: with one point per unit, four equal bindings
@@ -58,23 +57,21 @@ class ConsistentHashExchange(ExchangeType):
     @classmethod
     def validate_arguments(cls, arguments: dict[str, Any]) -> None:
         if "hash-header" in arguments and "hash-property" in arguments:
-            raise ChannelError(
-                PRECONDITION_FAILED, "hash-header and hash-property are mutually exclusive"
-            )
+            raise PreconditionFailed("hash-header and hash-property are mutually exclusive")
         prop = arguments.get("hash-property")
         if prop is not None and _text(prop) not in HASH_PROPERTIES:
-            raise ChannelError(PRECONDITION_FAILED, f"Unsupported property: {_text(prop)}")
+            raise PreconditionFailed(f"Unsupported property: {_text(prop)}")
 
     @classmethod
     def validate_binding(cls, routing_key: str, arguments: dict[str, Any]) -> None:
         try:
             weight = int(routing_key)
         except ValueError:
-            raise ChannelError(
-                PRECONDITION_FAILED, f'The binding key must be an integer: <<"{routing_key}">>'
+            raise PreconditionFailed(
+                f'The binding key must be an integer: <<"{routing_key}">>'
             ) from None
         if weight <= 0:
-            raise ChannelError(PRECONDITION_FAILED, "The binding key must be greater than 0")
+            raise PreconditionFailed("The binding key must be greater than 0")
 
     def bind(self, destination: Any, routing_key: str, arguments: dict[str, Any]) -> None:
         self._weights[(destination, routing_key)] = int(routing_key)

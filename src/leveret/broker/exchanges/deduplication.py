@@ -21,9 +21,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType, RefCounts
-from leveret.protocol.constants import PRECONDITION_FAILED
-from leveret.protocol.errors import ChannelError
 
 HEADER = "x-deduplication-header"
 
@@ -32,12 +31,10 @@ def _positive(arguments: dict[str, Any], key: str, required: bool = False) -> No
     value = arguments.get(key)
     if value is None:
         if required:
-            raise ChannelError(PRECONDITION_FAILED, f"Missing or invalid argument {key}")
+            raise PreconditionFailed(f"Missing or invalid argument {key}")
         return
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ChannelError(
-            PRECONDITION_FAILED, f"Invalid {key} argument: expected a positive integer"
-        )
+        raise PreconditionFailed(f"Invalid {key} argument: expected a positive integer")
 
 
 def _text(value: Any) -> str:
@@ -63,8 +60,7 @@ class DeduplicationExchange(ExchangeType):
         _positive(arguments, "x-cache-ttl")
         persistence = arguments.get("x-cache-persistence", "memory")
         if _text(persistence) not in ("memory", "disk"):
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise PreconditionFailed(
                 f"Invalid x-cache-persistence argument: expected memory or disk, "
                 f"got {_text(persistence)}",
             )

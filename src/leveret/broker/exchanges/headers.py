@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
-from leveret.protocol.constants import PRECONDITION_FAILED
-from leveret.protocol.errors import ChannelError
 
 _MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
@@ -32,8 +31,7 @@ class HeadersExchange(ExchangeType):
         if isinstance(mode, bytes):
             mode = mode.decode(errors="replace")
         if mode not in _MATCH_MODES:
-            raise ChannelError(
-                PRECONDITION_FAILED,
+            raise PreconditionFailed(
                 f"Invalid x-match field value {mode!r}; expected all, any, all-with-x, "
                 "or any-with-x",
             )

@@ -17,12 +17,11 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.errors import NotSupported, PreconditionFailed
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import QueueEntry
 from leveret.broker.stats import MessageStats
-from leveret.protocol.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
-from leveret.protocol.errors import ChannelError, ConnectionError_
 from leveret.protocol.properties import FLAG_HEADERS, rewrite_header, split_properties
 from leveret.store.stream_log import StreamLog
 
@@ -166,24 +165,20 @@ class StreamQueue(Queue):
         for bad, name in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
                           (auto_delete, "auto-delete")):  # fmt: skip
             if bad:
-                raise ChannelError(PRECONDITION_FAILED, f"invalid property '{name}' for {describe}")
+                raise PreconditionFailed(f"invalid property '{name}' for {describe}")
         for key in _NOT_FOR_STREAMS:
             if key in arguments:
-                raise ChannelError(
-                    PRECONDITION_FAILED,
+                raise PreconditionFailed(
                     f"invalid arg '{key}' for {describe} of queue type rabbit_stream_queue",
                 )
         if "x-max-age" in arguments and parse_age(arguments["x-max-age"]) is None:
-            raise ChannelError(
-                PRECONDITION_FAILED, f"invalid arg 'x-max-age' for {describe}: invalid_max_age"
-            )
+            raise PreconditionFailed(f"invalid arg 'x-max-age' for {describe}: invalid_max_age")
         for key in ("x-stream-max-segment-size-bytes", "x-max-length-bytes"):
             value = arguments.get(key)
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value <= 0
             ):
-                raise ChannelError(
-                    PRECONDITION_FAILED,
+                raise PreconditionFailed(
                     f"invalid arg '{key}' for {describe}: expected a positive integer, "
                     f"got {value!r}",
                 )
@@ -260,19 +255,11 @@ class StreamQueue(Queue):
 
     def check_consume(self, prefetch: int, global_prefetch: int, no_ack: bool, args: dict) -> None:
         if no_ack:
-            raise ConnectionError_(
-                NOT_IMPLEMENTED,
-                f"automatic acknowledgement not supported by stream queues {self.describe()}",
-                60,
-                20,
+            raise NotSupported(
+                f"automatic acknowledgement not supported by stream queues {self.describe()}"
             )
         if prefetch <= 0:
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"consumer prefetch count is not set for '{self.describe()}'",
-                60,
-                20,
-            )
+            raise PreconditionFailed(f"consumer prefetch count is not set for '{self.describe()}'")
         if "x-stream-offset" in args:
             self.start_offset(args["x-stream-offset"])  # raises if malformed
 
@@ -297,12 +284,9 @@ class StreamQueue(Queue):
         elif isinstance(spec, datetime.datetime):
             ts = spec if spec.tzinfo else spec.replace(tzinfo=datetime.UTC)
             return log.offset_for_timestamp(int(ts.timestamp() * 1000))
-        raise ChannelError(
-            PRECONDITION_FAILED,
+        raise PreconditionFailed(
             f"invalid arg 'x-stream-offset' for {self.describe()}: expected first, last, "
-            f"next, an offset, a timestamp or an interval such as 1h, got {spec!r}",
-            60,
-            20,
+            f"next, an offset, a timestamp or an interval such as 1h, got {spec!r}"
         )
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -321,14 +305,10 @@ class StreamQueue(Queue):
     # --- what a stream refuses --------------------------------------------------------
 
     def get(self) -> QueueEntry | None:
-        raise ConnectionError_(
-            NOT_IMPLEMENTED, f"basic.get not supported by stream queues {self.describe()}", 60, 70
-        )
+        raise NotSupported(f"basic.get not supported by stream queues {self.describe()}")
 
     def purge(self) -> list:
-        raise ConnectionError_(
-            NOT_IMPLEMENTED, f"queue.purge not supported by stream queues {self.describe()}", 50, 30
-        )
+        raise NotSupported(f"queue.purge not supported by stream queues {self.describe()}")
 
     @property
     def message_count(self) -> int:

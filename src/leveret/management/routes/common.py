@@ -104,8 +104,10 @@ def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
     raise bad_request("bad_request", ["not_boolean", value])
 
 
-def _model_call(fn, *args, **kwargs):
-    """Run a model operation that raises AMQP errors; they become 400/404 bodies."""
+def _access_check(fn, *args, **kwargs):
+    """Run a permission check of the AMQP front end (server.authorization), which raises
+    AMQP errors; they become 401/404/400 bodies. Model operations raise broker.errors,
+    which the middleware maps."""
     try:
         return fn(*args, **kwargs)
     except AMQPError as exc:

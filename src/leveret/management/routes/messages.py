@@ -12,9 +12,9 @@ from leveret.broker.errors import InvalidValue, NotFound
 from leveret.broker.message import Message
 from leveret.management.app import read_json
 from leveret.management.routes.common import (
+    _access_check,
     _body_dict,
     _int,
-    _model_call,
     _permission_guard,
     _vhost,
     exchange_param,
@@ -33,7 +33,7 @@ async def publish(request: web.Request) -> web.Response:
             raise InvalidValue(f"{key} not found")
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _model_call(guard.check_publish, name, body["routing_key"])
+        _access_check(guard.check_publish, name, body["routing_key"])
     exchange = vhost.exchanges.get(name)
     if exchange is None:
         raise InvalidValue(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost.name}'")
@@ -75,7 +75,7 @@ async def get_messages(request: web.Request) -> web.Response:
         raise InvalidValue("ackmode must be one of " + ", ".join(ACK_MODES))
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _model_call(guard.require, "read", "queue", queue.name)
+        _access_check(guard.require, "read", "queue", queue.name)
     if queue.queue_type != "classic":
         raise InvalidValue(f"cannot get from a {queue.queue_type} queue")
     entries = []

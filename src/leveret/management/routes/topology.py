@@ -14,9 +14,9 @@ from leveret.broker.errors import InvalidValue, NotFound
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
 from leveret.management.app import read_json
 from leveret.management.routes.common import (
+    _access_check,
     _body_dict,
     _bool,
-    _model_call,
     _ok,
     _permission_guard,
     _vhost,
@@ -112,10 +112,9 @@ async def put_queue(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _model_call(guard.require, "configure", "queue", name)
+        _access_check(guard.require, "configure", "queue", name)
     existed = name in vhost.queues
-    _model_call(
-        vhost.declare_queue,
+    vhost.declare_queue(
         name,
         False,
         _bool(body, "durable", True),
@@ -161,10 +160,9 @@ async def put_exchange(request: web.Request) -> web.Response:
         raise InvalidValue("exchange type must be given")
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _model_call(guard.require, "configure", "exchange", name)
+        _access_check(guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
-    _model_call(
-        vhost.declare_exchange,
+    vhost.declare_exchange(
         name,
         body["type"],
         False,
@@ -183,8 +181,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
         raise NotFound(name)
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _model_call(guard.require, "configure", "exchange", name)
-    _model_call(vhost.delete_exchange, name, request.query.get("if-unused") == "true")
+        _access_check(guard.require, "configure", "exchange", name)
+    vhost.delete_exchange(name, request.query.get("if-unused") == "true")
     return _ok()
 
 
@@ -291,9 +289,9 @@ async def post_binding(request: web.Request) -> web.Response:
     guard = _permission_guard(request, vhost)
     if guard is not None:
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
-        _model_call(guard.require, "write", kind, dest.name)
-        _model_call(guard._check_source, source.name, key)
-    _model_call(vhost.bind, source, dest, key, arguments)
+        _access_check(guard.require, "write", kind, dest.name)
+        _access_check(guard._check_source, source.name, key)
+    vhost.bind(source, dest, key, arguments)
     response = _ok(201)
     response.headers["Location"] = f"{quote(dest.name, safe='')}/{_properties_key(key, arguments)}"
     return response
@@ -306,8 +304,7 @@ async def delete_binding(request: web.Request) -> web.Response:
         if b.destination is dest and _properties_key(b.routing_key, b.arguments) == quote(
             props, safe=""
         ).replace("%7E", "~"):
-            _model_call(
-                vhost.unbind,
+            vhost.unbind(
                 source.name,
                 dest.name,
                 request.match_info["kind"] == "q",
