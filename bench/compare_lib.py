@@ -14,6 +14,7 @@ import resource
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -311,12 +312,69 @@ def ratio(a: float | tuple[float, float] | None, b: float | tuple[float, float] 
     return f"{a / b:.2f}"
 
 
+def machine() -> str:
+    """Which machine the figures come from: CPU model, cores, RAM, Python."""
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kb = int(Path("/proc/meminfo").read_text().split("\n")[0].split()[1])
+        ram = f", {kb / 1024 / 1024:.0f} GB RAM"
+    py = ".".join(map(str, sys.version_info[:3]))
+    return f"{cpu}, {os.cpu_count()} cores{ram}, Python {py}"
+
+
+def median_outcome(outs: list[Outcome]) -> Outcome:
+    """The median of several rounds (element-wise for latency pairs); a failed round
+    becomes a warning, and the row is an error only if every round failed."""
+    good = [o for o in outs if not o.error and o.value is not None]
+    warnings = [w for o in outs for w in o.warnings]
+    failed = [o.error for o in outs if o.error]
+    if not good:
+        return Outcome(error=failed[0] if failed else "not run", warnings=warnings)
+    if failed:
+        warnings.append(f"{len(failed)} of {len(outs)} rounds failed: {failed[0]}")
+    first = good[0].value
+    if isinstance(first, tuple):
+        value: float | tuple[float, float] = tuple(  # type: ignore[assignment]
+            statistics.median(o.value[i] for o in good)  # type: ignore[index]
+            for i in range(len(first))
+        )
+    else:
+        value = statistics.median(o.value for o in good)  # type: ignore[misc]
+    return Outcome(value=value, warnings=warnings)
+
+
+def ratio_spread(pairs: list[tuple[Outcome, Outcome]]) -> str:
+    """min-max of the per-round Leveret/RabbitMQ ratios (rounds paired as they ran)."""
+    ratios: list[tuple[float, ...]] = []
+    for lv, rv in pairs:
+        a, b = lv.value, rv.value
+        if lv.error or rv.error or a is None or b is None:
+            continue
+        a_t = a if isinstance(a, tuple) else (a,)
+        b_t = b if isinstance(b, tuple) else (b,)
+        if all(b_t):
+            ratios.append(tuple(x / y for x, y in zip(a_t, b_t, strict=True)))
+    if len(ratios) < 2:
+        return "—"
+    return " / ".join(
+        f"{min(r[i] for r in ratios):.2f}–{max(r[i] for r in ratios):.2f}"
+        for i in range(len(ratios[0]))
+    )
+
+
 @dataclass
 class Row:
     label: str
     leveret: Outcome | None
     rabbitmq: Outcome | None
     digits: int = 0
+    spread: str = "—"  # min–max of the per-round ratios, when there were rounds
 
     def cells(self) -> list[str]:
         def cell(o: Outcome | None) -> str:
@@ -328,7 +386,7 @@ class Row:
 
         lv = self.leveret.value if self.leveret and not self.leveret.error else None
         rv = self.rabbitmq.value if self.rabbitmq and not self.rabbitmq.error else None
-        return [self.label, cell(self.leveret), cell(self.rabbitmq), ratio(lv, rv)]
+        return [self.label, cell(self.leveret), cell(self.rabbitmq), ratio(lv, rv), self.spread]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -33,12 +33,19 @@ from leveret.server.alarms import resident_bytes
 async def overview(request: web.Request) -> web.Response:
     server = _server(request)
     vhosts = _visible_vhosts(request)
-    queues = [q for v in vhosts for q in v.queues.values()]
     connections = [c for c in server.broker.connections if c.vhost in vhosts]
-    ready = sum(q.message_count for q in queues)
-    unacked = sum(q.unacked for q in queues)
-    ready_rate = sum(q.stats.depth_rates[0] for q in queues)
-    unacked_rate = sum(q.stats.depth_rates[1] for q in queues)
+    # One pass over every queue: with 10,000 queues this is most of the call's time.
+    n_queues = ready = unacked = consumers = 0
+    ready_rate = unacked_rate = 0.0
+    for v in vhosts:
+        n_queues += len(v.queues)
+        for q in v.queues.values():
+            ready += q.message_count
+            unacked += q.unacked
+            consumers += q.consumer_count
+            rates = q.stats.depth_rates
+            ready_rate += rates[0]
+            unacked_rate += rates[1]
     return web.json_response(
         {
             "rates_mode": "basic",
@@ -55,8 +62,8 @@ async def overview(request: web.Request) -> web.Response:
                 "connections": len(connections),
                 "channels": sum(len(c.channels) for c in connections),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
-                "queues": len(queues),
-                "consumers": sum(q.consumer_count for q in queues),
+                "queues": n_queues,
+                "consumers": consumers,
             },
             "queue_totals": {
                 "messages": ready + unacked,
