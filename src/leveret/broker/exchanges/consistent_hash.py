@@ -32,7 +32,18 @@ def _text(value: Any) -> str:
 
 
 def _hash(text: str) -> int:
-    return zlib.crc32(text.encode())
+    """crc32, then murmur3's 32-bit finaliser.
+
+    crc32 alone is linear: names that differ in one character land in clumps on
+    the ring, and one random queue name in 40 left a queue with under 15% of the
+    keys.  The finaliser spreads the bits; it costs about 0.1 µs a message.
+    """
+    h = zlib.crc32(text.encode())
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
 
 
 class ConsistentHashExchange(ExchangeType):
