@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from leveret.protocol.methods import deliver_prefix
 
 if TYPE_CHECKING:
+    from leveret.broker.ports import DeliveryChannel
     from leveret.broker.queues import Queue
 
 
@@ -28,7 +29,7 @@ class Consumer:
     def __init__(
         self,
         tag: str,
-        channel: Any,
+        channel: DeliveryChannel,
         queue: Queue,
         no_ack: bool,
         exclusive: bool,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from leveret.broker.exchange import Binding, Exchange
+    from leveret.broker.ports import DiskWaiter
     from leveret.broker.queues import Queue, QueueEntry
 
 
@@ -101,5 +102,5 @@ class DurabilityHooks:
         """True when writes queue up faster than the disk takes them."""
         return False
 
-    def wait_for_disk(self, connection: Any) -> None:
+    def wait_for_disk(self, connection: DiskWaiter) -> None:
         """Call connection.resume_after_disk() once the write backlog has drained."""

@@ -207,11 +207,8 @@ class Channel(ModelMethods, PublishMethods):
         message = entry.message
         n = self.number
         body = message.body
-        if body is None:  # paged out to disk
-            body = queue.vhost.hooks.load_body(entry)
-        location = entry.location
-        if location is not None and not location.redelivered:
-            queue.vhost.hooks.message_delivered(queue, entry)
+        if body is None or entry.location is not None:
+            body = queue.delivery_body(entry)  # paged out, or durable: the store's part
         frame_max = self.conn.frame_max
         deliver = wire.encode_deliver(
             n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
@@ -385,10 +382,8 @@ class Channel(ModelMethods, PublishMethods):
                 self._arm_ack_timer(queue, entry)
         message = entry.message
         body = message.body
-        if body is None:
-            body = queue.vhost.hooks.load_body(entry)
-        if entry.location is not None and not entry.location.redelivered:
-            queue.vhost.hooks.message_delivered(queue, entry)
+        if body is None or entry.location is not None:
+            body = queue.delivery_body(entry)
         get_ok = wire.encode_method(
             wire.unchecked(
                 cmd.Basic.GetOk,

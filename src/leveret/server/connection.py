@@ -43,6 +43,7 @@ from leveret.protocol.frames import HEARTBEAT_FRAME
 from leveret.server.amqp_errors import amqp_error
 from leveret.server.authorization import Guard
 from leveret.server.channel import Channel
+from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 
 if TYPE_CHECKING:
@@ -129,12 +130,10 @@ class AMQPConnection(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._tick_due = 0.0  # when the heartbeat tick should run next
-        self._flow_queues: set | None = set()  # queues this connection is paused for
-        self._reading_paused = False
+        self._reading_paused = False  # the transport's state; PublisherPause decides
+        self.publisher_pause = PublisherPause(self._pause_reading, self._resume_reading)
         self.alarm_reason: str | None = None  # set while a resource alarm is on
         self._told_blocked = False
-        self._blocked_by_alarm = False
-        self._waiting_for_disk = False
 
     @property
     def name(self) -> str:
@@ -298,10 +297,8 @@ class AMQPConnection(asyncio.Protocol):
             else:
                 log.info("client %s closed the TCP connection without connection.close", self.peer)
         self.state = "closed"
-        if self._flow_queues:
-            for queue in self._flow_queues:
-                queue.throttled.discard(self)
-        self._flow_queues = None
+        for queue in self.publisher_pause.close():
+            queue.throttled.discard(self)
         for timer in self._timers:
             timer.cancel()
         if self._heartbeat_timer is not None:
@@ -338,16 +335,13 @@ class AMQPConnection(asyncio.Protocol):
         if self._told_blocked:
             self._told_blocked = False
             self.send_method(0, cmd.Connection.Unblocked())
-        if self._blocked_by_alarm:
-            self._blocked_by_alarm = False
-            self._resume_reading()
+        self.publisher_pause.end_alarm()
 
     def publishing_while_alarmed(self) -> None:
         """A publish arrived during an alarm: stop reading this connection (RabbitMQ's block)."""
-        if not self._blocked_by_alarm:
-            self._blocked_by_alarm = True
+        if not self.publisher_pause.alarm:
             log.info("connection %s blocked: %s", self.peer, self.alarm_reason)
-            self._pause_reading()
+            self.publisher_pause.start_alarm()
 
     # --- publisher flow control ---------------------------------------------
 
@@ -357,33 +351,27 @@ class AMQPConnection(asyncio.Protocol):
         A connection that consumes is never paused: its own acks may be what
         drains the queue.
         """
-        flow = self._flow_queues
-        if flow is None or queue in flow:
+        pause = self.publisher_pause
+        if pause.closed or queue in pause.flow:
             return
         if any(ch.consumers for ch in self.channels.values()):
             return
-        flow.add(queue)
-        queue.throttle(self)
+        queue.throttle(self)  # the queue calls resume_after_flow when it drains
+        pause.start_flow(queue)
 
     def pause_for_disk(self) -> None:
-        if not self._waiting_for_disk and self.vhost is not None:
-            self._waiting_for_disk = True
-            self.vhost.hooks.wait_for_disk(self)
-            self._pause_reading()
+        pause = self.publisher_pause
+        if not pause.disk and not pause.closed and self.vhost is not None:
+            self.vhost.hooks.wait_for_disk(self)  # calls resume_after_disk
+            pause.start_disk()
+
+    # broker.ports.Publisher and DiskWaiter: the model and the store resume us here.
 
     def resume_after_disk(self) -> None:
-        self._waiting_for_disk = False
-        self._resume_reading()
-
-    def pause_for_flow(self, queue: Any) -> None:
-        self._pause_reading()
+        self.publisher_pause.end_disk()
 
     def resume_after_flow(self, queue: Any) -> None:
-        if self._flow_queues is None:
-            return
-        self._flow_queues.discard(queue)
-        if not self._flow_queues and not self._blocked_by_alarm:
-            self._resume_reading()
+        self.publisher_pause.end_flow(queue)
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None:
@@ -391,8 +379,6 @@ class AMQPConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self._flow_queues or self._blocked_by_alarm or self._waiting_for_disk:
-            return
         if self._reading_paused and self.transport is not None:
             self._reading_paused = False
             self._last_recv = self.loop.time()  # silence while paused was ours, not theirs

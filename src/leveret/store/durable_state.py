@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from leveret.broker.durability import DurabilityHooks
@@ -28,6 +28,9 @@ from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from leveret.broker.ports import DiskWaiter
 
 log = logging.getLogger("leveret.store")
 
@@ -71,7 +74,7 @@ class DurableState(DurabilityHooks):
         self.paged_out_bytes = 0
         self._restoring = False
         self.loop = loop
-        self._disk_waiters: set[Any] = set()
+        self._disk_waiters: set[DiskWaiter] = set()
         self._disk_timer: asyncio.TimerHandle | None = None
 
     # --- the catalog --------------------------------------------------------
@@ -200,7 +203,7 @@ class DurableState(DurabilityHooks):
         committer = self.messages.committer
         return committer is not None and committer.backlog > DISK_BACKLOG
 
-    def wait_for_disk(self, connection: Any) -> None:
+    def wait_for_disk(self, connection: DiskWaiter) -> None:
         self._disk_waiters.add(connection)
         if self._disk_timer is None:
             self._disk_timer = self.loop.call_later(0.005, self._check_disk)

@@ -94,6 +94,20 @@ class Queue:
     def release(self) -> None:
         """The queue was deleted: free what it holds outside Python (files)."""
 
+    def delivery_body(self, entry: QueueEntry) -> bytes:
+        """The body to send for `entry` when the store has a part in it: read back if it
+        was paged out, and a durable message marked delivered first, so that after a
+        restart it comes back with redelivered=true. The channel calls this only for
+        such entries; a transient message in RAM goes out without it."""
+        hooks = self.vhost.hooks
+        body = entry.message.body
+        if body is None:
+            body = hooks.load_body(entry)
+        location = entry.location
+        if location is not None and not location.redelivered:
+            hooks.message_delivered(self, entry)
+        return body
+
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)

@@ -31,6 +31,7 @@ FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are pause
 FLOW_RESUME = FLOW_LIMIT // 2
 
 if TYPE_CHECKING:
+    from leveret.broker.ports import Publisher
     from leveret.broker.vhost import VirtualHost
 
 
@@ -195,7 +196,7 @@ class ClassicQueue(Queue):
         self.bindings: set[Any] = set()  # Binding objects targeting this queue
         self.had_consumer = False
         self.deleted = False
-        self.throttled: set[Any] = set()  # publishing connections paused for this queue
+        self.throttled: set[Publisher] = set()  # publishers paused for this queue
         # Durability: `tracked` sends every message event to the store hooks (paging,
         # persistence); `stores_messages` says persistent messages are written and
         # the queue is restored on restart.
@@ -276,9 +277,10 @@ class ClassicQueue(Queue):
     # whose consumers are FLOW_LIMIT messages behind stops being read until the
     # backlog halves. Queues without consumers never throttle: they just fill.
 
-    def throttle(self, connection: Any) -> None:
-        self.throttled.add(connection)
-        connection.pause_for_flow(self)
+    def throttle(self, publisher: Publisher) -> None:
+        """Remember a publisher that paused itself for this queue (it decided, in
+        server.connection.maybe_throttle), to resume it when the backlog halves."""
+        self.throttled.add(publisher)
 
     def release_publishers(self) -> None:
         waiting = self.throttled
