@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="message bodies beyond this budget are kept on disk "
         "(default: a quarter of RAM, %(default)s)",
     )
+    server.add_argument(
+        "--queue-ram-messages",
+        type=_positive_int,
+        default=defaults.queue_ram_messages,
+        help="ready messages a queue keeps in RAM; past them a queue without TTL, "
+        "length limits or priorities keeps only each message's place on disk "
+        "(default %(default)s; 0: no limit per queue)",
+    )
 
     server.add_argument(
         "--consumer-timeout-ms",
@@ -357,6 +365,7 @@ def run_server(args: argparse.Namespace) -> int:
         frame_max=args.frame_max or ServerConfig.frame_max,
         fsync=args.fsync,
         max_memory_bytes=args.max_memory_bytes,
+        queue_ram_messages=args.queue_ram_messages,
         consumer_timeout_ms=args.consumer_timeout_ms,
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,

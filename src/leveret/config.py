@@ -68,6 +68,9 @@ class ServerConfig:
     tls_port: int | None = None
     fsync: str = "batch"  # always | batch | never
     max_memory_bytes: int = field(default_factory=_default_memory_budget)
+    # Ready messages a queue without TTL, length limits or priorities keeps in RAM;
+    # past them it keeps each message as its place on disk only (0: no such limit).
+    queue_ram_messages: int = 8192
     # Disable disk persistence entirely (the embedded test broker uses this by default).
     persistence: bool = True
     consumer_timeout_ms: int = 30 * 60 * 1000

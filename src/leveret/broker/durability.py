@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from leveret.broker.exchange import Binding, Exchange
+    from leveret.broker.message import Message
     from leveret.broker.ports import DiskWaiter
     from leveret.broker.queues import Queue, QueueEntry
 
@@ -86,8 +87,15 @@ class DurabilityHooks:
     def binding_added(self, binding: Binding) -> None: ...
     def binding_removed(self, binding: Binding) -> None: ...
 
-    def message_enqueued(self, queue: Queue, entry: QueueEntry, barrier: Any) -> None:
-        """Store or page out a message entering a queue; `barrier` tracks its fsync."""
+    def message_enqueued(
+        self, queue: Queue, entry: QueueEntry, barrier: Any, may_page: bool = False
+    ) -> bool:
+        """Store or page out a message entering a queue; `barrier` tracks its fsync.
+
+        With `may_page` the queue can keep the message as its location alone: True
+        says the body is now on disk only (entry.location), and the queue should.
+        """
+        return False
 
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         """First delivery of a stored message (so recovery marks it redelivered)."""
@@ -97,6 +105,10 @@ class DurabilityHooks:
 
     def load_body(self, entry: QueueEntry) -> bytes:
         raise RuntimeError("message body was paged out but no store is attached")
+
+    def load_messages(self, locations: list[Any]) -> list[Message]:
+        """The messages kept at these locations (a paged queue's next batch), in order."""
+        raise RuntimeError("messages were paged out but no store is attached")
 
     def disk_backlogged(self) -> bool:
         """True when writes queue up faster than the disk takes them."""

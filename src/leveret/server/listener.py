@@ -149,7 +149,11 @@ class Server:
         from leveret.store.durable_state import DurableState
 
         state = DurableState(
-            self.config.data_dir, self.config.fsync, self.config.max_memory_bytes, self.loop
+            self.config.data_dir,
+            self.config.fsync,
+            self.config.max_memory_bytes,
+            self.loop,
+            self.config.queue_ram_messages,
         )
         self.broker = Broker(self.config, state)
         self.durable_state = state

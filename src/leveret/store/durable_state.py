@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.store")
 
 DISK_BACKLOG = 20_000  # queued store writes before publishers are paused
+# Ready messages a plain queue holds in RAM; past them it keeps locations only.
+# Above FLOW_LIMIT (4096), so consumers that keep up never make a queue page.
+DEFAULT_QUEUE_RAM_MESSAGES = 8192
 
 
 def _key(queue: Queue) -> tuple[str, str]:
@@ -55,11 +58,29 @@ def _split_record_header(blob: bytes) -> tuple[str, str, bytes, bytes]:
     return exchange, routing_key, blob[: 2 + n + m], blob[2 + n + m :]
 
 
+def _message_from_record(blob: bytes, body: bytes) -> Message:
+    """The Message a stored record holds (its per-message TTL parsed again)."""
+    exchange, routing_key, encoded, header = _split_record_header(blob)
+    _cls, _w, _size, flags, delivery_mode = parse_header(header)
+    message = Message(exchange, routing_key, header, body, flags, delivery_mode == 2, encoded)
+    if flags & FLAG_EXPIRATION:
+        try:
+            message.ttl = parse_expiration(message.properties.expiration)
+        except PreconditionFailed:
+            message.ttl = None
+    return message
+
+
 class DurableState(DurabilityHooks):
     active = True
 
     def __init__(
-        self, data_dir: str, fsync: str, max_memory_bytes: int, loop: asyncio.AbstractEventLoop
+        self,
+        data_dir: str,
+        fsync: str,
+        max_memory_bytes: int,
+        loop: asyncio.AbstractEventLoop,
+        queue_ram_messages: int = DEFAULT_QUEUE_RAM_MESSAGES,
     ) -> None:
         if os.path.exists(data_dir) and not os.path.isdir(data_dir):
             raise StoreError(f"--data-dir {data_dir} exists but is not a directory")
@@ -69,6 +90,8 @@ class DurableState(DurabilityHooks):
         self.catalog = CatalogStore(self.definitions.db)
         self.messages = MessageStore(data_dir, fsync=fsync, loop=loop)
         self.memory_budget = max_memory_bytes
+        # Ready messages a plain queue keeps in RAM before it pages the rest.
+        self.queue_ram_messages = queue_ram_messages or 1 << 62  # 0: never by length
         self.memory_used = 0  # bodies held in RAM by queue entries
         self.paged_out = 0  # bodies ever paged out to disk (messages, then bytes)
         self.paged_out_bytes = 0
@@ -158,7 +181,9 @@ class DurableState(DurabilityHooks):
 
     # --- messages (publish path) --------------------------------------------
 
-    def message_enqueued(self, queue: Queue, entry: QueueEntry, barrier: Any) -> None:
+    def message_enqueued(
+        self, queue: Queue, entry: QueueEntry, barrier: Any, may_page: bool = False
+    ) -> bool:
         message = entry.message
         size = message.size
         if message.persistent and queue.stores_messages:
@@ -168,10 +193,22 @@ class DurableState(DurabilityHooks):
                 message.body,
                 barrier.add() if barrier is not None else None,
             )
-        if self.memory_used + size > self.memory_budget and size:
+        over_budget = self.memory_used + size > self.memory_budget and size
+        # A long queue keeps new messages as locations only: its own length decides,
+        # as for RabbitMQ's lazy and v2 classic queues, not just the global budget.
+        if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
+            if entry.location is None:
+                entry.location = self.messages.publish(
+                    _key(queue), _record_header(message), message.body, None, transient=True
+                )
+            self.paged_out += 1
+            self.paged_out_bytes += size
+            return True
+        if over_budget:
             self._page_out(queue, entry)
         else:
             self.memory_used += size
+        return False
 
     def _page_out(self, queue: Queue, entry: QueueEntry) -> None:
         """Keep this entry's body on disk only; the shared message stays for other queues."""
@@ -220,6 +257,15 @@ class DurableState(DurabilityHooks):
 
     def load_body(self, entry: QueueEntry) -> bytes:
         return self.messages.read_body(entry.location)[1]
+
+    def load_messages(self, locations: list[Any]) -> list[Message]:
+        """Rebuild the messages of a paged tail from their records, bodies in RAM."""
+        messages = []
+        for _loc, blob, body in self.messages.read_run(locations):
+            message = _message_from_record(blob, body)
+            self.memory_used += message.size
+            messages.append(message)
+        return messages
 
     def _forget_bodies(self, entries: list[QueueEntry]) -> None:
         for entry in entries:
@@ -292,18 +338,15 @@ class DurableState(DurabilityHooks):
                 )
                 continue
             # Segments are read in file order; messages go back in publish order.
+            # A long plain queue reads only its head; the rest stays on disk and
+            # is kept as locations (read back when it nears the head).
+            head = locations
+            if queue.can_page and len(locations) > self.queue_ram_messages:
+                head = locations[: self.queue_ram_messages]
             messages: dict[int, Message] = {}
-            for loc, blob, body in self.messages.read_many(locations):
-                exchange, routing_key, encoded, header = _split_record_header(blob)
-                _cls, _w, size, flags, delivery_mode = parse_header(header)
-                message = Message(
-                    exchange, routing_key, header, body, flags, delivery_mode == 2, encoded
-                )
-                if flags & FLAG_EXPIRATION:
-                    try:
-                        message.ttl = parse_expiration(message.properties.expiration)
-                    except PreconditionFailed:
-                        message.ttl = None
+            for loc, blob, body in self.messages.read_many(head):
+                message = _message_from_record(blob, body)
+                size = message.size
                 if self.memory_used + size > self.memory_budget and size:
                     message.body = None  # stays paged out until delivered
                     self.paged_out += 1
@@ -311,8 +354,10 @@ class DurableState(DurabilityHooks):
                 else:
                     self.memory_used += size
                 messages[loc.msg_id] = message
-            for loc in locations:
+            for loc in head:
                 queue.restore(messages[loc.msg_id], loc)
+            for loc in locations[len(head) :]:
+                queue.restore_paged(loc)
             count += len(locations)
         return count
 

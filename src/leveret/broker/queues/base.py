@@ -38,6 +38,9 @@ class Queue:
     tracked: bool
     unacked: int
     stats: MessageStats  # broker.stats: the channel and the queue type count into it
+    # Whether the store may keep this queue's messages as disk locations alone
+    # (see ClassicQueue.restore_paged); a type that can says so.
+    can_page = False
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""

@@ -17,7 +17,7 @@ import asyncio
 import heapq
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dead_letter
@@ -27,6 +27,8 @@ from leveret.broker.queue_args import QueueOptions
 from leveret.broker.queues.base import Queue
 from leveret.broker.stats import MessageStats
 
+# Tail items read back from disk at a time when a paged queue's head runs dry.
+REFILL_BATCH = 256
 FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
 FLOW_RESUME = FLOW_LIMIT // 2
 
@@ -52,20 +54,34 @@ class QueueEntry:
         return self.seq < other.seq
 
 
+# What ReadyMessages.clear() hands back for a message kept as its location only:
+# no body in RAM, so the store just drops the record (entry.location).
+PAGED_STUB = Message("", "", bytes(14), None, 0, True)  # type: ignore[arg-type]
+
+
 class ReadyMessages:
     """Messages waiting for a consumer, oldest first.
+
+    A long queue keeps only its head as objects. Past the store's threshold a
+    message whose body is on disk enters the *paged tail* as its store location
+    alone: no QueueEntry, no Message. The tail is read back in batches, in order,
+    when the head runs dry (`loader`, set by the queue). An item of the tail is a
+    location, or a whole QueueEntry for a message that could not be paged (one with
+    its own TTL); either way the tail stays after every entry of the head.
 
     `n` is kept as a plain attribute: the dispatch loop tests it per message, and
     an attribute read is much cheaper than a call to __len__ or __bool__.
     """
 
-    __slots__ = ("_fresh", "_returned", "bytes", "n")
+    __slots__ = ("_fresh", "_returned", "_tail", "bytes", "n", "loader")
 
     def __init__(self) -> None:
         self._fresh: deque[QueueEntry] = deque()
         self._returned: list[QueueEntry] = []
+        self._tail: deque[Any] = deque()  # Location (paged) or QueueEntry, in order
         self.bytes = 0
         self.n = 0
+        self.loader: Callable[[list[Any]], list[QueueEntry]] | None = None
 
     def __len__(self) -> int:
         return self.n
@@ -73,9 +89,27 @@ class ReadyMessages:
     def __bool__(self) -> bool:
         return self.n > 0
 
+    @property
+    def paged(self) -> int:
+        """How many ready messages are in the paged tail (not materialised)."""
+        return len(self._tail)
+
     def append(self, entry: QueueEntry) -> None:
-        self._fresh.append(entry)
+        if self._tail:
+            self._tail.append(entry)  # behind the paged ones, to keep the order
+        else:
+            self._fresh.append(entry)
         self.bytes += entry.message.size
+        self.n += 1
+
+    def append_paged(self, location: Any) -> None:
+        """A message whose body is only on disk, at `location`, joins the tail.
+
+        Its size counts as `location.body_estimate` (the record less its fixed part:
+        the body plus the routing and properties, a few dozen bytes over) until it
+        is read back; then the exact size replaces it."""
+        self._tail.append(location)
+        self.bytes += location.body_estimate
         self.n += 1
 
     def put_back(self, entry: QueueEntry) -> None:
@@ -83,24 +117,55 @@ class ReadyMessages:
         self.bytes += entry.message.size
         self.n += 1
 
+    def _refill(self) -> None:
+        """Materialise the next batch of the tail into the head (reads the disk)."""
+        tail = self._tail
+        batch = [tail.popleft() for _ in range(min(REFILL_BATCH, len(tail)))]
+        assert self.loader is not None, "a paged tail needs a loader"
+        entries = self.loader(batch)
+        self.bytes += sum(e.message.size for e in entries) - sum(_tail_size(i) for i in batch)
+        self._fresh.extend(entries)
+
     def peek(self) -> QueueEntry | None:
         if self._returned:
             return self._returned[0]
+        if not self._fresh and self._tail:
+            self._refill()
         return self._fresh[0] if self._fresh else None
 
     def popleft(self) -> QueueEntry:
-        entry = heapq.heappop(self._returned) if self._returned else self._fresh.popleft()
+        if self._returned:
+            entry = heapq.heappop(self._returned)
+        else:
+            if not self._fresh and self._tail:
+                self._refill()
+            entry = self._fresh.popleft()
         self.bytes -= entry.message.size
         self.n -= 1
         return entry
 
     def clear(self) -> list[QueueEntry]:
+        """Everything ready, oldest first; tail locations come back as stubs that name
+        only the location (enough for the store to drop the record)."""
         entries = sorted(self._returned) + list(self._fresh)
+        for item in self._tail:
+            if type(item) is QueueEntry:
+                entries.append(item)
+            else:
+                stub = QueueEntry(0, PAGED_STUB)
+                stub.location = item
+                entries.append(stub)
         self._fresh.clear()
         self._returned.clear()
+        self._tail.clear()
         self.bytes = 0
         self.n = 0
         return entries
+
+
+def _tail_size(item: Any) -> int:
+    """What a tail item added to `bytes` (see ClassicQueue.restore_paged)."""
+    return item.message.size if type(item) is QueueEntry else item.body_estimate
 
 
 class PriorityReadyMessages:
@@ -207,6 +272,10 @@ class ClassicQueue(Queue):
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_due = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        # The paged tail: the last sequence number read back, and when a restart
+        # put recovered messages there (their TTLs count from then).
+        self._tail_seq = 0
+        self._restored_at = 0.0
 
     # --- publishing and delivery (hot path) ---------------------------------
 
@@ -219,9 +288,12 @@ class ClassicQueue(Queue):
         self.stats.publish += 1
         entry = QueueEntry(self._seq, message)
         if self.plain and message.ttl is None:
-            if self.tracked:
-                self.vhost.hooks.message_enqueued(self, entry, barrier)
-            self.ready.append(entry)
+            # The store may page the body out and keep the message as its location
+            # only (a long queue); then the entry object is dropped here.
+            if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, True):
+                self._page(entry.location)
+            else:
+                self.ready.append(entry)
             if self.consumers:
                 self.dispatch()
             return True
@@ -232,13 +304,66 @@ class ClassicQueue(Queue):
         self._seq += 1
         entry = QueueEntry(self._seq, message, location.redelivered)
         entry.location = location
-        ttl = self.options.message_ttl
-        if message.ttl is not None and (ttl is None or message.ttl < ttl):
-            ttl = message.ttl
-        if ttl is not None:
-            entry.expires_at = time.monotonic() + ttl / 1000.0
-            self.expiring = True
+        self._start_expiry(entry, time.monotonic())
         self.ready.append(entry)
+
+    def restore_paged(self, location: Any) -> None:
+        """Put back a recovered message as its location alone, without reading it:
+        it is read when it nears the head. Its TTL, if any, then counts from this
+        moment, as for restore()."""
+        self._seq += 1
+        self._restored_at = time.monotonic()
+        self._page(location)
+
+    def _page(self, location: Any) -> None:
+        """Keep message number self._seq as its location only, in the paged tail."""
+        ready = self.ready
+        assert type(ready) is ReadyMessages, "only a plain queue keeps a paged tail"
+        if not ready.paged:
+            # Read back, tail items are numbered on from here: after every entry
+            # of the head, whose numbers are all below this message's.
+            ready.loader = self._load_tail
+            if self._seq - 1 > self._tail_seq:
+                self._tail_seq = self._seq - 1
+        ready.append_paged(location)
+
+    @property
+    def can_page(self) -> bool:
+        """Whether this queue may keep messages as locations only (the store asks)."""
+        return self.plain
+
+    def _start_expiry(self, entry: QueueEntry, now: float) -> None:
+        ttl = self.options.message_ttl
+        message_ttl = entry.message.ttl
+        if message_ttl is not None and (ttl is None or message_ttl < ttl):
+            ttl = message_ttl
+        if ttl is not None:
+            entry.expires_at = now + ttl / 1000.0
+            self.expiring = True
+
+    def _load_tail(self, items: list[Any]) -> list[QueueEntry]:
+        """ReadyMessages' loader: QueueEntries for a batch of tail items, in order.
+
+        Sequence numbers only order requeued entries among themselves, so numbering
+        on from the last materialised one keeps the original order."""
+        locations = [item for item in items if type(item) is not QueueEntry]
+        messages = iter(self.vhost.hooks.load_messages(locations) if locations else ())
+        entries = []
+        seq = self._tail_seq
+        for item in items:
+            if type(item) is QueueEntry:
+                seq = item.seq = max(seq + 1, item.seq)
+                entries.append(item)
+                continue
+            seq += 1
+            message = next(messages)
+            entry = QueueEntry(seq, message, item.redelivered)
+            entry.location = item
+            if message.ttl is not None or self.options.message_ttl is not None:
+                self._start_expiry(entry, self._restored_at or time.monotonic())
+            entries.append(entry)
+        self._tail_seq = seq
+        return entries
 
     def dispatch(self, check_expiry: bool = True) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""
