@@ -66,20 +66,16 @@ class Location:
     """Where one queued message lives on disk, plus what recovery needs to know about it.
 
     Mutable on purpose: compaction moves records and updates the same object the
-    queue holds, so the queue's reference never goes stale.
+    queue holds, so the queue's reference never goes stale. A long queue keeps one
+    of these per paged message, so every slot counts: `transient` is a class
+    attribute (TransientLocation), and equal sizes share one int (`_size`).
     """
 
-    __slots__ = ("segment", "offset", "size", "queue_id", "msg_id", "redelivered", "transient")
+    __slots__ = ("segment", "offset", "size", "queue_id", "msg_id", "redelivered")
 
-    def __init__(
-        self,
-        segment: int,
-        offset: int,
-        size: int,
-        queue_id: int,
-        msg_id: int,
-        transient: bool = False,
-    ) -> None:
+    transient = False  # a record written only to page a body out (TransientLocation)
+
+    def __init__(self, segment: int, offset: int, size: int, queue_id: int, msg_id: int) -> None:
         self.segment = segment
         self.offset = offset
         self.size = size
@@ -87,7 +83,6 @@ class Location:
         self.msg_id = msg_id
         # True once a DELIVERED record exists: a recovered message goes out redelivered.
         self.redelivered = False
-        self.transient = transient
 
     @property
     def body_estimate(self) -> int:
@@ -97,9 +92,27 @@ class Location:
 
     def __repr__(self) -> str:
         return (
-            f"Location(seg={self.segment}, off={self.offset}, size={self.size}, "
+            f"{type(self).__name__}(seg={self.segment}, off={self.offset}, size={self.size}, "
             f"q={self.queue_id}, id={self.msg_id}, redelivered={self.redelivered})"
         )
+
+
+class TransientLocation(Location):
+    """A body paged out of RAM: not fsynced on its own account, ignored by recovery."""
+
+    __slots__ = ()
+    transient = True
+
+
+_SIZES: dict[int, int] = {}
+
+
+def _size(n: int) -> int:
+    """One int object per distinct record size under 64 KB: a long queue of
+    same-sized messages then holds one, not one per Location (28 bytes each)."""
+    if n < 65536:
+        return _SIZES.setdefault(n, n)
+    return n
 
 
 # ---- queue id side file ------------------------------------------------------------------
@@ -311,7 +324,7 @@ class MessageStore:
                         next_mid = mid + 1
                     if flags & FLAG_TRANSIENT or qid not in known:
                         continue
-                    loc = Location(seq, off, end - off, qid, mid)
+                    loc = Location(seq, off, _size(end - off), qid, mid)
                     old = index.get(mid)
                     if old is not None:  # a compaction copy whose original survived a crash
                         loc.redelivered = old.redelivered
@@ -444,7 +457,7 @@ class MessageStore:
         seq, off = lg.append(
             (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), size, on_durable
         )
-        loc = Location(seq, off, size, qid, mid, transient)
+        loc = (TransientLocation if transient else Location)(seq, off, _size(size), qid, mid)
         self._index[mid] = loc
         if seq != self._active:
             self._rolled(seq)
