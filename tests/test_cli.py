@@ -116,6 +116,8 @@ def test_data_dir_is_created(server, tmp_path):
         (["--fsync", "sometimes"], "invalid choice: 'sometimes'"),
         (["--log-level", "loud"], "invalid choice: 'loud'"),
         (["--max-memory-bytes", "-5"], "must not be negative"),
+        (["--queue-ram-messages", "-1"], "must not be negative"),
+        (["--queue-ram-messages", "many"], "expected a whole number"),
         (["--frame-max", "100"], "--frame-max must be at least 4096"),
         (["--consumer-timeout-ms", "-1"], "must not be negative"),
         (["--memory-high-watermark", "lots"], "expected a whole number"),
