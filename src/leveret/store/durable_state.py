@@ -197,27 +197,23 @@ class DurableState(DurabilityHooks):
         # A long queue keeps new messages as locations only: its own length decides,
         # as for RabbitMQ's lazy and v2 classic queues, not just the global budget.
         if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
-            if entry.location is None:
-                entry.location = self.messages.publish(
-                    _key(queue), _record_header(message), message.body, None, transient=True
-                )
-            self.paged_out += 1
-            self.paged_out_bytes += size
+            self._to_disk(queue, entry)
             return True
         if over_budget:
-            self._page_out(queue, entry)
+            self._to_disk(queue, entry)
+            # Only this entry drops the body; the shared message stays for other queues.
+            entry.message = message.paged_copy()
         else:
             self.memory_used += size
         return False
 
-    def _page_out(self, queue: Queue, entry: QueueEntry) -> None:
-        """Keep this entry's body on disk only; the shared message stays for other queues."""
+    def _to_disk(self, queue: Queue, entry: QueueEntry) -> None:
+        """Make sure the entry's body is on disk (a transient record if it was not)."""
         message = entry.message
         if entry.location is None:
             entry.location = self.messages.publish(
                 _key(queue), _record_header(message), message.body, None, transient=True
             )
-        entry.message = message.paged_copy()
         self.paged_out += 1
         self.paged_out_bytes += message.size
 

@@ -258,6 +258,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
+    """(header bytes, body) of one PUBLISH record; with `check`, its CRC verified first."""
+    if check and (
+        len(record) != loc.size
+        or zlib.crc32(record[PREFIX_SIZE:]) != RECORD_PREFIX.unpack_from(record)[1]
+    ):
+        raise StoreError(f"stored message {loc!r} is corrupt")
+    hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
+    return bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]), bytes(record[_PUB_HEAD + hlen :])
+
+
 # ---- the store ---------------------------------------------------------------------------
 
 
@@ -490,11 +501,7 @@ class MessageStore:
         """(header bytes, body) of a stored message, CRC-checked."""
         assert self._log is not None
         data = self._log.read(loc.segment, loc.offset, loc.size)
-        length, crc = RECORD_PREFIX.unpack_from(data)
-        if len(data) != loc.size or zlib.crc32(memoryview(data)[PREFIX_SIZE:]) != crc:
-            raise StoreError(f"stored message {loc!r} is corrupt")
-        _t, _f, _q, _m, hlen = _PUB_FIXED.unpack_from(data, PREFIX_SIZE)
-        return data[_PUB_HEAD : _PUB_HEAD + hlen], data[_PUB_HEAD + hlen :]
+        return _split_publish(memoryview(data), loc, check=True)
 
     read = read_body
 
@@ -511,14 +518,10 @@ class MessageStore:
             by_segment.setdefault(loc.segment, []).append(loc)
         for seq in sorted(by_segment):
             data = self._log.read_segment(seq)
+            view = memoryview(data)
             for loc in by_segment[seq]:
-                record = memoryview(data)[loc.offset : loc.offset + loc.size]
-                hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
-                yield (
-                    loc,
-                    bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]),
-                    bytes(record[_PUB_HEAD + hlen :]),
-                )
+                record = view[loc.offset : loc.offset + loc.size]
+                yield (loc, *_split_publish(record, loc, check=False))
 
     def read_run(self, locations: list[Location]) -> Iterator[tuple[Location, bytes, bytes]]:
         """(location, header, body) for a paged queue's next batch, in the given order.
@@ -551,17 +554,7 @@ class MessageStore:
             view = memoryview(lg.read(seq, start, end - start))
             for loc in locations[i:j]:
                 record = view[loc.offset - start : loc.offset - start + loc.size]
-                if (
-                    len(record) != loc.size
-                    or zlib.crc32(record[PREFIX_SIZE:]) != RECORD_PREFIX.unpack_from(record)[1]
-                ):
-                    raise StoreError(f"stored message {loc!r} is corrupt")
-                hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
-                yield (
-                    loc,
-                    bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]),
-                    bytes(record[_PUB_HEAD + hlen :]),
-                )
+                yield (loc, *_split_publish(record, loc, check=True))
             i = j
 
     def _append_ref(self, rtype: int, loc: Location) -> None:
