@@ -104,9 +104,18 @@ def test_transient_messages_beyond_budget_are_paged(brokers):
     assert peak_growth_mb < bodies_mb, (
         f"RSS grew {peak_growth_mb:.0f} MB for {bodies_mb:.0f} MB of transient bodies"
     )
-    # The bodies went to the segment log (as records recovery ignores).
-    on_disk = sum(p.stat().st_size for p in segment_files(broker.data_dir))
-    assert on_disk >= count * size - 2 * BUDGET
+    # The bodies went to the segment log (as records recovery ignores). Transient
+    # records are confirmed without waiting for the writer thread, so give it a
+    # moment to catch up before reading the file sizes.
+    want = count * size - 2 * BUDGET
+    deadline = time.monotonic() + 15
+    on_disk = 0
+    while time.monotonic() < deadline:
+        on_disk = sum(p.stat().st_size for p in segment_files(broker.data_dir))
+        if on_disk >= want:
+            break
+        time.sleep(0.1)
+    assert on_disk >= want
     _consume_in_order(broker, "paged.transient", count)
 
     # Paged transient messages in a durable queue do not come back after a restart.
