@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("leveret.stream")
 
 INDEX_EVERY = 256  # records between two sparse-index entries
+FLUSH_BYTES = 1 << 20  # write the append buffer out early once it holds this much
 _HEAD = struct.Struct(">II")  # length, crc32
 _META = struct.Struct(">qqH")  # offset, timestamp, exchange_and_key length
 _U32 = struct.Struct(">I")
@@ -122,6 +123,17 @@ class StreamLog:
         self.max_age_ms = max_age_ms
         self.segments: list[Segment] = []
         self._fd = -1
+        # Appends are buffered and written with one os.write per loop turn: a
+        # write call per record was 42% of the broker's time in a confirm-publish
+        # profile.  Offsets, positions and the index count buffered records, so
+        # every reader flushes first (`flush` is cheap when nothing is buffered).
+        self._buf: list[bytes] = []
+        self._buffered = 0
+        self._flush_armed = False
+        self._write_error: OSError | None = None
+        # Segment files rolled away from but maybe not fsynced yet: closed only
+        # once a sync that covers them is done.
+        self._retired: list[int] = []
         self._pending: list[Callable[[BaseException | None], None]] = []
         self._syncing = False
         self.closed = False
@@ -208,6 +220,7 @@ class StreamLog:
 
     def offset_for_timestamp(self, ts: int) -> int:
         """The first offset whose timestamp is at or after `ts` (next if none)."""
+        self.flush()
         for seg in self.segments:
             if seg.count and seg.last_ts >= ts:
                 k = max(0, bisect.bisect_left(seg.idx_ts, ts) - 1)
@@ -219,18 +232,58 @@ class StreamLog:
     # --- append ---------------------------------------------------------------
 
     def append(self, ts: int, exchange_and_key: bytes, header: bytes, body: bytes) -> int:
+        """Add a record; it reaches the file by the end of this loop turn."""
         seg = self.segments[-1]
         if seg.count and seg.size >= self.max_segment_bytes:
             seg = self._roll()
         offset = seg.next
         data = encode_record(offset, ts, exchange_and_key, header, body)
-        os.write(self._fd, data)
+        self._buf.append(data)
         seg.note(offset, seg.size, ts)
         seg.size += len(data)
+        self._buffered += len(data)
+        if self._buffered >= FLUSH_BYTES:
+            self.flush()
+        elif not self._flush_armed:
+            self._arm_flush()
         return offset
 
+    def _arm_flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # used outside a loop (tools, tests): write at once
+            self.flush()
+            return
+        self._flush_armed = True
+        loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_armed = False
+        try:
+            self.flush()
+        except OSError as exc:  # disk full, I/O error: fail the confirms that wait
+            log.error("stream %s: write failed: %s", self.directory, exc)
+            self._write_error = exc
+
+    def flush(self) -> None:
+        """Write the buffered records to the segment file (not fsynced)."""
+        if not self._buf or self.closed:
+            return
+        data = b"".join(self._buf) if len(self._buf) > 1 else self._buf[0]
+        self._buf = []
+        self._buffered = 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
     def _roll(self) -> Segment:
-        os.close(self._fd)
+        self.flush()
+        if self._pending or self._syncing:
+            # A confirm waits on it or a sync in flight holds its fd: the next
+            # sync covers it, then closes it.
+            self._retired.append(self._fd)
+        else:
+            os.close(self._fd)
         first = self.next
         seg = Segment(first, self._seg_path(first))
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -276,10 +329,24 @@ class StreamLog:
             for done in waiting:
                 done(None)
             return
+        try:
+            self.flush()
+        except OSError as exc:
+            self._write_error = exc
+        error, self._write_error = self._write_error, None
+        if error is not None:
+            for done in waiting:
+                done(error)
+            self._syncing = False
+            return
+        fds = [*self._retired, self._fd]
+        retired, self._retired = self._retired, []
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, os.fsync, self._fd)
+        future = loop.run_in_executor(None, _fsync_all, fds)
 
         def finished(fut: asyncio.Future) -> None:
+            for fd in retired:
+                os.close(fd)
             error = fut.exception()
             for done in waiting:
                 done(error)
@@ -296,6 +363,7 @@ class StreamLog:
         return StreamReader(self, offset)
 
     def _iter_segment(self, seg: Segment, pos: int, offset: int):
+        self.flush()
         with open(seg.path, "rb") as f:
             f.seek(pos)
             data = f.read()
@@ -312,12 +380,21 @@ class StreamLog:
 
     def close(self) -> None:
         if not self.closed:
+            self.flush()
             self.closed = True
             os.close(self._fd)
+            for fd in self._retired:  # those in a sync in flight are not in this list
+                os.close(fd)
+            self._retired = []
 
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _fsync_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.fsync(fd)
 
 
 class StreamReader:
@@ -387,6 +464,8 @@ class StreamReader:
         out: list[Record] = []
         if self.offset >= self.log.next:
             return out
+        if self.log._buf:
+            self.log.flush()
         seg = self._seg
         if seg is None or seg not in self.log.segments or self.offset < seg.first:
             if not self._seek():

@@ -22,7 +22,13 @@ from leveret.broker.message import Message
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import QueueEntry
 from leveret.broker.stats import MessageStats
-from leveret.protocol.properties import FLAG_HEADERS, rewrite_header, split_properties
+from leveret.protocol.properties import (
+    FLAG_CONTENT_ENCODING,
+    FLAG_CONTENT_TYPE,
+    FLAG_HEADERS,
+    rewrite_header,
+    split_properties,
+)
 from leveret.store.stream_log import StreamLog
 
 if TYPE_CHECKING:
@@ -80,6 +86,23 @@ def with_offset_header(header: bytes, offset: int) -> bytes:
     else:
         new = _I.pack(len(table) - 4 + len(entry)) + table[4:] + entry
     return rewrite_header(header, {FLAG_HEADERS: new})
+
+
+def _offset_header_parts(header: bytes) -> tuple[bytes, bytes]:
+    """`with_offset_header(header, n)` as prefix + 8-byte n + suffix, for any n.
+
+    The offset is the last entry of the headers table, so only those 8 bytes
+    change from message to message; a publisher that sends the same
+    properties every time pays for the property split once.
+    """
+    out = with_offset_header(header, 0)
+    flags = int.from_bytes(out[12:14], "big")
+    pos = 14
+    for flag in (FLAG_CONTENT_TYPE, FLAG_CONTENT_ENCODING):
+        if flags & flag:
+            pos += 1 + out[pos]
+    end = pos + 4 + _I.unpack_from(out, pos)[0]
+    return out[: end - 8], out[end:]
 
 
 def _unpack_exchange_and_key(ek: bytes) -> tuple[str, str]:
@@ -154,6 +177,8 @@ class StreamQueue(Queue):
             max_age_ms=parse_age(arguments["x-max-age"]) if "x-max-age" in arguments else None,
         )
         self._readers: dict[Consumer, Any] = {}
+        self._last_header = b""  # one-entry cache for _offset_header_parts
+        self._header_parts = (b"", b"")
 
     # --- declaration ------------------------------------------------------------
 
@@ -202,10 +227,15 @@ class StreamQueue(Queue):
         body = message.body
         if body is None:  # pragma: no cover - a fresh publish always has its body
             body = b""
+        header = message.header
+        if header != self._last_header:
+            self._last_header = header
+            self._header_parts = _offset_header_parts(header)
+        prefix, suffix = self._header_parts
         log.append(
             int(time.time() * 1000),
             message.exchange_and_key,
-            with_offset_header(message.header, log.next),
+            prefix + _Q.pack(log.next) + suffix,
             body,
         )
         if barrier is not None:
