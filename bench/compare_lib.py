@@ -192,7 +192,16 @@ MEMORY_SCENARIOS = {
     "S6": "1000 idle connections: RSS KB per connection",
     "S7": "1M x 1 KB queued: publish msg/s, RSS MB",
 }
-ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS]
+# Stream queues (issue 9): bench/streams.py, the same leveret.client code for both brokers.
+STREAM_SCENARIOS = {
+    "ST": "stream queues: publish with confirms, consume from first x1 and x4",
+}
+STREAM_FIGURES = {
+    "publish": "ST1 stream publish, 100 B persistent, confirm window 1000: msg/s",
+    "consume_x1": "ST2 stream consume from first, 1 consumer, prefetch 1000: msg/s",
+    "consume_x4": "ST3 stream consume from first, 4 consumers at once: msg/s (all)",
+}
+ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS, *STREAM_SCENARIOS]
 
 
 @dataclass
@@ -275,6 +284,20 @@ def run_tool(
     if outcome.value is None and outcome.error is None:
         outcome.error = "no figure (nothing consumed?)"
     return outcome
+
+
+def run_streams(broker: Broker, python: str, messages: int) -> dict[str, Outcome]:
+    """One bench/streams.py run against one broker: an Outcome per stream figure."""
+    argv = [python, str(REPO / "bench" / "streams.py"), "--uri", broker.uri]
+    argv += ["--messages", str(messages), "--json"]
+    try:
+        data = run_json_command(argv, timeout=600, env=perf_env())
+    except (RuntimeError, json.JSONDecodeError) as exc:
+        return {k: Outcome(error=str(exc)) for k in STREAM_FIGURES}
+    return {
+        k: Outcome(value=float(data[k])) if k in data else Outcome(error=f"no {k} in output")
+        for k in STREAM_FIGURES
+    }
 
 
 def run_memcheck(

@@ -12,12 +12,18 @@ median of the rounds:
         --rabbitmq amqp://guest:guest@127.0.0.1:5673/%2F
 
 Starts a Leveret broker (fsync batch, its own data directory) from this checkout.
+
+    bench/streams.py --uri amqp://guest:guest@127.0.0.1:5682/%2F --messages 200000 --json
+
+measures one broker once and prints one JSON line; `bench/compare --scenarios ST`
+runs it that way, alternating the brokers, for the stream rows of its table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import socket
 import statistics
 import subprocess
@@ -105,7 +111,17 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rabbitmq", default="amqp://guest:guest@127.0.0.1:5673/%2F")
+    parser.add_argument("--uri", help="measure this one broker once (no broker is started)")
+    parser.add_argument("--json", action="store_true", help="with --uri: one JSON line")
     args = parser.parse_args()
+    if args.uri:
+        rates = asyncio.run(measure(args.uri, args.messages))
+        if args.json:
+            print(json.dumps({k.replace(" ", "_"): v for k, v in rates.items()}))
+        else:
+            for key, rate in rates.items():
+                print(f"{key:12} {rate:10,.0f} msg/s")
+        return 0
     results: dict[str, dict[str, list[float]]] = {"Leveret": {}, "RabbitMQ": {}}
     with tempfile.TemporaryDirectory() as data:
         proc, url = start_leveret(data)
