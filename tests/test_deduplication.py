@@ -115,3 +115,161 @@ def test_disk_cache_survives_a_crash(tmp_path):
     finally:
         proc.terminate()
         proc.wait()
+
+
+# --- queue level: x-message-deduplication: true on queue.declare ---------------------
+
+
+def _pub_q(ch, q, ids):
+    for i in ids:
+        props = pika.BasicProperties(headers={"x-deduplication-header": i}, delivery_mode=2)
+        ch.basic_publish("", q, i.encode(), props)  # confirmed: raises if nacked
+
+
+@pytest.fixture
+def dq(connection, names):
+    ch = connection.channel()
+    q = names.queue("dq")
+    ch.queue_declare(q, arguments={DEDUP: True})
+    ch.confirm_delivery()
+    yield ch, q
+    if ch.is_open:
+        ch.queue_delete(q)
+
+
+def _count(ch, q) -> int:
+    return ch.queue_declare(q, passive=True).method.message_count
+
+
+def test_queue_drops_a_duplicate_of_a_message_it_holds(dq):
+    ch, q = dq
+    _pub_q(ch, q, ["a", "b", "a", "b", "c"])  # every publish confirmed (no NackError)
+    ch.basic_publish("", q, b"no id")  # without the header: never a duplicate
+    ch.basic_publish("", q, b"no id")
+    assert drain(ch, q) == [b"a", b"b", b"c", b"no id", b"no id"]
+
+
+def test_an_acked_id_may_come_again(dq):
+    ch, q = dq
+    _pub_q(ch, q, ["a"])
+    method, _, body = ch.basic_get(q)
+    assert body == b"a"
+    _pub_q(ch, q, ["a"])  # still unacked: a duplicate
+    assert _count(ch, q) == 0
+    ch.basic_ack(method.delivery_tag)
+    _pub_q(ch, q, ["a"])  # gone from the queue: accepted again
+    assert _count(ch, q) == 1
+
+
+def test_requeue_keeps_the_id_and_reject_forgets_it(dq):
+    ch, q = dq
+    _pub_q(ch, q, ["a"])
+    method, _, _ = ch.basic_get(q)
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    _pub_q(ch, q, ["a"])
+    assert _count(ch, q) == 1  # the requeued one is still there; the copy was dropped
+    method, _, _ = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    _pub_q(ch, q, ["a"])
+    assert _count(ch, q) == 1
+
+
+def test_no_ack_get_and_purge_forget_ids(dq):
+    ch, q = dq
+    _pub_q(ch, q, ["a", "b"])
+    _, _, body = ch.basic_get(q, auto_ack=True)
+    assert body == b"a"
+    ch.queue_purge(q)
+    _pub_q(ch, q, ["a", "b", "a"])
+    assert drain(ch, q) == [b"a", b"b"]
+
+
+def test_expiry_and_overflow_forget_ids(connection, names):
+    ch = connection.channel()
+    ch.confirm_delivery()
+    q = names.queue("dq")
+    ch.queue_declare(q, arguments={DEDUP: True, "x-max-length": 1})
+    _pub_q(ch, q, ["a", "b"])  # "b" pushes "a" out of the head
+    _pub_q(ch, q, ["a"])  # so "a" is new again, and pushes "b" out
+    assert drain(ch, q) == [b"a"]
+    t = names.queue("dqt")
+    ch.queue_declare(t, arguments={DEDUP: True, "x-message-ttl": 50})
+    _pub_q(ch, t, ["a"])
+    deadline = time.monotonic() + 5
+    while _count(ch, t) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _count(ch, t) == 0  # expired
+    _pub_q(ch, t, ["a"])
+    method, _, body = ch.basic_get(t)
+    assert body == b"a"  # the expired id did not block it
+    ch.queue_delete(q)
+    ch.queue_delete(t)
+
+
+def test_a_consumer_sees_each_id_once_while_it_is_held(dq, connection):
+    ch, q = dq
+    got = []
+    cch = connection.channel()
+    cch.basic_qos(prefetch_count=10)
+    cch.basic_consume(q, lambda c, m, p, b: got.append((m.delivery_tag, b)))
+    _pub_q(ch, q, ["a", "a", "b"])
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    _pub_q(ch, q, ["a", "b"])  # delivered, not acked: still held
+    connection.process_data_events(0.2)
+    assert [b for _, b in got] == [b"a", b"b"]
+    for tag, _ in got:
+        cch.basic_ack(tag)
+    _pub_q(ch, q, ["a"])
+    deadline = time.monotonic() + 5
+    while len(got) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert [b for _, b in got] == [b"a", b"b", b"a"]
+    cch.close()
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_queue_argument_must_be_a_boolean(connection, names, value):
+    q = names.queue("dq")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        connection.channel().queue_declare(q, arguments={DEDUP: value})
+    assert info.value.reply_code == 406
+    assert "invalid arg 'x-message-deduplication'" in info.value.reply_text
+    assert "expected true or false" in info.value.reply_text
+
+
+def test_a_stream_refuses_queue_deduplication(connection, names):
+    q = names.queue("ds")
+    args = {"x-queue-type": "stream", DEDUP: True}
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        connection.channel().queue_declare(q, durable=True, arguments=args)
+    assert info.value.reply_code == 406
+    assert "invalid arg 'x-message-deduplication'" in info.value.reply_text
+
+
+def test_queue_ids_come_back_with_the_messages_after_a_crash(tmp_path):
+    data, port = str(tmp_path / "d"), _free_port()
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    proc = _start(data, port)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("dq", durable=True, arguments={DEDUP: True})
+        _pub_q(ch, "dq", ["a", "b"])
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    proc = _start(data, port)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        _pub_q(ch, "dq", ["a", "c", "b"])  # the replay after a crash: only "c" is new
+        assert drain(ch, "dq") == [b"a", b"b", b"c"]
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait()

@@ -55,6 +55,7 @@ class QueueOptions:
     max_priority: int = 0
     single_active_consumer: bool = False
     consumer_timeout: int | None = None  # ms
+    deduplication: bool = False  # x-message-deduplication (the community plugin's)
 
     @property
     def plain(self) -> bool:
@@ -64,6 +65,7 @@ class QueueOptions:
             and self.max_length is None
             and self.max_length_bytes is None
             and not self.max_priority
+            and not self.deduplication
         )
 
 
@@ -127,6 +129,14 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
         if not isinstance(value, bool):
             raise fail("x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(value)}}}")
         options["single_active_consumer"] = value
+    if "x-message-deduplication" in arguments:
+        value = arguments["x-message-deduplication"]
+        if not isinstance(value, bool):
+            raise fail(
+                "x-message-deduplication",
+                f"expected true or false, got {amqp_type_name(value)} {describe_value(value)!r}",
+            )
+        options["deduplication"] = value
     if "x-queue-type" in arguments:
         value = arguments["x-queue-type"]
         if not isinstance(value, str | bytes):

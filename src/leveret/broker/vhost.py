@@ -378,6 +378,8 @@ class VirtualHost:
     def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
         if queue.tracked:
             self.hooks.message_removed(queue, entry)
+        if queue.dedup is not None:
+            queue.dedup.forget(entry.message)
 
     def maybe_auto_delete(self, queue: Queue) -> None:
         """Auto-delete queues go when their last consumer does."""

@@ -41,6 +41,11 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def dedup_id(value: Any) -> str:
+    """A header value as a deduplication id (the exchange and the queue agree)."""
+    return _text(value)
+
+
 class DeduplicationExchange(ExchangeType):
     name = "x-message-deduplication"
 
@@ -141,7 +146,7 @@ class DeduplicationExchange(ExchangeType):
         headers = message.headers
         if not headers or HEADER not in headers:
             return self._dests
-        key = _text(headers[HEADER])
+        key = dedup_id(headers[HEADER])
         now = time.monotonic()
         expiry = self._seen.get(key)
         if expiry is not None and (expiry == 0.0 or expiry > now):

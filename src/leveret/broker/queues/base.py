@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
     from leveret.broker.message import Message
+    from leveret.broker.queue_dedup import PresentIds
     from leveret.broker.queues.classic import QueueEntry
     from leveret.broker.stats import MessageStats
     from leveret.broker.vhost import VirtualHost
@@ -41,6 +42,9 @@ class Queue:
     # Whether the store may keep this queue's messages as disk locations alone
     # (see ClassicQueue.restore_paged); a type that can says so.
     can_page = False
+    # The ids of x-message-deduplication (broker.queue_dedup), or None: most
+    # queues never deduplicate and pay one `is None` test per removal.
+    dedup: PresentIds | None = None
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""

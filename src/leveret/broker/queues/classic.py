@@ -24,6 +24,7 @@ from leveret.broker import dead_letter
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
+from leveret.broker.queue_dedup import PresentIds, message_dedup_id
 from leveret.broker.queues.base import Queue
 from leveret.broker.stats import MessageStats
 
@@ -245,6 +246,7 @@ class ClassicQueue(Queue):
         self.arguments = arguments or {}
         self.options = options or QueueOptions()
         self.plain = self.options.plain
+        self.dedup = PresentIds() if self.options.deduplication else None
         # Whether any entry may carry an expiry (queue TTL, or a message's expiration).
         self.expiring = self.options.message_ttl is not None
         self.ready: ReadyMessages | PriorityReadyMessages = (
@@ -306,6 +308,8 @@ class ClassicQueue(Queue):
         entry.location = location
         self._start_expiry(entry, time.monotonic())
         self.ready.append(entry)
+        if self.dedup is not None:  # the ids come back with the messages
+            self.dedup.add(message)
 
     def restore_paged(self, location: Any) -> None:
         """Put back a recovered message as its location alone, without reading it:
@@ -414,7 +418,11 @@ class ClassicQueue(Queue):
             connection.resume_after_flow(self)
 
     def purge(self) -> list[QueueEntry]:
-        return self.ready.clear()
+        entries = self.ready.clear()
+        if self.dedup is not None:
+            for entry in entries:
+                self.dedup.forget(entry.message)
+        return entries
 
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
@@ -436,6 +444,9 @@ class ClassicQueue(Queue):
     def _enqueue_with_extensions(self, entry: QueueEntry, barrier: Any) -> bool:
         opts = self.options
         message = entry.message
+        dedup = self.dedup
+        if dedup is not None and (key := message_dedup_id(message)) is not None and key in dedup:
+            return True  # a duplicate of a message in the queue: dropped, still confirmed
         ttl = opts.message_ttl
         if message.ttl is not None and (ttl is None or message.ttl < ttl):
             ttl = message.ttl
@@ -452,6 +463,8 @@ class ClassicQueue(Queue):
         if self.tracked:
             self.vhost.hooks.message_enqueued(self, entry, barrier)
         self.ready.append(entry)
+        if dedup is not None:
+            dedup.add(message)
         if self.consumers:
             # Expired entries ahead were just dropped; skipping the check here lets a
             # ready consumer still take a message with TTL 0, as RabbitMQ does.

@@ -51,6 +51,7 @@ _NOT_FOR_STREAMS = (
     "x-dead-letter-routing-key",
     "x-single-active-consumer",
     "x-queue-mode",
+    "x-message-deduplication",  # the plugin's queue-level cache is for classic queues
 )
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
 _AGE_MS = {
