@@ -283,6 +283,30 @@ def test_publish_many_confirms_everything(amqp_url, names):
     run(main())
 
 
+def test_publish_many_returns_only_after_the_last_confirm(amqp_url, names):
+    """With a small window every confirm drains the count to zero between windows;
+    publish_many must still wait for the confirm of its last message (it used to
+    return as soon as the count had once touched zero)."""
+
+    async def main():
+        async with await connect(amqp_url) as conn:
+            ch = await conn.channel()
+            q = await ch.declare_queue(names.queue(), durable=True)
+            confirmed: list[int] = []
+            ch.add_confirm_listener(lambda tag, multiple, nack: confirmed.append(tag))
+            for window in (1, 3):
+                confirmed.clear()
+                n = await ch.publish_many(
+                    [b"m"] * 10, routing_key=q.name, window=window, delivery_mode=2
+                )
+                assert n == 10
+                assert confirmed and confirmed[-1] == max(confirmed)
+                assert max(confirmed) % 10 == 0  # the confirm of the tenth publish
+            await ch.delete_queue(q.name)
+
+    run(main())
+
+
 def test_publish_without_confirms(amqp_url, names):
     async def main():
         async with await connect(amqp_url) as conn:

@@ -138,6 +138,16 @@ class _Batch:
         if self.outstanding <= 0:
             self.done.set()
 
+    async def wait_all(self) -> None:
+        """Until every publish added so far is settled.
+
+        `done` is set each time the count touches zero, which happens between
+        windows too; so it is cleared and waited on again while any is out.
+        """
+        while self.outstanding > 0:
+            self.done.clear()
+            await self.done.wait()
+
 
 class Channel:
     """One AMQP channel. Get it from `await connection.channel()`.
@@ -785,7 +795,7 @@ class Channel:
         conn._flush()
         if self.confirms and batch.outstanding > 0:
             try:
-                await asyncio.wait_for(batch.done.wait(), timeout)
+                await asyncio.wait_for(batch.wait_all(), timeout)
             except TimeoutError:
                 raise PublishTimeout(
                     f"{batch.outstanding} of {count} publishes unconfirmed after {timeout:g} s"
