@@ -14,6 +14,15 @@ Record layout (big-endian)::
 `length` counts everything after the crc; the crc covers the same bytes, so a
 torn or corrupt tail (a crash mid-write) is found on open and cut off.
 
+Each segment's sparse index is also kept on disk, in `<first>.idx` beside it: one
+24-byte entry (offset, position, timestamp; big-endian i64s) per INDEX_EVERY
+records, appended as records are written.  On open a segment's index is read from
+there and only the records after its last entry are scanned, so start-up does not
+read the stream.  The file is a hint, never trusted blindly: entries must follow
+one another, point inside the segment, and the last one must point at a whole
+record with its offset, or they are dropped and the segment is scanned from the
+last good entry (from the start when none is left).
+
 The store knows nothing of the model's classes: it stores byte strings, and the
 stream queue decides what they mean.
 """
@@ -38,7 +47,9 @@ FLUSH_BYTES = 1 << 20  # write the append buffer out early once it holds this mu
 _HEAD = struct.Struct(">II")  # length, crc32
 _META = struct.Struct(">qqH")  # offset, timestamp, exchange_and_key length
 _U32 = struct.Struct(">I")
+_IDX = struct.Struct(">qqq")  # offset, position, timestamp: one persisted index entry
 READ_CHUNK = 1 << 20
+SCAN_CHUNK = 4 << 20  # read size when scanning a segment's unindexed tail on open
 
 
 @dataclass(slots=True)
@@ -62,6 +73,11 @@ class Segment:
     idx_offset: list[int] = field(default_factory=list)
     idx_pos: list[int] = field(default_factory=list)
     idx_ts: list[int] = field(default_factory=list)
+    idx_written: int = 0  # entries already in the .idx file
+
+    @property
+    def idx_path(self) -> str:
+        return self.path[:-4] + ".idx"
 
     @property
     def next(self) -> int:
@@ -123,6 +139,7 @@ class StreamLog:
         self.max_age_ms = max_age_ms
         self.segments: list[Segment] = []
         self._fd = -1
+        self._idx_fd = -1
         # Appends are buffered and written with one os.write per loop turn: a
         # write call per record was 42% of the broker's time in a confirm-publish
         # profile.  Offsets, positions and the index count buffered records, so
@@ -143,13 +160,16 @@ class StreamLog:
     # --- open and recover ---------------------------------------------------
 
     def _open(self) -> None:
-        names = sorted(n for n in os.listdir(self.directory) if n.endswith(".seg"))
+        names = os.listdir(self.directory)
+        segs = sorted(n for n in names if n.endswith(".seg"))
+        for stray in set(n[:-4] for n in names if n.endswith(".idx")) - set(n[:-4] for n in segs):
+            os.unlink(os.path.join(self.directory, stray + ".idx"))  # its segment is gone
         expected = None
-        for name in names:
+        for name in segs:
             seg = Segment(int(name[:-4]), os.path.join(self.directory, name))
             if expected is not None and seg.first != expected:
                 log.warning("stream %s: gap before segment %s", self.directory, name)
-            self._scan(seg)
+            self._recover(seg)
             self.segments.append(seg)
             expected = seg.next
         if not self.segments:
@@ -157,35 +177,80 @@ class StreamLog:
             open(self.segments[0].path, "ab").close()
         tail = self.segments[-1]
         self._fd = os.open(tail.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._idx_fd = os.open(tail.idx_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _scan(self, seg: Segment) -> None:
-        """Rebuild a segment's index; cut a torn or corrupt tail."""
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        pos = 0
-        good = 0
-        while pos + _HEAD.size <= len(data):
-            length, crc = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + length
-            if end > len(data):
+    def _recover(self, seg: Segment) -> None:
+        """Rebuild a segment's index from its .idx file plus a scan of what follows."""
+        size = os.path.getsize(seg.path)
+        entries = _read_index(seg, size)
+        while True:
+            if entries:
+                offset, pos, first_ts = entries[-1][0], entries[-1][1], entries[0][2]
+            else:
+                offset, pos, first_ts = seg.first, 0, 0
+            seg.idx_offset = [e[0] for e in entries[:-1]]
+            seg.idx_pos = [e[1] for e in entries[:-1]]
+            seg.idx_ts = [e[2] for e in entries[:-1]]
+            seg.count = offset - seg.first
+            seg.first_ts = first_ts
+            good = self._scan(seg, pos, size)
+            if good > pos or not entries or pos == size:
                 break
-            rest = memoryview(data)[pos + _HEAD.size : end]
-            if zlib.crc32(rest) != crc:
-                break
-            offset, ts, _ = _META.unpack_from(rest)
-            if offset != seg.first + seg.count:
-                break
-            seg.note(offset, pos, ts)
-            pos = good = end
-        if good < len(data):
+            entries.pop()  # its record is not whole: step back to the one before
+        if good < size:
             log.warning(
-                "stream segment %s: cut %d bytes of torn or corrupt tail",
-                seg.path,
-                len(data) - good,
+                "stream segment %s: cut %d bytes of torn or corrupt tail", seg.path, size - good
             )
             with open(seg.path, "r+b") as f:
                 f.truncate(good)
         seg.size = good
+        try:
+            on_disk = os.path.getsize(seg.idx_path)
+        except FileNotFoundError:
+            on_disk = -1
+        if on_disk != len(seg.idx_offset) * _IDX.size or len(entries) < on_disk // _IDX.size:
+            _write_index(seg)  # drop bad or torn entries, add those the scan made
+        seg.idx_written = len(seg.idx_offset)
+
+    def _scan(self, seg: Segment, pos: int, size: int) -> int:
+        """Note every whole record from `pos` on; the position after the last one.
+
+        Reads SCAN_CHUNK at a time, so a segment without its index (an old
+        stream, or a lost .idx) never sits in memory whole.
+        """
+        good = pos
+        with open(seg.path, "rb") as f:
+            f.seek(pos)
+            buf = b""
+            at = 0  # where the next record starts in buf; buf[0] is at file position `base`
+            base = pos
+            while True:
+                if len(buf) - at < _HEAD.size + _META.size:
+                    more = f.read(SCAN_CHUNK)
+                    if not more:
+                        break
+                    buf, base, at = buf[at:] + more, base + at, 0
+                    continue
+                length, crc = _HEAD.unpack_from(buf, at)
+                end = at + _HEAD.size + length
+                if end > len(buf):
+                    if base + end > size:
+                        break  # torn: the record runs past the end of the file
+                    more = f.read(max(SCAN_CHUNK, end - len(buf)))
+                    if not more:
+                        break
+                    buf, base, at = buf[at:] + more, base + at, 0
+                    continue
+                rest = memoryview(buf)[at + _HEAD.size : end]
+                if zlib.crc32(rest) != crc:
+                    break
+                offset, ts, _ = _META.unpack_from(rest)
+                if offset != seg.first + seg.count:
+                    break
+                seg.note(offset, base + at, ts)
+                at = end
+                good = base + at
+        return good
 
     def _seg_path(self, first: int) -> str:
         return os.path.join(self.directory, f"{first:020d}.seg")
@@ -275,6 +340,10 @@ class StreamLog:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
+        seg = self.segments[-1]
+        if len(seg.idx_offset) > seg.idx_written:  # after the records they point at
+            os.write(self._idx_fd, _index_bytes(seg, seg.idx_written))
+            seg.idx_written = len(seg.idx_offset)
 
     def _roll(self) -> Segment:
         self.flush()
@@ -284,9 +353,11 @@ class StreamLog:
             self._retired.append(self._fd)
         else:
             os.close(self._fd)
+        os.close(self._idx_fd)
         first = self.next
         seg = Segment(first, self._seg_path(first))
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._idx_fd = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.segments.append(seg)
         self.apply_retention(int(time.time() * 1000))
         return seg
@@ -306,10 +377,11 @@ class StreamLog:
             if not (too_big or too_old):
                 break
             self.segments.pop(0)
-            try:
-                os.unlink(oldest.path)
-            except FileNotFoundError:
-                pass
+            for path in (oldest.path, oldest.idx_path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             removed += 1
         return removed
 
@@ -383,6 +455,7 @@ class StreamLog:
             self.flush()
             self.closed = True
             os.close(self._fd)
+            os.close(self._idx_fd)
             for fd in self._retired:  # those in a sync in flight are not in this list
                 os.close(fd)
             self._retired = []
@@ -390,6 +463,40 @@ class StreamLog:
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _index_bytes(seg: Segment, start: int) -> bytes:
+    return b"".join(
+        _IDX.pack(seg.idx_offset[k], seg.idx_pos[k], seg.idx_ts[k])
+        for k in range(start, len(seg.idx_offset))
+    )
+
+
+def _read_index(seg: Segment, size: int) -> list[tuple[int, int, int]]:
+    """The .idx entries that can be right: in sequence and inside the segment."""
+    try:
+        with open(seg.idx_path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    entries = []
+    last_pos = -1
+    for k in range(len(raw) // _IDX.size):
+        offset, pos, ts = _IDX.unpack_from(raw, k * _IDX.size)
+        if offset != seg.first + k * INDEX_EVERY or pos >= size or pos <= last_pos:
+            break
+        if k == 0 and pos != 0:
+            break
+        entries.append((offset, pos, ts))
+        last_pos = pos
+    return entries
+
+
+def _write_index(seg: Segment) -> None:
+    tmp = seg.idx_path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(_index_bytes(seg, 0))
+    os.replace(tmp, seg.idx_path)
 
 
 def _fsync_all(fds: list[int]) -> None:
