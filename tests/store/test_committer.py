@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
@@ -70,3 +71,50 @@ def test_never_mode_does_not_sync_and_close_drains(tmp_path: Path) -> None:
 def test_bad_mode_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         GroupCommitter(str(tmp_path), "sometimes")
+
+
+def test_stream_fsyncs_share_the_writer_thread_once_per_fd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """submit_sync: another log's descriptors are fsynced in the writer's batch, each
+    once however many waiters share it; a bad descriptor fails only its own waiters."""
+    synced: list[int] = []
+    real_sync = committer_mod._sync_file
+
+    def sync(fd: int) -> None:
+        real_sync(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(committer_mod, "_sync_file", sync)
+    stream_file = tmp_path / "stream.seg"
+    fd = os.open(stream_file, os.O_WRONLY | os.O_CREAT)
+    os.write(fd, b"record")
+    closed = 65_000  # a descriptor that is not open: its fsync fails (EBADF)
+    c = GroupCommitter(str(tmp_path / "store"), "batch")
+    threads: set[str] = set()
+    done: list[tuple[str, BaseException | None]] = []
+    c.submit([(1, 0, (b"abcd",))], lambda e: done.append(("store", e)))
+    for i in range(5):
+        c.submit_sync([fd], lambda e, i=i: done.append((f"stream{i}", e)))
+    c.submit_sync([closed], lambda e: done.append(("bad", e)))
+    c.submit_sync([fd], lambda e: (threads.add(threading.current_thread().name), None)[1])
+    c.drain()
+    c.close()
+    os.close(fd)
+    results = dict(done)
+    assert results["store"] is None  # the store's own write is not touched by the bad fd
+    assert all(results[f"stream{i}"] is None for i in range(5))
+    assert isinstance(results["bad"], OSError)
+    assert synced.count(fd) <= 2  # one per batch, not one per waiter (6 waiters)
+    assert threads == {"leveret-store-writer"}  # no loop given: run on the writer thread
+
+
+def test_stream_fsync_follows_never_mode(tmp_path: Path) -> None:
+    c = GroupCommitter(str(tmp_path), "never")
+    fd = os.open(tmp_path / "s.seg", os.O_WRONLY | os.O_CREAT)
+    done: list[BaseException | None] = []
+    c.submit_sync([fd], done.append)
+    c.drain()
+    c.close()
+    os.close(fd)
+    assert done == [None] and c.syncs == 0

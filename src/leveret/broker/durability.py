@@ -63,6 +63,12 @@ class DurabilityHooks:
         """Where a stream keeps its log; None: a scratch directory, no fsync."""
         return None
 
+    def stream_sync(
+        self,
+    ) -> Callable[[list[int], Callable[[BaseException | None], None]], None] | None:
+        """How a stream's fsyncs join the store's writer thread; None: on their own."""
+        return None
+
     # The catalog: vhosts, users, permissions and limits as (kind, key) → record.
     def catalog_load(self) -> dict[str, dict[str, dict[str, Any]]] | None:
         """Every stored record by kind and key; None on a first start (nothing stored)."""

@@ -29,6 +29,7 @@ FSYNC_MODES = ("always", "batch", "never")
 _WRITE = 0
 _UNLINK = 1
 _BARRIER = 2
+_SYNC = 3  # fsync descriptors another log wrote itself (stream segments)
 
 _sync_file = getattr(os, "fdatasync", os.fsync)
 
@@ -135,6 +136,21 @@ class GroupCommitter:
         """Records queued but not yet taken by the writer thread (approximate)."""
         return self._pending_records
 
+    def submit_sync(self, fds: Sequence[int], on_durable: OnDurable) -> None:
+        """fsync descriptors that another log (a stream) wrote to, in the next batch.
+
+        Streams write their own records but share this thread and its batching:
+        every fd is synced once per batch however many publishes wait on it,
+        and `--fsync never` applies to them too.  The caller keeps the fds open
+        until `on_durable` has run.
+        """
+        with self._lock:
+            if self._closing:
+                raise StoreError("store is closed")
+            self._pending.append((_SYNC, fds, on_durable))
+            if len(self._pending) == 1:
+                self._work.notify()
+
     def submit_unlink(self, seq: int) -> None:
         """Delete a segment file, but only after everything queued before it is durable.
 
@@ -218,6 +234,9 @@ class GroupCommitter:
         # First offset written per segment since the last sync: where to truncate on failure.
         firsts: dict[int, int] = {}
         barriers: list[threading.Event] = []
+        # Stream fsyncs do not depend on this store's writes: all of them run,
+        # even when a write below fails.
+        syncs = [(arg, cb) for kind, arg, cb in batch if kind == _SYNC]
         try:
             for i, (kind, arg, _cb) in enumerate(batch):
                 if kind == _WRITE:
@@ -246,6 +265,8 @@ class GroupCommitter:
                     self._unlink(arg)  # type: ignore[arg-type]
                     run_seq = -1
                     durable = i + 1
+                elif kind == _SYNC:
+                    pass  # done after this batch's own writes: see `syncs`
                 else:
                     barriers.append(arg)  # type: ignore[arg-type]
             if parts:
@@ -259,6 +280,8 @@ class GroupCommitter:
         with self._lock:
             self._progress.notify_all()
         done = [(cb, None) for kind, _a, cb in batch[:durable] if kind == _WRITE and cb]
+        if syncs:
+            done += self._sync_other(syncs)
         if done:
             self._deliver(done)
         for ev in barriers:
@@ -299,6 +322,29 @@ class GroupCommitter:
             self.fsync_seconds.observe(time.perf_counter() - started)
         self._new_file = False
         dirty.clear()
+
+    def _sync_other(
+        self, syncs: list[tuple[Sequence[int], OnDurable]]
+    ) -> list[tuple[OnDurable, BaseException | None]]:
+        """fsync each stream descriptor once; its error goes only to its own waiters
+        (it says nothing about this store's segments)."""
+        results: dict[int, OSError | None] = {}
+        calls: list[tuple[OnDurable, BaseException | None]] = []
+        for fds, cb in syncs:
+            error = None
+            for fd in fds:
+                if fd not in results:
+                    results[fd] = None
+                    if self.mode != "never":
+                        try:
+                            _sync_file(fd)
+                        except OSError as exc:
+                            results[fd] = exc
+                error = error or results[fd]
+            calls.append((cb, error))
+        if self.mode != "never":
+            self.syncs += 1
+        return calls
 
     def _unlink(self, seq: int) -> None:
         if self.unlinks_disabled:
@@ -355,7 +401,8 @@ class GroupCommitter:
             exc,
             sum(1 for k, _a, _c in failed if k == _WRITE),
         )
-        cbs = [(cb, exc) for kind, _a, cb in failed if kind == _WRITE and cb]
+        cbs = [(cb, exc) for kind, _a, cb in batch[durable:] if kind == _WRITE and cb]
+        cbs += [(cb, exc) for kind, _a, cb in rest if kind in (_WRITE, _SYNC) and cb]
         if cbs:
             self._deliver(cbs)
         for kind, arg, _cb in failed:

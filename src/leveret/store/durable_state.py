@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore
+from leveret.store.stream_log import SyncSubmitter
 
 if TYPE_CHECKING:
     from leveret.broker.ports import DiskWaiter
@@ -145,6 +147,17 @@ class DurableState(DurabilityHooks):
 
     def stream_directory(self, vhost: str, name: str) -> str | None:
         return os.path.join(self.data_dir, "streams", quote(vhost, safe=""), quote(name, safe=""))
+
+    def stream_sync(self) -> SyncSubmitter:
+        """Streams' fsyncs go through the message store's writer thread (one batch)."""
+
+        def submit(fds: list[int], done: Callable[[BaseException | None], None]) -> None:
+            committer = self.messages.committer
+            if committer is None:
+                raise StoreError("the message store is not open")
+            committer.submit_sync(fds, done)
+
+        return submit
 
     def queue_declared(self, queue: Queue) -> None:
         if not self._restoring:

@@ -42,6 +42,9 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("leveret.stream")
 
+# sync(fds, done): fsync the descriptors, then call done(error) on the event loop.
+SyncSubmitter = Callable[[list[int], Callable[[BaseException | None], None]], None]
+
 INDEX_EVERY = 256  # records between two sparse-index entries
 FLUSH_BYTES = 1 << 20  # write the append buffer out early once it holds this much
 _HEAD = struct.Struct(">II")  # length, crc32
@@ -131,8 +134,13 @@ class StreamLog:
         max_segment_bytes: int = 500_000_000,
         max_bytes: int | None = None,
         max_age_ms: int | None = None,
+        sync: SyncSubmitter | None = None,
     ) -> None:
         self.directory = directory
+        # The store's writer thread fsyncs for us when given (one thread and one
+        # batch for every stream and the message store); else the loop's executor.
+        self._submit_sync = sync
+        self._close_after_sync: list[int] = []
         self.fsync = fsync
         self.max_segment_bytes = max_segment_bytes
         self.max_bytes = max_bytes
@@ -413,13 +421,14 @@ class StreamLog:
             return
         fds = [*self._retired, self._fd]
         retired, self._retired = self._retired, []
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, _fsync_all, fds)
 
-        def finished(fut: asyncio.Future) -> None:
+        def finished(error: BaseException | None) -> None:
             for fd in retired:
                 os.close(fd)
-            error = fut.exception()
+            if self.closed:
+                for fd in self._close_after_sync:
+                    os.close(fd)
+                self._close_after_sync = []
             for done in waiting:
                 done(error)
             if self._pending:
@@ -427,7 +436,14 @@ class StreamLog:
             else:
                 self._syncing = False
 
-        future.add_done_callback(finished)
+        if self._submit_sync is not None:
+            try:
+                self._submit_sync(fds, finished)
+            except Exception as exc:  # the store is closing: nothing will sync
+                finished(exc)
+            return
+        future = asyncio.get_running_loop().run_in_executor(None, _fsync_all, fds)
+        future.add_done_callback(lambda fut: finished(fut.exception()))
 
     # --- reading --------------------------------------------------------------
 
@@ -454,7 +470,10 @@ class StreamLog:
         if not self.closed:
             self.flush()
             self.closed = True
-            os.close(self._fd)
+            if self._syncing:  # a sync in flight may still hold it: closed when it ends
+                self._close_after_sync.append(self._fd)
+            else:
+                os.close(self._fd)
             os.close(self._idx_fd)
             for fd in self._retired:  # those in a sync in flight are not in this list
                 os.close(fd)

@@ -176,6 +176,7 @@ class StreamQueue(Queue):
             ),
             max_bytes=arguments.get("x-max-length-bytes"),
             max_age_ms=parse_age(arguments["x-max-age"]) if "x-max-age" in arguments else None,
+            sync=None if self._scratch else vhost.hooks.stream_sync(),
         )
         self._readers: dict[Consumer, Any] = {}
         self._last_header = b""  # one-entry cache for _offset_header_parts
