@@ -186,6 +186,14 @@ SCENARIOS: dict[str, Scenario] = {
             ["--consumers", "10"],
         ),
         Scenario("S5", "4 KB, autoack: msg/s", ["--size", "4096", "--autoack"], "consumed"),
+        # Issue 13: S4 with durable queues and persistent messages under confirms.
+        Scenario(
+            "S4D",
+            "fanout to 10 durable queues, persistent, confirm window 1000: deliveries/s",
+            ["--fanout", "10", "--persistent", "--confirm", "1000"],
+            "consumed",
+            ["--consumers", "10"],
+        ),
     ]
 }
 MEMORY_SCENARIOS = {
