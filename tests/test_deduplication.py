@@ -14,7 +14,7 @@ import pika.exceptions
 import pytest
 
 from conftest import drain
-from test_streams import _free_port, _start
+from test_streams import _broker, _free_port
 
 pytestmark = pytest.mark.leveret_only
 DEDUP = "x-message-deduplication"
@@ -91,8 +91,7 @@ def test_disk_cache_survives_a_crash(tmp_path):
     data, port = str(tmp_path / "d"), _free_port()
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     args = {"x-cache-size": 1000, "x-cache-persistence": "disk"}
-    proc = _start(data, port)
-    try:
+    with _broker(data, port, signal.SIGKILL):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.exchange_declare("results", DEDUP, durable=True, arguments=args)
@@ -101,20 +100,13 @@ def test_disk_cache_survives_a_crash(tmp_path):
         ch.confirm_delivery()
         _pub(ch, "results", ["e1", "e2"])
         conn.close()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    proc = _start(data, port)
-    try:
+    with _broker(data, port):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.confirm_delivery()
         _pub(ch, "results", ["e1", "e2", "e3"])  # a replay after the crash
         assert drain(ch, "out") == [b"e3"]  # e1 and e2 were not durable messages
         conn.close()
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 # --- queue level: x-message-deduplication: true on queue.declare ---------------------
@@ -251,25 +243,17 @@ def test_a_stream_refuses_queue_deduplication(connection, names):
 def test_queue_ids_come_back_with_the_messages_after_a_crash(tmp_path):
     data, port = str(tmp_path / "d"), _free_port()
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-    proc = _start(data, port)
-    try:
+    with _broker(data, port, signal.SIGKILL):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.confirm_delivery()
         ch.queue_declare("dq", durable=True, arguments={DEDUP: True})
         _pub_q(ch, "dq", ["a", "b"])
         conn.close()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    proc = _start(data, port)
-    try:
+    with _broker(data, port):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.confirm_delivery()
         _pub_q(ch, "dq", ["a", "c", "b"])  # the replay after a crash: only "c" is new
         assert drain(ch, "dq") == [b"a", b"b", b"c"]
         conn.close()
-    finally:
-        proc.terminate()
-        proc.wait()

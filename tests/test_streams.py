@@ -6,6 +6,7 @@ Codes and texts were pinned by running these same pika calls against RabbitMQ
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -288,35 +289,38 @@ def _start(data_dir, port):
     raise AssertionError("broker did not start")
 
 
+@contextlib.contextmanager
+def _broker(data_dir, port, stop=signal.SIGTERM):
+    """A `leveret server` subprocess on `data_dir`, stopped with `stop` on leaving."""
+    proc = _start(data_dir, port)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(stop)
+        proc.wait()
+
+
 @pytest.mark.leveret_only
 def test_stream_survives_sigkill_and_cuts_a_torn_tail(tmp_path):
     data, port = str(tmp_path / "d"), _free_port()
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-    proc = _start(data, port)
-    try:
+    with _broker(data, port, signal.SIGKILL):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.queue_declare("events", durable=True, arguments=STREAM)
         _publish(ch, "events", [b"e%d" % i for i in range(500)])  # confirmed = fsynced
         conn.close()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     seg_dir = os.path.join(data, "streams", "%2F", "events")
     (segment,) = [f for f in os.listdir(seg_dir) if f.endswith(".seg")]
     with open(os.path.join(seg_dir, segment), "ab") as f:
         f.write(b"\x00\x00\x01\x00torn")  # half a record, as a crash mid-write leaves
-    proc = _start(data, port)
-    try:
+    with _broker(data, port):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         got = _consume(conn, "events", 500, offset="first")
         assert got == [(i, b"e%d" % i) for i in range(500)]
         _publish(conn.channel(), "events", [b"after"])  # appends after the cut tail
         assert _consume(conn, "events", 1, offset=500) == [(500, b"after")]
         conn.close()
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 @pytest.mark.leveret_only
@@ -362,8 +366,7 @@ def test_pipelined_confirms_across_many_segments_survive_sigkill(tmp_path):
         await conn.close()
         return sent
 
-    proc = _start(data, port)
-    try:
+    with _broker(data, port, signal.SIGKILL) as proc:
         assert asyncio.run(publish()) == n
         seg_dir = os.path.join(data, "streams", "%2F", "rolled")
         segments = [f for f in os.listdir(seg_dir) if f.endswith(".seg")]
@@ -374,15 +377,8 @@ def test_pipelined_confirms_across_many_segments_survive_sigkill(tmp_path):
             if (link := os.readlink(f"/proc/{proc.pid}/fd/{fd}")).endswith(".seg")
         ]
         assert len(open_segments) <= 2, open_segments
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    proc = _start(data, port)
-    try:
+    with _broker(data, port):
         conn = pika.BlockingConnection(pika.URLParameters(url))
         got = _consume(conn, "rolled", n, offset="first", prefetch=500)
         assert got == [(i, b"p%05d" % i + b"." * 90) for i in range(n)]
         conn.close()
-    finally:
-        proc.terminate()
-        proc.wait()
