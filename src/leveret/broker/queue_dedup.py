@@ -27,17 +27,16 @@ def message_dedup_id(message: Any) -> str | None:
 
 
 class PresentIds:
-    """The deduplication ids of the messages a queue holds, with a count each.
+    """The deduplication ids of the messages a queue holds.
 
-    A count, not a set: a message without an id check (published before the
-    argument existed, or recovered twice over a requeue) must not let a
-    later removal forget an id another copy still holds.
+    A plain set: a duplicate is never enqueued, so at most one held message
+    carries a given id.
     """
 
     __slots__ = ("_ids",)
 
     def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
+        self._ids: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -45,17 +44,12 @@ class PresentIds:
     def __contains__(self, key: str) -> bool:
         return key in self._ids
 
-    def add(self, message: Any) -> None:
-        key = message_dedup_id(message)
+    def add(self, key: str | None) -> None:
+        """Remember an id (from message_dedup_id); None, a message without one, is skipped."""
         if key is not None:
-            self._ids[key] = self._ids.get(key, 0) + 1
+            self._ids.add(key)
 
     def forget(self, message: Any) -> None:
         key = message_dedup_id(message)
-        if key is None:
-            return
-        left = self._ids.get(key, 0) - 1
-        if left > 0:
-            self._ids[key] = left
-        else:
-            self._ids.pop(key, None)
+        if key is not None:
+            self._ids.discard(key)

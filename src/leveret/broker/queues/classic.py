@@ -309,7 +309,7 @@ class ClassicQueue(Queue):
         self._start_expiry(entry, time.monotonic())
         self.ready.append(entry)
         if self.dedup is not None:  # the ids come back with the messages
-            self.dedup.add(message)
+            self.dedup.add(message_dedup_id(message))
 
     def restore_paged(self, location: Any) -> None:
         """Put back a recovered message as its location alone, without reading it:
@@ -445,6 +445,7 @@ class ClassicQueue(Queue):
         opts = self.options
         message = entry.message
         dedup = self.dedup
+        key = None
         if dedup is not None and (key := message_dedup_id(message)) is not None and key in dedup:
             return True  # a duplicate of a message in the queue: dropped, still confirmed
         ttl = opts.message_ttl
@@ -464,7 +465,7 @@ class ClassicQueue(Queue):
             self.vhost.hooks.message_enqueued(self, entry, barrier)
         self.ready.append(entry)
         if dedup is not None:
-            dedup.add(message)
+            dedup.add(key)
         if self.consumers:
             # Expired entries ahead were just dropped; skipping the check here lets a
             # ready consumer still take a message with TTL 0, as RabbitMQ does.
