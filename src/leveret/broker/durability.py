@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from leveret.broker.exchange import Binding, Exchange
-    from leveret.broker.message import Message
-    from leveret.broker.ports import DiskWaiter
+    from leveret.broker.ports import DiskWaiter, PagedTail
     from leveret.broker.queues import Queue, QueueEntry
 
 
@@ -112,8 +111,13 @@ class DurabilityHooks:
     def load_body(self, entry: QueueEntry) -> bytes:
         raise RuntimeError("message body was paged out but no store is attached")
 
-    def load_messages(self, locations: list[Any]) -> list[Message]:
-        """The messages kept at these locations (a paged queue's next batch), in order."""
+    def load_tail(self, tail: PagedTail, limit: int) -> list[Any]:
+        """The next `limit` items of a paged tail, in order: a held QueueEntry as it
+        went in, a paged message as (location, Message) with its body read back."""
+        raise RuntimeError("messages were paged out but no store is attached")
+
+    def drop_tail(self, tail: PagedTail) -> list[QueueEntry]:
+        """Free a paged tail's messages (purge, delete); returns its held entries."""
         raise RuntimeError("messages were paged out but no store is attached")
 
     def disk_backlogged(self) -> bool:

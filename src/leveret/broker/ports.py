@@ -44,3 +44,18 @@ class DiskWaiter(Protocol):
 
     def resume_after_disk(self) -> None:
         """The backlog is short again."""
+
+
+class PagedTail(Protocol):
+    """A long queue's messages kept on disk only, in order (store.paged_index.PagedIndex).
+
+    The store fills it and reads it back (DurabilityHooks.load_tail); the queue
+    only counts it and, while it is not empty, puts entries it cannot page behind
+    it so that the order holds.
+    """
+
+    n: int  # messages in the tail, held entries included
+    nbytes: int  # what they count for in the queue's message bytes
+
+    def hold(self, entry: QueueEntry, size: int) -> None:
+        """Keep `entry` in its place behind the tail; it counts for `size` bytes."""

@@ -370,10 +370,12 @@ class VirtualHost:
         return count
 
     def purge_queue(self, queue: Queue) -> int:
+        # Counted first: a paged tail's messages are freed without an entry each.
+        count = len(queue.ready)
         entries = queue.purge()
         if entries and queue.tracked:
             self.hooks.queue_purged(queue, entries)
-        return len(entries)
+        return count
 
     def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
         if queue.tracked:

@@ -199,19 +199,32 @@ class DurableState(DurabilityHooks):
     ) -> bool:
         message = entry.message
         size = message.size
-        if message.persistent and queue.stores_messages:
+        persistent = message.persistent and queue.stores_messages
+        over_budget = self.memory_used + size > self.memory_budget and size
+        # A long queue keeps new messages as disk positions only: its own length
+        # decides, as for RabbitMQ's lazy and v2 classic queues, not just the budget.
+        if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
+            tail = queue.ready.tail  # type: ignore[union-attr]
+            if tail is None:
+                tail = self.messages.paged_index(_key(queue))
+                queue.attach_tail(tail)  # type: ignore[attr-defined]
+            self.messages.publish_paged(
+                tail,
+                _record_header(message),
+                message.body,
+                barrier.add() if persistent and barrier is not None else None,
+                transient=not persistent,
+            )
+            self.paged_out += 1
+            self.paged_out_bytes += size
+            return True
+        if persistent:
             entry.location = self.messages.publish(
                 _key(queue),
                 _record_header(message),
                 message.body,
                 barrier.add() if barrier is not None else None,
             )
-        over_budget = self.memory_used + size > self.memory_budget and size
-        # A long queue keeps new messages as locations only: its own length decides,
-        # as for RabbitMQ's lazy and v2 classic queues, not just the global budget.
-        if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
-            self._to_disk(queue, entry)
-            return True
         if over_budget:
             self._to_disk(queue, entry)
             # Only this entry drops the body; the shared message stays for other queues.
@@ -219,16 +232,6 @@ class DurableState(DurabilityHooks):
         else:
             self.memory_used += size
         return False
-
-    def _to_disk(self, queue: Queue, entry: QueueEntry) -> None:
-        """Make sure the entry's body is on disk (a transient record if it was not)."""
-        message = entry.message
-        if entry.location is None:
-            entry.location = self.messages.publish(
-                _key(queue), _record_header(message), message.body, None, transient=True
-            )
-        self.paged_out += 1
-        self.paged_out_bytes += message.size
 
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         self.messages.mark_delivered(entry.location)
@@ -267,14 +270,21 @@ class DurableState(DurabilityHooks):
     def load_body(self, entry: QueueEntry) -> bytes:
         return self.messages.read_body(entry.location)[1]
 
-    def load_messages(self, locations: list[Any]) -> list[Message]:
-        """Rebuild the messages of a paged tail from their records, bodies in RAM."""
-        messages = []
-        for _loc, blob, body in self.messages.read_run(locations):
-            message = _message_from_record(blob, body)
-            self.memory_used += message.size
-            messages.append(message)
-        return messages
+    def load_tail(self, tail: Any, limit: int) -> list[Any]:
+        """A paged tail's next items, bodies read back into RAM."""
+        items: list[Any] = []
+        for item in self.messages.take_paged(tail, limit):
+            if type(item) is tuple:
+                location, blob, body = item
+                message = _message_from_record(blob, body)
+                self.memory_used += message.size
+                items.append((location, message))
+            else:
+                items.append(item)
+        return items
+
+    def drop_tail(self, tail: Any) -> list[QueueEntry]:
+        return self.messages.drop_paged(tail)
 
     def _forget_bodies(self, entries: list[QueueEntry]) -> None:
         for entry in entries:
@@ -289,7 +299,7 @@ class DurableState(DurabilityHooks):
         self._restoring = True
         try:
             defs = self.definitions.load()
-            stored = self.messages.open()
+            stored = self.messages.open_paged()
             unknown = {d.vhost for d in (*defs.exchanges, *defs.queues)} - set(broker.vhosts)
             for name in sorted(unknown):
                 # Kept on disk, not deleted: they come back if the vhost is defined again.
@@ -329,9 +339,11 @@ class DurableState(DurabilityHooks):
             self.data_dir,
         )
 
-    def _restore_messages(self, broker: Any, stored: dict) -> int:
+    def _restore_messages(self, broker: Any, stored: dict[tuple[str, str], Any]) -> int:
         count = 0
-        for (vhost_name, queue_name), locations in stored.items():
+        for (vhost_name, queue_name), tail in stored.items():
+            if not tail.n:
+                continue
             vhost = broker.vhosts.get(vhost_name)
             queue = vhost.queues.get(queue_name) if vhost is not None else None
             if queue is None:
@@ -341,19 +353,18 @@ class DurableState(DurabilityHooks):
                 log.warning(
                     "kept %d message(s) of queue '%s' in vhost '%s' on disk: no such "
                     "durable queue is defined; they return when it is",
-                    len(locations),
+                    tail.n,
                     queue_name,
                     vhost_name,
                 )
                 continue
-            # Segments are read in file order; messages go back in publish order.
-            # A long plain queue reads only its head; the rest stays on disk and
-            # is kept as locations (read back when it nears the head).
-            head = locations
-            if queue.can_page and len(locations) > self.queue_ram_messages:
-                head = locations[: self.queue_ram_messages]
-            messages: dict[int, Message] = {}
-            for loc, blob, body in self.messages.read_many(head):
+            count += tail.n
+            # A long plain queue reads only its head; the rest stays on disk as its
+            # paged tail (read back when it nears the head).
+            head = tail.n
+            if queue.can_page and tail.n > self.queue_ram_messages:
+                head = self.queue_ram_messages
+            for location, blob, body in self.messages.take_paged(tail, head):
                 message = _message_from_record(blob, body)
                 size = message.size
                 if self.memory_used + size > self.memory_budget and size:
@@ -362,12 +373,9 @@ class DurableState(DurabilityHooks):
                     self.paged_out_bytes += size
                 else:
                     self.memory_used += size
-                messages[loc.msg_id] = message
-            for loc in head:
-                queue.restore(messages[loc.msg_id], loc)
-            for loc in locations[len(head) :]:
-                queue.restore_paged(loc)
-            count += len(locations)
+                queue.restore(message, location)
+            if tail.n:
+                queue.restore_tail(tail)
         return count
 
     def close(self) -> None:

@@ -5,6 +5,11 @@ Record types (payloads, little-endian, after the segment record prefix):
     PUBLISH   u32 queue id, u64 message id, u32 header length, header bytes, body bytes
     ACK       u32 queue id, u64 message id, u64 segment that held the PUBLISH
     DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH
+    PURGE     u32 queue id, u64 lowest id, u64 highest id, u16 n, n x u64 segments
+
+A PURGE drops, in one record, a queue's messages with ids in [lowest, highest]: a
+purged paged tail (its ids are not in RAM, and they are all newer than anything
+the queue holds as objects). It names the segments those messages were in.
 
 Message ids are assigned here, unique across the store and increasing, so sorting by id
 gives publish order even after compaction moved records around. ACK/DELIVERED name the
@@ -22,11 +27,14 @@ import logging
 import os
 import struct
 import zlib
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
-from operator import attrgetter
+from typing import Any
 
 from leveret.store.committer import GroupCommitter, OnDurable
 from leveret.store.errors import StoreError, StoreFormatError
+from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run, live_run
 from leveret.store.segments import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -44,14 +52,16 @@ QueueKey = tuple[str, str]  # (vhost, queue name)
 PUBLISH = 1
 ACK = 2
 DELIVERED = 3
+PURGE = 4
 
 # Recent segments are not compacted: with consumers keeping up, their stragglers are
 # acked moments later and the whole file is simply deleted, with nothing copied.
 COMPACT_GRACE = 2
 
-READ_SPAN = 4 * 1024 * 1024  # most bytes read_run reads at once
+READ_SPAN = 4 * 1024 * 1024  # most bytes take_paged reads at once
 
 FLAG_TRANSIENT = 0x01  # written only to page a body out of RAM; recovery ignores it
+_PAGED = 0  # compaction's tag for a PUBLISH kept in a paged tail (not a record type)
 
 _PUB_FIXED = struct.Struct("<BBIQI")  # type, flags, queue id, message id, header length
 _PUB_HEAD = PREFIX_SIZE + _PUB_FIXED.size
@@ -60,6 +70,8 @@ _REF_BODY = struct.Struct("<BBIQQ")  # type, flags, queue id, message id, target
 _REF_IDS = struct.Struct("<IQQ")
 _REF_SIZE = PREFIX_SIZE + _REF_BODY.size
 _IDS_AT = PREFIX_SIZE + 2
+_PURGE_BODY = struct.Struct("<BBIQQH")  # type, flags, queue id, lowest id, highest id, n
+_PURGE_IDS = struct.Struct("<IQQH")
 
 
 class Location:
@@ -269,6 +281,115 @@ def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[byte
     return bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]), bytes(record[_PUB_HEAD + hlen :])
 
 
+# ---- recovery's columns -----------------------------------------------------------------
+
+
+class _Build:
+    """Recovery's record of one queue's PUBLISHes in one segment, as columns.
+
+    Ids rise with file order except for compaction copies (`ordered` goes False);
+    ACKs zero the size, DELIVEREDs set a flag.
+    """
+
+    __slots__ = ("mids", "offs", "sizes", "flags", "dead", "ordered", "_pos", "_pos_n")
+
+    def __init__(self) -> None:
+        self.mids = array("Q")
+        self.offs = array("I")
+        self.sizes = array("I")
+        self.flags: bytearray | None = None
+        self.dead = 0
+        self.ordered = True
+        self._pos: dict[int, int] = {}
+        self._pos_n = 0
+
+    def find(self, mid: int) -> int:
+        mids = self.mids
+        if self.ordered:
+            i = bisect_left(mids, mid)
+            return i if i < len(mids) and mids[i] == mid else -1
+        if self._pos_n != len(mids):
+            self._pos = {m: i for i, m in enumerate(mids)}
+            self._pos_n = len(mids)
+        return self._pos.get(mid, -1)
+
+    def kill_range(self, lo: int, hi: int) -> int:
+        """A PURGE: zero the sizes of records with ids in [lo, hi]; the bytes freed."""
+        mids = self.mids
+        sizes = self.sizes
+        if self.ordered:
+            span = range(bisect_left(mids, lo), bisect_left(mids, hi + 1))
+        else:
+            span = range(len(mids))
+        freed = 0
+        for i in span:
+            size = sizes[i]
+            if size and lo <= mids[i] <= hi:
+                sizes[i] = 0
+                self.dead += 1
+                freed += size
+        return freed
+
+    def mark(self, i: int, flag: int) -> None:
+        flags = self.flags
+        if flags is None:
+            flags = self.flags = bytearray(len(self.mids))
+        elif len(flags) < len(self.mids):
+            flags.extend(bytes(len(self.mids) - len(flags)))
+        flags[i] |= flag
+
+    def full_flags(self) -> bytearray | None:
+        flags = self.flags
+        if flags is not None and len(flags) < len(self.mids):
+            flags.extend(bytes(len(self.mids) - len(flags)))
+        return flags
+
+
+def _purge_fields(data: bytes | memoryview, off: int) -> tuple[int, int, int, list[int]]:
+    qid, lo, hi, n = _PURGE_IDS.unpack_from(data, off + _IDS_AT)
+    at = off + PREFIX_SIZE + _PURGE_BODY.size
+    return qid, lo, hi, list(struct.unpack_from(f"<{n}Q", data, at))
+
+
+def _assemble(paged: PagedIndex, parts: list[tuple[int, _Build]], live: dict[int, int]) -> None:
+    """Fill a queue's paged tail from its recovered columns, in publish order.
+
+    Segments hold a queue's records in id order unless compaction copied some
+    (then a copy and, after a crash, its original may both be on disk): only
+    then are the ids sorted, keeping the newest copy of each message.
+    """
+    parts.sort(key=lambda p: p[0])
+    last = 0
+    ordered = True
+    for _seq, b in parts:
+        if not b.ordered or (b.mids and b.mids[0] <= last):
+            ordered = False
+            break
+        if b.mids:
+            last = b.mids[-1]
+    if ordered:
+        for seq, b in parts:
+            paged.append_run(live_run(seq, b.offs, b.sizes, b.full_flags(), b.dead))
+        return
+    rows = []
+    for seq, b in parts:
+        flags = b.full_flags()
+        for i, mid in enumerate(b.mids):
+            rows.append((mid, seq, b.offs[i], b.sizes[i], flags[i] if flags is not None else 0))
+    rows.sort()
+    n = len(rows)
+    for k, (mid, seq, off, size, flag) in enumerate(rows):
+        if k + 1 < n and rows[k + 1][0] == mid:
+            # An older copy: the newer one decides; this record is no longer live.
+            if size:
+                live[seq] -= size
+            nxt = rows[k + 1]
+            rows[k + 1] = (mid, nxt[1], nxt[2], nxt[3], nxt[4] | flag)
+            continue
+        if size:
+            paged.append(seq, off, size, flag)
+
+
 # ---- the store ---------------------------------------------------------------------------
 
 
@@ -296,7 +417,10 @@ class MessageStore:
         self.committer: GroupCommitter | None = None
         self._log: SegmentLog | None = None
         self._queues = QueueIds(os.path.join(self.directory, "queues.idx"))
-        self._index: dict[int, Location] = {}  # message id -> location of live messages
+        # Message id -> Location of live messages the queues hold as objects. A long
+        # queue's paged tail is not here: it is a PagedIndex (compact positions).
+        self._index: dict[int, Location] = {}
+        self._paged: dict[int, PagedIndex] = {}  # queue id -> its paged tail
         self._live: dict[int, int] = {}  # segment -> live PUBLISH bytes
         self._deps: dict[int, set[int]] = {}  # segment -> segments its ACKs/DELIVEREDs refer to
         self._dependents: dict[int, set[int]] = {}  # reverse of _deps
@@ -310,10 +434,19 @@ class MessageStore:
     # ---- lifecycle -------------------------------------------------------------------
 
     def open(self) -> dict[QueueKey, list[Location]]:
-        """Replay the log; return every queue's live messages in publish order.
+        """Replay the log; return every queue's live messages as Locations, in order.
 
-        Bodies are not loaded: read them with `read_body(location)` when needed.
+        Meant for tools and tests: it reads every record. The broker uses
+        `open_paged`, which keeps a long queue as compact positions.
         """
+        return {
+            key: [item[0] for item in self.take_paged(paged, len(paged))]
+            for key, paged in self.open_paged().items()
+        }
+
+    def open_paged(self) -> dict[QueueKey, PagedIndex]:
+        """Replay the log; return every queue's live messages, in publish order, as its
+        paged tail (positions only: `take_paged` reads them back)."""
         os.makedirs(self.directory, exist_ok=True)
         self._queues.load()
         self.committer = GroupCommitter(self.directory, self.fsync, self.loop)
@@ -321,13 +454,17 @@ class MessageStore:
             self.directory, self.committer, self.segment_size, on_resync=self._on_resync
         )
         known = self._queues.keys
-        index: dict[int, Location] = {}
+        builds: dict[int, dict[int, _Build]] = {}  # segment -> queue id -> its records
         deps: dict[int, set[int]] = {}
+        live = self._live
         next_mid = 1
         pub_ids = _PUB_IDS.unpack_from
         ref_ids = _REF_IDS.unpack_from
         at = _IDS_AT
         for seq, data, records in lg.scan():
+            cur: dict[int, _Build] = {}
+            builds[seq] = cur
+            seg_live = 0
             for off, end, rtype, flags in records:
                 if rtype == PUBLISH:
                     qid, mid = pub_ids(data, off + at)
@@ -335,52 +472,79 @@ class MessageStore:
                         next_mid = mid + 1
                     if flags & FLAG_TRANSIENT or qid not in known:
                         continue
-                    loc = Location(seq, off, _size(end - off), qid, mid)
-                    old = index.get(mid)
-                    if old is not None:  # a compaction copy whose original survived a crash
-                        loc.redelivered = old.redelivered
-                    index[mid] = loc
+                    b = cur.get(qid)
+                    if b is None:
+                        b = cur[qid] = _Build()
+                    elif mid <= b.mids[-1]:
+                        b.ordered = False  # a compaction copy among newer records
+                    b.mids.append(mid)
+                    b.offs.append(off)
+                    b.sizes.append(end - off)
+                    seg_live += end - off
+                elif rtype == PURGE:
+                    qid, lo, hi, targets = _purge_fields(data, off)
+                    for target in targets:
+                        tb = builds.get(target)
+                        b = tb.get(qid) if tb is not None else None
+                        if b is not None:
+                            freed = b.kill_range(lo, hi)
+                            if target == seq:
+                                seg_live -= freed
+                            else:
+                                live[target] -= freed
+                        if target != seq:
+                            deps.setdefault(seq, set()).add(target)
                 else:
                     qid, mid, target = ref_ids(data, off + at)
                     if mid >= next_mid:
                         next_mid = mid + 1
-                    if rtype == ACK:
-                        index.pop(mid, None)
-                    elif rtype == DELIVERED:
-                        loc = index.get(mid)
-                        if loc is not None:
-                            loc.redelivered = True
+                    tb = builds.get(target)
+                    b = tb.get(qid) if tb is not None else None
+                    if b is not None:
+                        i = b.find(mid)
+                        if i >= 0:
+                            if rtype == ACK:
+                                size = b.sizes[i]
+                                if size:
+                                    b.sizes[i] = 0
+                                    b.dead += 1
+                                    if target == seq:
+                                        seg_live -= size
+                                    else:
+                                        live[target] -= size
+                            elif rtype == DELIVERED:
+                                b.mark(i, REDELIVERED)
                     if target != seq:
                         d = deps.get(seq)
                         if d is None:
                             deps[seq] = {target}
                         else:
                             d.add(target)
+            live[seq] = seg_live
         self._next_mid = next_mid
-        self._index = index
-        live = self._live
         for seq in lg.segment_sizes():
-            live[seq] = 0
-        by_queue: dict[int, list[Location]] = {qid: [] for qid in known}
-        for loc in index.values():
-            live[loc.segment] += loc.size
-            by_queue[loc.queue_id].append(loc)
+            live.setdefault(seq, 0)
+        result: dict[QueueKey, PagedIndex] = {}
+        count = 0
+        for qid, key in known.items():
+            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
+            paged.owner = self
+            parts = [(seq, q[qid]) for seq, q in builds.items() if qid in q]
+            _assemble(paged, parts, live)
+            count += len(paged)
+            result[key] = paged
+        del builds
         for seq, targets in deps.items():
             for t in targets:
                 if lg.exists(t):
                     self._add_dep(seq, t)
         self._active = lg.active
-        result: dict[QueueKey, list[Location]] = {}
-        msg_id = attrgetter("msg_id")
-        for qid, locs in by_queue.items():
-            locs.sort(key=msg_id)
-            result[known[qid]] = locs
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
         self._reclaim()
         log.info(
             "message store %s: recovered %d messages in %d queues from %d segments",
             self.directory,
-            len(index),
+            count,
             len(result),
             len(lg.segment_sizes()),
         )
@@ -434,9 +598,135 @@ class MessageStore:
             del index[loc.msg_id]
             live[loc.segment] -= loc.size
             touched.add(loc.segment)
+        paged = self._paged.pop(qid, None)
+        dropped = len(doomed)
+        if paged is not None:
+            dropped += len(paged)
+            touched.update(self._free_runs(paged.clear()[1]))
         self._candidates.extend(touched)
         self._reclaim()
-        return len(doomed)
+        return dropped
+
+    # ---- paged tails -----------------------------------------------------------------
+
+    def paged_index(self, key: QueueKey) -> PagedIndex:
+        """The queue's paged tail, created empty on first use."""
+        qid = self.queue_id(key)
+        paged = self._paged.get(qid)
+        if paged is None:
+            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
+            paged.owner = self
+        return paged
+
+    def publish_paged(
+        self,
+        paged: PagedIndex,
+        header: bytes,
+        body: bytes,
+        on_durable: OnDurable | None = None,
+        *,
+        transient: bool = False,
+    ) -> None:
+        """publish() for a message the queue keeps as its position only: nothing but
+        the position is kept in RAM (no Location, no index entry)."""
+        qid = paged.qid
+        mid = self._next_mid
+        self._next_mid = mid + 1
+        hlen = len(header)
+        size = _PUB_HEAD + hlen + len(body)
+        fixed = _PUB_FIXED.pack(PUBLISH, FLAG_TRANSIENT if transient else 0, qid, mid, hlen)
+        crc = zlib.crc32(body, zlib.crc32(header, zlib.crc32(fixed)))
+        lg = self._log
+        assert lg is not None
+        seq, off = lg.append(
+            (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), size, on_durable
+        )
+        paged.append(seq, off, size, TRANSIENT if transient else 0)
+        if seq != self._active:
+            self._rolled(seq)
+        self._live[seq] = self._live.get(seq, 0) + size
+
+    def take_paged(self, paged: PagedIndex, limit: int) -> list[Any]:
+        """Up to `limit` messages from the front of a paged tail: held entries as they
+        went in, positions read back as (Location, header, body), CRC-checked. The
+        Locations are then held by the queue, like those publish() returns."""
+        out: list[Any] = []
+        index = self._index
+        for item in paged.popleft(limit):
+            if type(item) is not tuple:
+                out.append(item)
+                continue
+            seq, offs, sizes, flags = item
+            for k, off, size, record in self._read_positions(seq, offs, sizes):
+                qid, mid = _PUB_IDS.unpack_from(record, _IDS_AT)
+                flag = flags[k] if flags is not None else 0
+                cls = TransientLocation if flag & TRANSIENT else Location
+                loc = cls(seq, off, _size(size), qid, mid)
+                if flag & REDELIVERED:
+                    loc.redelivered = True
+                index[mid] = loc
+                out.append((loc, *_split_publish(record, loc, check=True)))
+        return out
+
+    def drop_paged(self, paged: PagedIndex) -> list[Any]:
+        """Free every position of a paged tail (purge); returns its held entries.
+
+        One PURGE record makes it durable: from the first position's id (read from
+        its record) to the newest id given out."""
+        held, runs = paged.clear()
+        if runs:
+            lg = self._log
+            assert lg is not None
+            first = runs[0]
+            head = lg.read(first.seq, first.offs[first.start], _PUB_HEAD)
+            _qid, lo = _PUB_IDS.unpack_from(head, _IDS_AT)
+            targets = sorted({run.seq for run in runs})
+            body = _PURGE_BODY.pack(PURGE, 0, paged.qid, lo, self._next_mid - 1, len(targets))
+            body += struct.pack(f"<{len(targets)}Q", *targets)
+            seq, _off = lg.append(
+                (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), PREFIX_SIZE + len(body)
+            )
+            if seq != self._active:
+                self._rolled(seq)
+            for target in targets:
+                if target != seq:
+                    self._add_dep(seq, target)
+            self._candidates.extend(self._free_runs(runs))
+            self._reclaim()
+        return held
+
+    def _free_runs(self, runs: list[Run]) -> set[int]:
+        live = self._live
+        touched = set()
+        for run in runs:
+            live[run.seq] -= sum(run.sizes[run.start :])
+            touched.add(run.seq)
+        return touched
+
+    def _read_positions(
+        self, seq: int, offs: array, sizes: array
+    ) -> Iterator[tuple[int, int, int, memoryview]]:
+        """(k, offset, size, record) for positions at rising offsets in one segment;
+        each stretch of up to READ_SPAN bytes is read with one pread."""
+        lg = self._log
+        assert lg is not None
+        n = len(offs)
+        i = 0
+        while i < n:
+            start = offs[i]
+            end = start + sizes[i]
+            j = i + 1
+            while j < n:
+                stop = offs[j] + sizes[j]
+                if stop - start > READ_SPAN:
+                    break
+                end = stop
+                j += 1
+            view = memoryview(lg.read(seq, start, end - start))
+            for k in range(i, j):
+                o = offs[k] - start
+                yield k, offs[k], sizes[k], view[o : o + sizes[k]]
+            i = j
 
     # ---- messages --------------------------------------------------------------------
 
@@ -481,7 +771,7 @@ class MessageStore:
             loc.redelivered = True
             return
         loc.redelivered = True
-        self._append_ref(DELIVERED, loc)
+        self._append_ref(DELIVERED, loc.queue_id, loc.msg_id, loc.segment)
 
     def ack(self, loc: Location) -> None:
         """Remove a message (acked, rejected, expired, ...); unknown locations are ignored."""
@@ -490,7 +780,7 @@ class MessageStore:
         seq = loc.segment
         self._live[seq] -= loc.size
         if not loc.transient:
-            self._append_ref(ACK, loc)
+            self._append_ref(ACK, loc.queue_id, loc.msg_id, seq)
         if seq != self._active:
             self._candidates.append(seq)
             self._reclaim()
@@ -505,61 +795,8 @@ class MessageStore:
 
     read = read_body
 
-    def read_many(self, locations: list[Location]) -> Iterator[tuple[Location, bytes, bytes]]:
-        """(location, header, body) for many messages, reading each segment file once.
-
-        Recovery uses this: one read per segment instead of one per message. The
-        records' checksums were verified by the scan in open(), so they are not
-        computed a second time here.
-        """
-        assert self._log is not None
-        by_segment: dict[int, list[Location]] = {}
-        for loc in locations:
-            by_segment.setdefault(loc.segment, []).append(loc)
-        for seq in sorted(by_segment):
-            data = self._log.read_segment(seq)
-            view = memoryview(data)
-            for loc in by_segment[seq]:
-                record = view[loc.offset : loc.offset + loc.size]
-                yield (loc, *_split_publish(record, loc, check=False))
-
-    def read_run(self, locations: list[Location]) -> Iterator[tuple[Location, bytes, bytes]]:
-        """(location, header, body) for a paged queue's next batch, in the given order.
-
-        A queue's records sit close together in a segment, so each stretch of up to
-        READ_SPAN bytes that holds consecutive locations is read with one pread.
-        Checksums are verified: unlike at recovery, nothing has checked these since
-        they were written.
-        """
-        lg = self._log
-        assert lg is not None
-        n = len(locations)
-        i = 0
-        while i < n:
-            first = locations[i]
-            seq = first.segment
-            start = first.offset
-            end = start + first.size
-            j = i + 1
-            while j < n:
-                loc = locations[j]
-                if loc.segment != seq or loc.offset < start:
-                    break
-                stop = loc.offset + loc.size
-                if stop - start > READ_SPAN:
-                    break
-                if stop > end:
-                    end = stop
-                j += 1
-            view = memoryview(lg.read(seq, start, end - start))
-            for loc in locations[i:j]:
-                record = view[loc.offset - start : loc.offset - start + loc.size]
-                yield (loc, *_split_publish(record, loc, check=True))
-            i = j
-
-    def _append_ref(self, rtype: int, loc: Location) -> None:
-        target = loc.segment
-        body = _REF_BODY.pack(rtype, 0, loc.queue_id, loc.msg_id, target)
+    def _append_ref(self, rtype: int, qid: int, mid: int, target: int) -> None:
+        body = _REF_BODY.pack(rtype, 0, qid, mid, target)
         lg = self._log
         assert lg is not None
         seq, _off = lg.append((RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), _REF_SIZE)
@@ -636,9 +873,10 @@ class MessageStore:
     def _compact(self, seq: int) -> None:
         """Copy what still matters out of `seq` into the active segment, then delete it.
 
-        Live PUBLISHes move (their Location is updated in place); ACK/DELIVERED records
-        whose target segment still exists move too. Gives up if that would copy more
-        than compact_ratio of the segment, and does not retry until something changed.
+        Live PUBLISHes move: a Location a queue holds is updated in place, and a
+        paged tail's positions are relocated. ACK/DELIVERED records whose target
+        segment still exists move too. Gives up if that would copy more than
+        compact_ratio of the segment, and does not retry until something changed.
         """
         lg = self._log
         assert lg is not None
@@ -649,24 +887,37 @@ class MessageStore:
         data = lg.read_segment(seq)
         budget = self.compact_ratio * size
         index = self._index
+        paged = self._paged
         exists = lg.exists
-        moves: list[tuple[int, int, int, Location | int]] = []
+        # (record type, offset, end, Location | (queue id, message id, flags) | target)
+        moves: list[tuple[int, int, int, Any]] = []
         total = 0
         result = ScanResult()
         for off, end, rtype, _flags in iter_records(data, HEADER_SIZE, result):
             if rtype == PUBLISH:
-                _qid, mid = _PUB_IDS.unpack_from(data, off + _IDS_AT)
+                qid, mid = _PUB_IDS.unpack_from(data, off + _IDS_AT)
                 loc = index.get(mid)
-                if loc is None or loc.segment != seq or loc.offset != off:
+                if loc is not None and loc.segment == seq and loc.offset == off:
+                    moves.append((PUBLISH, off, end, loc))
+                else:
+                    tail = paged.get(qid)
+                    found = tail.find(seq, off) if tail is not None else -1
+                    if found < 0:
+                        continue
+                    moves.append((_PAGED, off, end, (qid, mid, found & 0xFF)))
+            elif rtype == PURGE:
+                targets = [t for t in _purge_fields(data, off)[3] if t != seq and exists(t)]
+                if not targets:
                     continue
-                moves.append((PUBLISH, off, end, loc))
+                moves.append((PURGE, off, end, targets))
             else:
                 _qid, mid, target = _REF_IDS.unpack_from(data, off + _IDS_AT)
                 if target == seq or not exists(target):
                     continue
                 if rtype == DELIVERED:
                     loc = index.get(mid)
-                    if loc is None or loc.segment != target:
+                    # A message no Location names may be in a paged tail: keep its record.
+                    if loc is not None and loc.segment != target:
                         continue
                 moves.append((rtype, off, end, target))
             total += end - off
@@ -681,21 +932,33 @@ class MessageStore:
             return
         view = memoryview(data)
         live = self._live
+        relocated: dict[int, dict[int, tuple[int, int]]] = {}
         for rtype, off, end, what in moves:
             n = end - off
             new_seq, new_off = lg.append((view[off:end],), n)
             if new_seq != self._active:
                 self._rolled(new_seq)
-            if rtype == PUBLISH:
-                loc = what  # type: ignore[assignment]
+            if rtype == PUBLISH or rtype == _PAGED:
                 live[seq] -= n
                 live[new_seq] = live.get(new_seq, 0) + n
-                loc.segment = new_seq
-                loc.offset = new_off
-                if loc.redelivered:
-                    self._append_ref(DELIVERED, loc)
+                if rtype == PUBLISH:
+                    what.segment = new_seq
+                    what.offset = new_off
+                    if what.redelivered:
+                        self._append_ref(DELIVERED, what.queue_id, what.msg_id, new_seq)
+                else:
+                    qid, mid, flag = what
+                    relocated.setdefault(qid, {})[off] = (new_seq, new_off)
+                    if flag & REDELIVERED and not flag & TRANSIENT:
+                        self._append_ref(DELIVERED, qid, mid, new_seq)
+            elif rtype == PURGE:
+                for target in what:
+                    if target != new_seq:
+                        self._add_dep(new_seq, target)
             elif new_seq != what:
-                self._add_dep(new_seq, what)  # type: ignore[arg-type]
+                self._add_dep(new_seq, what)
+        for qid, moved in relocated.items():
+            paged[qid].relocate(seq, moved)
         self._retire(seq)
         log.debug("compacted segment %d: moved %d records (%d bytes)", seq, len(moves), total)
 
@@ -712,6 +975,8 @@ class MessageStore:
             for loc in lost:
                 del self._index[loc.msg_id]
                 self._live[loc.segment] = self._live.get(loc.segment, 0) - loc.size
+            for paged in self._paged.values():
+                paged.truncate(fseq, foff)
             for s in [s for s in self._live if s > fseq]:
                 del self._live[s]
         self._active = 0
@@ -727,11 +992,12 @@ class MessageStore:
         assert self._log is not None
         sizes = self._log.segment_sizes()
         return {
-            "messages": len(self._index),
+            "messages": len(self._index) + sum(len(p) for p in self._paged.values()),
             "segments": len(sizes),
             "disk_bytes": sum(sizes.values()),
             "live_bytes": sum(self._live.values()),
         }
 
     def iter_locations(self) -> Iterator[Location]:
+        """The live messages held as Locations (not those of paged tails)."""
         return iter(self._index.values())

@@ -34,7 +34,7 @@ FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are pause
 FLOW_RESUME = FLOW_LIMIT // 2
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import Publisher
+    from leveret.broker.ports import PagedTail, Publisher
     from leveret.broker.vhost import VirtualHost
 
 
@@ -55,34 +55,31 @@ class QueueEntry:
         return self.seq < other.seq
 
 
-# What ReadyMessages.clear() hands back for a message kept as its location only:
-# no body in RAM, so the store just drops the record (entry.location).
-PAGED_STUB = Message("", "", bytes(14), None, 0, True)  # type: ignore[arg-type]
-
-
 class ReadyMessages:
     """Messages waiting for a consumer, oldest first.
 
     A long queue keeps only its head as objects. Past the store's threshold a
-    message whose body is on disk enters the *paged tail* as its store location
-    alone: no QueueEntry, no Message. The tail is read back in batches, in order,
-    when the head runs dry (`loader`, set by the queue). An item of the tail is a
-    location, or a whole QueueEntry for a message that could not be paged (one with
-    its own TTL); either way the tail stays after every entry of the head.
+    message whose body is on disk enters the *paged tail*: a compact index of disk
+    positions the store owns (store.paged_index.PagedIndex), with no QueueEntry
+    and no Message. The tail is read back in batches, in order, when the head runs
+    dry (`loader`, set by the queue). An entry that cannot be paged (one with its
+    own TTL) is held in the tail in its place, so the tail stays after every entry
+    of the head.
 
-    `n` is kept as a plain attribute: the dispatch loop tests it per message, and
-    an attribute read is much cheaper than a call to __len__ or __bool__.
+    `n` (head and tail) is kept as a plain attribute: the dispatch loop tests it
+    per message, and an attribute read is much cheaper than a call to __len__.
     """
 
-    __slots__ = ("_fresh", "_returned", "_tail", "bytes", "n", "loader")
+    __slots__ = ("_fresh", "_returned", "tail", "_bytes", "n", "loader", "dropper")
 
     def __init__(self) -> None:
         self._fresh: deque[QueueEntry] = deque()
         self._returned: list[QueueEntry] = []
-        self._tail: deque[Any] = deque()  # Location (paged) or QueueEntry, in order
-        self.bytes = 0
+        self.tail: PagedTail | None = None
+        self._bytes = 0  # the head's message bytes; the tail counts its own
         self.n = 0
-        self.loader: Callable[[list[Any]], list[QueueEntry]] | None = None
+        self.loader: Callable[[int], list[QueueEntry]] | None = None
+        self.dropper: Callable[[], list[QueueEntry]] | None = None
 
     def __len__(self) -> int:
         return self.n
@@ -91,46 +88,45 @@ class ReadyMessages:
         return self.n > 0
 
     @property
+    def bytes(self) -> int:
+        """Message bytes ready; a paged message counts its record less the fixed part
+        (the body plus routing and properties) until it is read back."""
+        tail = self.tail
+        return self._bytes + (tail.nbytes if tail is not None else 0)
+
+    @property
     def paged(self) -> int:
         """How many ready messages are in the paged tail (not materialised)."""
-        return len(self._tail)
+        tail = self.tail
+        return tail.n if tail is not None else 0
 
     def append(self, entry: QueueEntry) -> None:
-        if self._tail:
-            self._tail.append(entry)  # behind the paged ones, to keep the order
+        tail = self.tail
+        if tail is not None and tail.n:
+            tail.hold(entry, entry.message.size)  # behind the paged ones, to keep the order
         else:
             self._fresh.append(entry)
-        self.bytes += entry.message.size
-        self.n += 1
-
-    def append_paged(self, location: Any) -> None:
-        """A message whose body is only on disk, at `location`, joins the tail.
-
-        Its size counts as `location.body_estimate` (the record less its fixed part:
-        the body plus the routing and properties, a few dozen bytes over) until it
-        is read back; then the exact size replaces it."""
-        self._tail.append(location)
-        self.bytes += location.body_estimate
+            self._bytes += entry.message.size
         self.n += 1
 
     def put_back(self, entry: QueueEntry) -> None:
         heapq.heappush(self._returned, entry)
-        self.bytes += entry.message.size
+        self._bytes += entry.message.size
         self.n += 1
 
     def _refill(self) -> None:
         """Materialise the next batch of the tail into the head (reads the disk)."""
-        tail = self._tail
-        batch = [tail.popleft() for _ in range(min(REFILL_BATCH, len(tail)))]
         assert self.loader is not None, "a paged tail needs a loader"
-        entries = self.loader(batch)
-        self.bytes += sum(e.message.size for e in entries) - sum(_tail_size(i) for i in batch)
+        entries = self.loader(REFILL_BATCH)
+        self._bytes += sum(e.message.size for e in entries)
         self._fresh.extend(entries)
+        # Recount: positions whose write failed may have left the tail meanwhile.
+        self.n = len(self._fresh) + len(self._returned) + self.paged
 
     def peek(self) -> QueueEntry | None:
         if self._returned:
             return self._returned[0]
-        if not self._fresh and self._tail:
+        if not self._fresh and self.paged:
             self._refill()
         return self._fresh[0] if self._fresh else None
 
@@ -138,35 +134,25 @@ class ReadyMessages:
         if self._returned:
             entry = heapq.heappop(self._returned)
         else:
-            if not self._fresh and self._tail:
+            if not self._fresh and self.paged:
                 self._refill()
             entry = self._fresh.popleft()
-        self.bytes -= entry.message.size
+        self._bytes -= entry.message.size
         self.n -= 1
         return entry
 
     def clear(self) -> list[QueueEntry]:
-        """Everything ready, oldest first; tail locations come back as stubs that name
-        only the location (enough for the store to drop the record)."""
+        """Everything ready, oldest first. The paged tail's messages are dropped from
+        the store here (no object is made for them); entries held in it come back."""
         entries = sorted(self._returned) + list(self._fresh)
-        for item in self._tail:
-            if type(item) is QueueEntry:
-                entries.append(item)
-            else:
-                stub = QueueEntry(0, PAGED_STUB)
-                stub.location = item
-                entries.append(stub)
+        if self.paged:
+            assert self.dropper is not None, "a paged tail needs a dropper"
+            entries += self.dropper()
         self._fresh.clear()
         self._returned.clear()
-        self._tail.clear()
-        self.bytes = 0
+        self._bytes = 0
         self.n = 0
         return entries
-
-
-def _tail_size(item: Any) -> int:
-    """What a tail item added to `bytes` (see ClassicQueue.restore_paged)."""
-    return item.message.size if type(item) is QueueEntry else item.body_estimate
 
 
 class PriorityReadyMessages:
@@ -290,10 +276,10 @@ class ClassicQueue(Queue):
         self.stats.publish += 1
         entry = QueueEntry(self._seq, message)
         if self.plain and message.ttl is None:
-            # The store may page the body out and keep the message as its location
-            # only (a long queue); then the entry object is dropped here.
+            # The store may keep a long queue's message as its disk position only
+            # (in ready.tail); then the entry object is dropped here.
             if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, True):
-                self._page(entry.location)
+                self._paged_one()
             else:
                 self.ready.append(entry)
             if self.consumers:
@@ -311,25 +297,41 @@ class ClassicQueue(Queue):
         if self.dedup is not None:  # the ids come back with the messages
             self.dedup.add(message_dedup_id(message))
 
-    def restore_paged(self, location: Any) -> None:
-        """Put back a recovered message as its location alone, without reading it:
-        it is read when it nears the head. Its TTL, if any, then counts from this
-        moment, as for restore()."""
-        self._seq += 1
+    def restore_tail(self, tail: PagedTail) -> None:
+        """Put back recovered messages as a paged tail, without reading them: they are
+        read when they near the head. TTLs, if any, then count from this moment, as
+        for restore()."""
         self._restored_at = time.monotonic()
-        self._page(location)
-
-    def _page(self, location: Any) -> None:
-        """Keep message number self._seq as its location only, in the paged tail."""
         ready = self.ready
         assert type(ready) is ReadyMessages, "only a plain queue keeps a paged tail"
-        if not ready.paged:
-            # Read back, tail items are numbered on from here: after every entry
-            # of the head, whose numbers are all below this message's.
-            ready.loader = self._load_tail
-            if self._seq - 1 > self._tail_seq:
-                self._tail_seq = self._seq - 1
-        ready.append_paged(location)
+        ready.tail = tail
+        self._tail_starts(self._seq)
+        # Numbers stay ahead of every tail message, as if each had been enqueued.
+        self._seq += tail.n
+        ready.n += tail.n
+
+    def attach_tail(self, tail: PagedTail) -> None:
+        """The store's paged tail for this queue (it creates one when the queue first
+        pages a message)."""
+        ready = self.ready
+        assert type(ready) is ReadyMessages, "only a plain queue keeps a paged tail"
+        ready.tail = tail
+
+    def _paged_one(self) -> None:
+        """Message number self._seq went into the paged tail (the store put it there)."""
+        ready = self.ready
+        if ready.paged == 1:  # the first one
+            self._tail_starts(self._seq - 1)
+        ready.n += 1
+
+    def _tail_starts(self, before: int) -> None:
+        # Read back, tail items are numbered on from `before`: after every entry of
+        # the head, whose numbers are all below the tail's.
+        ready = self.ready
+        ready.loader = self._load_tail  # type: ignore[union-attr]
+        ready.dropper = self._drop_tail  # type: ignore[union-attr]
+        if before > self._tail_seq:
+            self._tail_seq = before
 
     @property
     def can_page(self) -> bool:
@@ -345,13 +347,13 @@ class ClassicQueue(Queue):
             entry.expires_at = now + ttl / 1000.0
             self.expiring = True
 
-    def _load_tail(self, items: list[Any]) -> list[QueueEntry]:
-        """ReadyMessages' loader: QueueEntries for a batch of tail items, in order.
+    def _load_tail(self, limit: int) -> list[QueueEntry]:
+        """ReadyMessages' loader: QueueEntries for the tail's next `limit` items.
 
         Sequence numbers only order requeued entries among themselves, so numbering
         on from the last materialised one keeps the original order."""
-        locations = [item for item in items if type(item) is not QueueEntry]
-        messages = iter(self.vhost.hooks.load_messages(locations) if locations else ())
+        tail = self.ready.tail  # type: ignore[union-attr]
+        items = self.vhost.hooks.load_tail(tail, limit)
         entries = []
         seq = self._tail_seq
         for item in items:
@@ -359,15 +361,19 @@ class ClassicQueue(Queue):
                 seq = item.seq = max(seq + 1, item.seq)
                 entries.append(item)
                 continue
+            location, message = item
             seq += 1
-            message = next(messages)
-            entry = QueueEntry(seq, message, item.redelivered)
-            entry.location = item
+            entry = QueueEntry(seq, message, location.redelivered)
+            entry.location = location
             if message.ttl is not None or self.options.message_ttl is not None:
                 self._start_expiry(entry, self._restored_at or time.monotonic())
             entries.append(entry)
         self._tail_seq = seq
         return entries
+
+    def _drop_tail(self) -> list[QueueEntry]:
+        """ReadyMessages' dropper: free the tail's positions; its held entries come back."""
+        return self.vhost.hooks.drop_tail(self.ready.tail)  # type: ignore[union-attr]
 
     def dispatch(self, check_expiry: bool = True) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""

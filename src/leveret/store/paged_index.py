@@ -1,0 +1,255 @@
+"""A long queue's paged tail as compact positions: no object per message.
+
+A message whose body is only on disk is kept as its record's place in the log:
+the segment, the offset and the size. Consecutive messages of one queue sit in
+the same segment at rising offsets, so the tail is a deque of *runs*: one
+segment number and two `array('I')` columns (offset, size) per run, 8 bytes a
+message. A per-run bytearray of flags (redelivered, transient) exists only for
+runs that need one. The message id is not kept: it is in the record, and is
+read back with the body when the message nears the head.
+
+The tail may also hold, in their places, whole entries the queue could not page
+(`hold`); they come back from `popleft` as they went in.
+
+The store owns these indexes (one per queue) so that compaction can ask whether
+a record is still queued (`find`) and move positions when it copies records
+(`relocate`). Offsets rise within a run, so `find` is a bisection.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterator
+from itertools import compress
+from typing import Any
+
+REDELIVERED = 0x01  # a DELIVERED record exists: the message goes out redelivered
+TRANSIENT = 0x02  # written only to page a body out; recovery ignores it
+
+
+class Run:
+    """Tail messages in one segment, at rising offsets; `start` skips those taken."""
+
+    __slots__ = ("seq", "offs", "sizes", "flags", "start")
+
+    def __init__(
+        self,
+        seq: int,
+        offs: array | None = None,
+        sizes: array | None = None,
+        flags: bytearray | None = None,
+    ) -> None:
+        self.seq = seq
+        self.offs = offs if offs is not None else array("I")
+        self.sizes = sizes if sizes is not None else array("I")
+        self.flags = flags  # None while every message's flags are 0
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.offs) - self.start
+
+    def flag(self, i: int) -> int:
+        return self.flags[i] if self.flags is not None else 0
+
+
+class _Held:
+    """An entry kept in the tail as it is, with the bytes it counts for."""
+
+    __slots__ = ("entry", "size")
+
+    def __init__(self, entry: Any, size: int) -> None:
+        self.entry = entry
+        self.size = size
+
+
+class PagedIndex:
+    """One queue's paged tail, oldest first. `n` counts positions and held entries;
+    `nbytes` is what the positions' bodies count for: each record's size less
+    `overhead` (its fixed part; routing and properties are still included)."""
+
+    __slots__ = ("qid", "overhead", "_items", "_by_seq", "n", "nbytes", "owner")
+
+    def __init__(self, qid: int, overhead: int = 0) -> None:
+        self.qid = qid
+        self.overhead = overhead
+        self._items: deque[Run | _Held] = deque()
+        self._by_seq: dict[int, list[Run]] = {}
+        self.n = 0
+        self.nbytes = 0
+        self.owner: Any = None  # the store that reads and frees these records
+
+    def __len__(self) -> int:
+        return self.n
+
+    # ---- filling ---------------------------------------------------------------------
+
+    def append(self, seq: int, off: int, size: int, flags: int = 0) -> None:
+        """A message whose record is at (seq, off), `size` bytes long, joins the tail."""
+        items = self._items
+        run = items[-1] if items else None
+        if type(run) is not Run or run.seq != seq or (run.offs and off <= run.offs[-1]):
+            run = Run(seq)
+            items.append(run)
+            self._by_seq.setdefault(seq, []).append(run)
+        if flags:
+            if run.flags is None:
+                run.flags = bytearray(len(run.offs))
+            run.flags.append(flags)
+        elif run.flags is not None:
+            run.flags.append(0)
+        run.offs.append(off)
+        run.sizes.append(size)
+        self.n += 1
+        self.nbytes += size - self.overhead
+
+    def append_run(self, run: Run) -> None:
+        """A whole run at once (recovery builds them from its scan)."""
+        if not run:
+            return
+        self._items.append(run)
+        self._by_seq.setdefault(run.seq, []).append(run)
+        self.n += len(run)
+        self.nbytes += sum(run.sizes) - self.overhead * len(run)
+
+    def hold(self, entry: Any, size: int) -> None:
+        """Keep an entry the queue could not page in its place, behind the rest;
+        it counts for `size` bytes."""
+        self._items.append(_Held(entry, size))
+        self.n += 1
+        self.nbytes += size
+
+    # ---- taking ----------------------------------------------------------------------
+
+    def popleft(self, limit: int) -> list[Any]:
+        """Up to `limit` messages from the front: a held entry as it is, and positions
+        as (seq, offs, sizes, flags) slices, one per stretch of a run."""
+        out: list[Any] = []
+        items = self._items
+        left = limit
+        while left and items:
+            item = items[0]
+            if type(item) is _Held:
+                items.popleft()
+                out.append(item.entry)
+                self.n -= 1
+                self.nbytes -= item.size
+                left -= 1
+                continue
+            a = item.start
+            if a >= len(item.offs):  # emptied by truncate()
+                items.popleft()
+                self._forget(item)
+                continue
+            b = min(len(item.offs), a + left)
+            sizes = item.sizes[a:b]
+            flags = item.flags[a:b] if item.flags is not None else None
+            out.append((item.seq, item.offs[a:b], sizes, flags))
+            taken = b - a
+            self.n -= taken
+            self.nbytes -= sum(sizes) - self.overhead * taken
+            left -= taken
+            if b == len(item.offs):
+                items.popleft()
+                self._forget(item)
+            else:
+                item.start = b
+        return out
+
+    def clear(self) -> tuple[list[Any], list[Run]]:
+        """Empty the tail: (held entries, runs of positions) for the store to free."""
+        held = [item.entry for item in self._items if type(item) is _Held]
+        runs = [item for item in self._items if type(item) is Run and len(item)]
+        self._items.clear()
+        self._by_seq.clear()
+        self.n = 0
+        self.nbytes = 0
+        return held, runs
+
+    # ---- compaction ------------------------------------------------------------------
+
+    def find(self, seq: int, off: int) -> int:
+        """The flags of the queued message at (seq, off) plus 0x100, or -1 if none is."""
+        for run in self._by_seq.get(seq, ()):
+            offs = run.offs
+            i = bisect_left(offs, off, run.start)
+            if i < len(offs) and offs[i] == off:
+                return 0x100 | run.flag(i)
+        return -1
+
+    def relocate(self, seq: int, moved: dict[int, tuple[int, int]]) -> None:
+        """Compaction copied segment `seq`'s records: offset -> (new seq, new offset).
+
+        Records are copied in file order, so a run's positions stay at rising
+        offsets; a run splits where the copies crossed into a new segment.
+        """
+        runs = self._by_seq.pop(seq, None)
+        if not runs:
+            return
+        items = self._items
+        for run in runs:
+            pieces: list[Run] = []
+            cur: Run | None = None
+            flags = run.flags
+            for i in range(run.start, len(run.offs)):
+                new_seq, new_off = moved[run.offs[i]]
+                if cur is None or cur.seq != new_seq:
+                    cur = Run(new_seq, flags=bytearray() if flags is not None else None)
+                    pieces.append(cur)
+                cur.offs.append(new_off)
+                cur.sizes.append(run.sizes[i])
+                if flags is not None:
+                    cur.flags.append(flags[i])  # type: ignore[union-attr]
+            at = _index_of(items, run)
+            del items[at]
+            for k, piece in enumerate(pieces):
+                items.insert(at + k, piece)
+                self._by_seq.setdefault(piece.seq, []).append(piece)
+
+    def truncate(self, seq: int, off: int) -> int:
+        """Forget positions at or after (seq, off) (their writes failed); how many."""
+        lost = 0
+        for s in [s for s in self._by_seq if s >= seq]:
+            for run in self._by_seq[s]:
+                cut = bisect_left(run.offs, off, run.start) if s == seq else 0
+                cut = max(cut, run.start)
+                gone = len(run.offs) - cut
+                if gone > 0:
+                    self.nbytes -= sum(run.sizes[cut:]) - self.overhead * gone
+                    del run.offs[cut:]
+                    del run.sizes[cut:]
+                    if run.flags is not None:
+                        del run.flags[cut:]
+                    lost += gone
+        self.n -= lost
+        return lost
+
+    def segments(self) -> Iterator[int]:
+        return iter(self._by_seq)
+
+    def _forget(self, run: Run) -> None:
+        runs = self._by_seq.get(run.seq)
+        if runs is not None:
+            runs[:] = [r for r in runs if r is not run]
+            if not runs:
+                del self._by_seq[run.seq]
+
+
+def _index_of(items: deque[Any], run: Run) -> int:
+    for i, item in enumerate(items):
+        if item is run:
+            return i
+    raise ValueError("run not in the tail")
+
+
+def live_run(seq: int, offs: array, sizes: array, flags: bytearray | None, dead: int) -> Run:
+    """A run from recovery's columns, without the entries whose size was zeroed (acked)."""
+    if dead:
+        keep = list(map(bool, sizes))
+        offs = array("I", compress(offs, keep))
+        flags = bytearray(compress(flags, keep)) if flags is not None else None
+        sizes = array("I", compress(sizes, keep))
+    if flags is not None and not any(flags):
+        flags = None
+    return Run(seq, offs, sizes, flags)
