@@ -32,7 +32,8 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from leveret.store.committer import GroupCommitter, OnDurable
+from leveret.store import clean_index
+from leveret.store.committer import GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreError, StoreFormatError
 from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run, live_run
 from leveret.store.segments import (
@@ -345,6 +346,10 @@ class _Build:
         return flags
 
 
+def _msg_id(loc: Location) -> int:
+    return loc.msg_id
+
+
 def _purge_fields(data: bytes | memoryview, off: int) -> tuple[int, int, int, list[int]]:
     qid, lo, hi, n = _PURGE_IDS.unpack_from(data, off + _IDS_AT)
     at = off + PREFIX_SIZE + _PURGE_BODY.size
@@ -430,6 +435,7 @@ class MessageStore:
         self._reclaim_enabled = True
         self._active = 0
         self._next_mid = 1
+        self._clean_path = os.path.join(self.directory, "clean.idx")
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -453,6 +459,11 @@ class MessageStore:
         lg = self._log = SegmentLog(
             self.directory, self.committer, self.segment_size, on_resync=self._on_resync
         )
+        clean = clean_index.take(self._clean_path)
+        if clean is not None:
+            if lg.adopt(clean.sizes, clean.last_crc):
+                return self._open_clean(clean)
+            log.warning("clean-shutdown index does not match the segment files; scanning")
         known = self._queues.keys
         builds: dict[int, dict[int, _Build]] = {}  # segment -> queue id -> its records
         deps: dict[int, set[int]] = {}
@@ -550,6 +561,79 @@ class MessageStore:
         )
         return result
 
+    def _open_clean(self, clean: clean_index.CleanIndex) -> dict[QueueKey, PagedIndex]:
+        """open_paged() from a clean-shutdown index: no record is read."""
+        lg = self._log
+        assert lg is not None
+        live = self._live
+        for seq in clean.sizes:
+            live[seq] = 0
+        result: dict[QueueKey, PagedIndex] = {}
+        count = 0
+        for qid, key in self._queues.keys.items():
+            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
+            paged.owner = self
+            for seq, offs, sizes, flags in clean.queues.get(qid, ()):
+                paged.append_run(Run(seq, offs, sizes, flags))
+                live[seq] += sum(sizes)
+            count += len(paged)
+            result[key] = paged
+        self._next_mid = clean.next_mid
+        for seq, target in clean.deps:
+            if lg.exists(seq) and lg.exists(target):
+                self._add_dep(seq, target)
+        self._active = lg.active
+        self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
+        self._reclaim()
+        log.info(
+            "message store %s: %d messages in %d queues from the clean-shutdown index",
+            self.directory,
+            count,
+            len(result),
+        )
+        return result
+
+    def _save_clean(self) -> None:
+        """Write the clean-shutdown index (after everything is written and synced).
+
+        Per queue, in order: the messages held as Locations (head, unacked), then
+        its paged tail; a held entry of the tail keeps its place. Transient records
+        are left out, as a scan would.
+        """
+        lg = self._log
+        assert lg is not None
+        objects: dict[int, list[Location]] = {}
+        for loc in self._index.values():
+            if not loc.transient:
+                objects.setdefault(loc.queue_id, []).append(loc)
+        queues: dict[int, list[clean_index.Run]] = {}
+        for qid in self._queues.keys:
+            paged = self._paged.get(qid)
+            tail = paged.export() if paged is not None else []
+            held = {id(item) for item in tail if type(item) is Location}
+            front = PagedIndex(qid)
+            for loc in sorted(objects.get(qid, ()), key=_msg_id):
+                if id(loc) not in held:
+                    front.append(loc.segment, loc.offset, loc.size, REDELIVERED * loc.redelivered)
+            runs = [(r.seq, r.offs, r.sizes, r.flags) for r in front.runs()]
+            for item in tail:
+                if type(item) is Location:
+                    flags = bytearray((REDELIVERED * item.redelivered,))
+                    runs.append(
+                        (item.segment, array("I", (item.offset,)), array("I", (item.size,)), flags)
+                    )
+                else:
+                    runs.append(item)
+            if runs:
+                queues[qid] = runs
+        deps = [(seq, t) for seq, targets in self._deps.items() for t in targets]
+        sizes = lg.segment_sizes()
+        if not sizes:
+            return
+        last_crc = clean_index.file_crc(segment_path(self.directory, max(sizes)))
+        index = clean_index.CleanIndex(self._next_mid, last_crc, sizes, deps, queues)
+        clean_index.write(self._clean_path, index)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (and fsynced per mode)."""
         assert self.committer is not None
@@ -558,11 +642,22 @@ class MessageStore:
         return self.committer.drain(timeout)
 
     def close(self) -> None:
-        """Write out what is pending and stop the writer thread."""
+        """Write out what is pending, stop the writer thread, and save the clean-shutdown
+        index (unless a write failed: then the next start scans)."""
         if self._log is not None:
             self._log.flush_pending()
         if self.committer is not None:
             self.committer.close()
+            if (
+                self._log is not None
+                and self._reclaim_enabled
+                and self.committer.generation == 0
+                and self.committer.failed_from is None
+            ):
+                try:
+                    self._save_clean()
+                except OSError as exc:
+                    log.error("clean-shutdown index not written (%s); the next start scans", exc)
         if self._log is not None:
             self._log.close_readers()
         self._queues.close()

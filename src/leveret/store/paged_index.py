@@ -225,6 +225,37 @@ class PagedIndex:
         self.n -= lost
         return lost
 
+    def runs(self) -> Iterator[Run]:
+        return (item for item in self._items if type(item) is Run and len(item))
+
+    def export(self) -> list[Any]:
+        """The tail in order for the clean-shutdown index: held entries' locations
+        (or nothing, for a held entry the store does not keep), and each run's
+        remaining positions as (seq, offsets, sizes, flags) without TRANSIENT ones."""
+        out: list[Any] = []
+        for item in self._items:
+            if type(item) is _Held:
+                location = getattr(item.entry, "location", None)
+                if location is not None and not location.transient:
+                    out.append(location)
+                continue
+            if not len(item):
+                continue
+            a = item.start
+            offs, sizes = item.offs[a:], item.sizes[a:]
+            flags = item.flags[a:] if item.flags is not None else None
+            if flags is not None and any(f & TRANSIENT for f in flags):
+                keep = [not f & TRANSIENT for f in flags]
+                offs = array("I", compress(offs, keep))
+                sizes = array("I", compress(sizes, keep))
+                flags = bytearray(compress(flags, keep))
+                if not offs:
+                    continue
+            if flags is not None and not any(flags):
+                flags = None
+            out.append((item.seq, offs, sizes, flags))
+        return out
+
     def segments(self) -> Iterator[int]:
         return iter(self._by_seq)
 
