@@ -2,7 +2,7 @@
 
     python bench/durability.py [--messages 1000000] [--size 1024] [--port 5699]
                                [--fsync batch] [--duration 10] [--skip-throughput]
-                               [--max-memory-bytes N] [--workdir DIR]
+                               [--max-memory-bytes N] [--workdir DIR] [--kill]
 
 (a) persistent 16 B publishes with confirms (window 1000), msgs/s, measured by
     `python -m leveret perf --persistent --confirm 1000 --duration D --json`
@@ -11,6 +11,8 @@
     publish them, SIGTERM, restart, time until the port accepts connections, and
     the broker's own "recovered ..." log line;
 (c) RSS with those messages queued: after publishing, and after the restart.
+With --kill, (b) and (c) once more after a SIGKILL: no clean-shutdown index, so the
+start scans the log.
 
 Prints one line per figure and a JSON summary at the end. Not a test: no pass/fail.
 """
@@ -339,8 +341,26 @@ def startup_and_rss(args, workdir: str) -> dict:
         f"log: {recovered_line!r}"
     )
     print(f"(c) RSS after recovering them: {rss_after / 1024:.0f} MB")
+    crash: dict = {}
+    if args.kill:
+        # A crash leaves no clean-shutdown index: the next start scans the log.
+        server.kill()
+        startup_k = server.start()
+        m_k = re.search(r"recovered .* messages in ([\d.]+) s", server.run_log())
+        time.sleep(1)
+        rss_k = rss_kb(server.proc.pid)
+        print(
+            f"(b) after SIGKILL: port open after {startup_k:.2f} s; "
+            f"log: {m_k.group(0) if m_k else None!r}; RSS {rss_k / 1024:.0f} MB"
+        )
+        crash = {
+            "b_startup_after_kill_s": round(startup_k, 3),
+            "b_recovery_after_kill_s_logged": float(m_k.group(1)) if m_k else None,
+            "c_rss_after_kill_recovery_mb": round(rss_k / 1024, 1),
+        }
     rc2 = server.stop()
     return {
+        **crash,
         "b_startup_s": round(startup, 3),
         "b_recovered_line": recovered_line,
         "b_recovered_messages": int(m.group(4)) if m else None,
@@ -378,6 +398,9 @@ def main() -> int:
         help="passed to the broker for (b) and (c) (default: its own default)",
     )
     parser.add_argument("--skip-throughput", action="store_true", help="skip (a)")
+    parser.add_argument(
+        "--kill", action="store_true", help="(b) also: SIGKILL, then time the start that scans"
+    )
     parser.add_argument("--workdir", help="keep data dirs and logs here (default: temp, removed)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="leveret-bench-")

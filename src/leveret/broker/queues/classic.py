@@ -126,7 +126,7 @@ class ReadyMessages:
     def peek(self) -> QueueEntry | None:
         if self._returned:
             return self._returned[0]
-        if not self._fresh and self.paged:
+        if not self._fresh and self.tail is not None and self.tail.n:
             self._refill()
         return self._fresh[0] if self._fresh else None
 
@@ -134,7 +134,8 @@ class ReadyMessages:
         if self._returned:
             entry = heapq.heappop(self._returned)
         else:
-            if not self._fresh and self.paged:
+            # Hot path: plain attribute tests, no property call, when the head has some.
+            if not self._fresh and self.tail is not None and self.tail.n:
                 self._refill()
             entry = self._fresh.popleft()
         self._bytes -= entry.message.size
