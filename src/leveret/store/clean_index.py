@@ -28,6 +28,8 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
+from leveret.store.files import fsync_dir, write_atomic
+
 log = logging.getLogger("leveret.store")
 
 MAGIC = b"LVCI"
@@ -51,7 +53,7 @@ class CleanIndex:
 
 
 def write(path: str, index: CleanIndex) -> None:
-    """Write `index` to `path` crash-atomically (temp file, fsync, rename, fsync dir)."""
+    """Write `index` to `path` crash-atomically."""
     head = _HEAD.pack(MAGIC, VERSION, index.next_mid, index.last_crc)
     parts = [head, _COUNT.pack(len(index.sizes))]
     parts += [_PAIR.pack(seq, size) for seq, size in index.sizes.items()]
@@ -70,15 +72,7 @@ def write(path: str, index: CleanIndex) -> None:
     for part in parts:
         crc = zlib.crc32(part, crc)
     parts.append(_COUNT.pack(crc))
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, b"".join(parts))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
+    write_atomic(path, b"".join(parts))
 
 
 def take(path: str) -> CleanIndex | None:
@@ -89,7 +83,7 @@ def take(path: str) -> CleanIndex | None:
     except FileNotFoundError:
         return None
     os.unlink(path)
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path))
     try:
         return _parse(data)
     except (ValueError, struct.error) as exc:
@@ -152,11 +146,3 @@ def _parse(data: bytes) -> CleanIndex:
 def file_crc(path: str) -> int:
     with open(path, "rb") as f:
         return zlib.crc32(f.read())
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -35,6 +35,7 @@ from typing import Any
 from leveret.store import clean_index
 from leveret.store.committer import GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreError, StoreFormatError
+from leveret.store.files import write_atomic
 from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run, live_run
 from leveret.store.segments import (
     DEFAULT_SEGMENT_SIZE,
@@ -213,15 +214,7 @@ class QueueIds:
         """Write the live map to a temp file and rename it over: crash-atomic compaction."""
         parts = [_QI_HEADER.pack(_QI_MAGIC, _QI_VERSION, 0), self._entry(_QI_NEXT, self.next_id)]
         parts += [self._entry(_QI_ASSIGN, qid, key) for key, qid in self.ids.items()]
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, b"".join(parts))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(os.path.dirname(self.path))
+        write_atomic(self.path, b"".join(parts))
         self._dead = 0
         if self._fd >= 0:
             os.close(self._fd)
@@ -261,14 +254,6 @@ class QueueIds:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
@@ -724,22 +709,8 @@ class MessageStore:
     ) -> None:
         """publish() for a message the queue keeps as its position only: nothing but
         the position is kept in RAM (no Location, no index entry)."""
-        qid = paged.qid
-        mid = self._next_mid
-        self._next_mid = mid + 1
-        hlen = len(header)
-        size = _PUB_HEAD + hlen + len(body)
-        fixed = _PUB_FIXED.pack(PUBLISH, FLAG_TRANSIENT if transient else 0, qid, mid, hlen)
-        crc = zlib.crc32(body, zlib.crc32(header, zlib.crc32(fixed)))
-        lg = self._log
-        assert lg is not None
-        seq, off = lg.append(
-            (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), size, on_durable
-        )
+        seq, off, size, _mid = self._write_publish(paged.qid, header, body, on_durable, transient)
         paged.append(seq, off, size, TRANSIENT if transient else 0)
-        if seq != self._active:
-            self._rolled(seq)
-        self._live[seq] = self._live.get(seq, 0) + size
 
     def take_paged(self, paged: PagedIndex, limit: int) -> list[Any]:
         """Up to `limit` messages from the front of a paged tail: held entries as they
@@ -842,6 +813,15 @@ class MessageStore:
         qid = self._queues.ids.get(key)
         if qid is None:
             qid = self._queues.assign(key)
+        seq, off, size, mid = self._write_publish(qid, header, body, on_durable, transient)
+        loc = (TransientLocation if transient else Location)(seq, off, _size(size), qid, mid)
+        self._index[mid] = loc
+        return loc
+
+    def _write_publish(
+        self, qid: int, header: bytes, body: bytes, on_durable: OnDurable | None, transient: bool
+    ) -> tuple[int, int, int, int]:
+        """Append one PUBLISH record (hot path); (segment, offset, size, message id)."""
         mid = self._next_mid
         self._next_mid = mid + 1
         hlen = len(header)
@@ -853,12 +833,10 @@ class MessageStore:
         seq, off = lg.append(
             (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), size, on_durable
         )
-        loc = (TransientLocation if transient else Location)(seq, off, _size(size), qid, mid)
-        self._index[mid] = loc
         if seq != self._active:
             self._rolled(seq)
         self._live[seq] = self._live.get(seq, 0) + size
-        return loc
+        return seq, off, size, mid
 
     def mark_delivered(self, loc: Location) -> None:
         """Record the first delivery so a restart re-sends the message as redelivered."""
