@@ -260,13 +260,3 @@ def test_ram_per_paged_message(brokers):
     print(f"RSS {rss[0] / 1024:.1f} MB -> {rss[1] / 1024:.1f} MB: {per_message:.0f} B a message")
     # In RAM, a 1 KB message costs about 1.4 KB; paged, its location only.
     assert per_message < 400, f"{per_message:.0f} B of RAM per paged message"
-
-
-def _ctl(broker, *args):
-    out = subprocess.run(
-        [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(broker.data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 0, out.stderr

@@ -524,7 +524,6 @@ class MessageStore:
         count = 0
         for qid, key in known.items():
             paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
-            paged.owner = self
             parts = [(seq, q[qid]) for seq, q in builds.items() if qid in q]
             _assemble(paged, parts, live)
             count += len(paged)
@@ -557,7 +556,6 @@ class MessageStore:
         count = 0
         for qid, key in self._queues.keys.items():
             paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
-            paged.owner = self
             for seq, offs, sizes, flags in clean.queues.get(qid, ()):
                 paged.append_run(Run(seq, offs, sizes, flags))
                 live[seq] += sum(sizes)
@@ -695,7 +693,6 @@ class MessageStore:
         paged = self._paged.get(qid)
         if paged is None:
             paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
-            paged.owner = self
         return paged
 
     def publish_paged(

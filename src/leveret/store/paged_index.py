@@ -69,7 +69,7 @@ class PagedIndex:
     `nbytes` is what the positions' bodies count for: each record's size less
     `overhead` (its fixed part; routing and properties are still included)."""
 
-    __slots__ = ("qid", "overhead", "_items", "_by_seq", "n", "nbytes", "owner")
+    __slots__ = ("qid", "overhead", "_items", "_by_seq", "n", "nbytes")
 
     def __init__(self, qid: int, overhead: int = 0) -> None:
         self.qid = qid
@@ -78,7 +78,6 @@ class PagedIndex:
         self._by_seq: dict[int, list[Run]] = {}
         self.n = 0
         self.nbytes = 0
-        self.owner: Any = None  # the store that reads and frees these records
 
     def __len__(self) -> int:
         return self.n
@@ -255,9 +254,6 @@ class PagedIndex:
                 flags = None
             out.append((item.seq, offs, sizes, flags))
         return out
-
-    def segments(self) -> Iterator[int]:
-        return iter(self._by_seq)
 
     def _forget(self, run: Run) -> None:
         runs = self._by_seq.get(run.seq)
