@@ -8,8 +8,9 @@
     `python -m leveret perf --persistent --confirm 1000 --duration D --json`
     (and by /work/shared/tools/amqbench.py as a referee when it is there);
 (b) start-up time with --messages persistent messages of --size bytes queued:
-    publish them, SIGTERM, restart, time until the port accepts connections, and
-    the broker's own "recovered ..." log line;
+    publish them, SIGTERM, restart, time until the port accepts connections, time
+    until a passive queue.declare sent right then is answered (the broker holds it
+    until the messages are back: fully recovered), and its "recovered ..." log line;
 (c) RSS with those messages queued: after publishing, and after the restart.
 With --kill, (b) and (c) once more after a SIGKILL: no clean-shutdown index, so the
 start scans the log.
@@ -82,7 +83,7 @@ class Server:
         """Start; return seconds until the port accepts a TCP connection."""
         self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         cmd = self.command()
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         while True:
@@ -169,6 +170,19 @@ class Raw:
         except (OSError, RuntimeError):
             pass
         self.sock.close()
+
+
+def recovered(server: Server, queue: str) -> tuple[float, int]:
+    """Seconds from the start until a passive queue.declare is answered, and its count.
+
+    The broker listens before its stored messages are back and holds the declare
+    until they are: this is the time to fully recovered, as a client sees it."""
+    raw = Raw(server.port)
+    raw.send(1, commands.Queue.Declare(queue=queue, passive=True))
+    ok = raw.wait(commands.Queue.DeclareOk)
+    seconds = time.monotonic() - server.started
+    raw.close()
+    return seconds, ok.message_count
 
 
 def publish_persistent(port: int, queue: str, count: int, size: int, window: int = 5000) -> float:
@@ -327,17 +341,14 @@ def startup_and_rss(args, workdir: str) -> dict:
     stop_s = time.monotonic() - t0
     print(f"(b) SIGTERM -> exit {rc} in {stop_s:.2f} s")
     startup = server.start()
-    log = server.run_log()
-    m = re.search(
-        r"recovered (\d+) exchanges, (\d+) queues, (\d+) bindings and (\d+) messages "
-        r"in ([\d.]+) s",
-        log,
-    )
+    ready, count = recovered(server, "bench.durable")
+    m = re.search(r"recovered (\d+) messages in ([\d.]+) s", server.run_log())
     recovered_line = m.group(0) if m else None
     time.sleep(1)
     rss_after = rss_kb(server.proc.pid)
     print(
         f"(b) start-up with {args.messages:,} queued: port open after {startup:.2f} s; "
+        f"queue.declare answered ({count:,} messages) after {ready:.2f} s; "
         f"log: {recovered_line!r}"
     )
     print(f"(c) RSS after recovering them: {rss_after / 1024:.0f} MB")
@@ -346,15 +357,19 @@ def startup_and_rss(args, workdir: str) -> dict:
         # A crash leaves no clean-shutdown index: the next start scans the log.
         server.kill()
         startup_k = server.start()
-        m_k = re.search(r"recovered .* messages in ([\d.]+) s", server.run_log())
+        ready_k, count_k = recovered(server, "bench.durable")
+        m_k = re.search(r"recovered \d+ messages in ([\d.]+) s", server.run_log())
         time.sleep(1)
         rss_k = rss_kb(server.proc.pid)
         print(
-            f"(b) after SIGKILL: port open after {startup_k:.2f} s; "
+            f"(b) after SIGKILL: port open after {startup_k:.2f} s; queue.declare answered "
+            f"({count_k:,} messages) after {ready_k:.2f} s; "
             f"log: {m_k.group(0) if m_k else None!r}; RSS {rss_k / 1024:.0f} MB"
         )
         crash = {
             "b_startup_after_kill_s": round(startup_k, 3),
+            "b_recovered_after_kill_s": round(ready_k, 3),
+            "b_recovered_after_kill_messages": count_k,
             "b_recovery_after_kill_s_logged": float(m_k.group(1)) if m_k else None,
             "c_rss_after_kill_recovery_mb": round(rss_k / 1024, 1),
         }
@@ -362,9 +377,10 @@ def startup_and_rss(args, workdir: str) -> dict:
     return {
         **crash,
         "b_startup_s": round(startup, 3),
+        "b_recovered_s": round(ready, 3),
+        "b_recovered_messages": count,
         "b_recovered_line": recovered_line,
-        "b_recovered_messages": int(m.group(4)) if m else None,
-        "b_recovery_s_logged": float(m.group(5)) if m else None,
+        "b_recovery_s_logged": float(m.group(2)) if m else None,
         "b_sigterm_exit": rc,
         "b_sigterm_s": round(stop_s, 2),
         "c_rss_idle_mb": round(base / 1024, 1),

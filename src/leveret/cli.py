@@ -413,9 +413,16 @@ async def _serve(config: ServerConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
+    await server.start(wait_for_recovery=False)  # listen first; messages come back after
     gc_tuning.tune()  # fewer, cheaper cycle collections; see the module for figures
-    await stop.wait()
+    stopping = asyncio.ensure_future(stop.wait())
+    recovery = server.recovery
+    if recovery is not None:
+        await asyncio.wait({recovery, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if recovery.done() and not recovery.cancelled() and recovery.exception() is not None:
+            await server.stop()  # the data dir failed to load: main() names the problem
+            raise recovery.exception()  # type: ignore[misc]
+    await stopping
     log.info("shutting down: closing %d connection(s)", len(server.connections))
     await server.stop()
     return 0

@@ -153,15 +153,14 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
         assert not p.is_alive(), f"{p.name} hung after the broker was killed"
     close_quietly(holder)
 
-    broker.start()
-    recovered = [line for line in broker.run_log().splitlines() if "recovered" in line]
-    assert any("messages in" in line for line in recovered), tail(broker.run_log())
-
+    broker.start(recovered=False)  # listens before its messages are back: the drain waits
     conn = broker.connect()
     ch = conn.channel()
     got = {q: drain_queue(ch, q) for q in (QUEUE_X, QUEUE_D)}
     drain_queue(ch, "crash.fence")
     conn.close()
+    recovered = [line for line in broker.run_log().splitlines() if "recovered" in line]
+    assert any("messages in" in line for line in recovered), tail(broker.run_log())
 
     confirmed = {}
     attempted = {}

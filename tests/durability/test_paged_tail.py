@@ -143,7 +143,7 @@ def test_restart_reads_only_the_head(brokers, how):
         assert redelivered[:5] == [True] * 5
     assert not any(redelivered[5:])
     close_quietly(conn)
-    assert "and 3000 messages" in broker.log()
+    assert "recovered 3000 messages" in broker.log()
 
 
 def test_purge_and_delete_of_a_paged_queue(brokers):

@@ -126,7 +126,7 @@ def test_transient_messages_beyond_budget_are_paged(brokers):
     close_quietly(conn)
     assert_exit_ok(broker)
     broker.start()
-    assert "and 0 messages" in broker.run_log(), tail(broker.run_log())
+    assert "recovered 0 messages" in broker.run_log(), tail(broker.run_log())
     conn = broker.connect()
     assert message_count(conn.channel(), "paged.durable-transient") == 0
     close_quietly(conn)

@@ -53,6 +53,9 @@ class DurabilityHooks:
 
     # False: queues skip every per-message hook (the in-memory broker's fast path).
     active = False
+    # True while stored messages are still being read back at startup (the broker
+    # already listens, but holds client operations): nothing may delete a queue yet.
+    recovering = False
 
     def exchange_state_path(self, vhost: str, name: str) -> str | None:
         """Where a durable exchange type keeps state (the dedup cache); None: nowhere."""

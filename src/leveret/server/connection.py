@@ -16,6 +16,7 @@ import asyncio
 import logging
 import platform
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
@@ -32,7 +33,10 @@ from leveret.protocol.constants import (
     BASIC_ACK,
     BASIC_NACK,
     BASIC_PUBLISH,
+    BASIC_QOS,
+    CLASS_BASIC,
     CLASS_CONNECTION,
+    CLASS_QUEUE,
     COMMAND_INVALID,
     CONNECTION_FORCED,
     INTERNAL_ERROR,
@@ -58,6 +62,27 @@ CLOSE_OK_TIMEOUT = 3.0
 # send a TCP reset, which destroys the close-ok the client has not read yet.
 LINGER_TIMEOUT = 10.0
 MECHANISMS = ("PLAIN", "AMQPLAIN")
+
+# What waits while the broker recovers: anything that reads or changes a queue's
+# messages. Logging in, channels, qos, confirm and tx mode, and exchanges go ahead
+# (clients such as aio-pika open a channel with confirm.select and wait for it).
+_AFTER_RECOVERY = (pc.Publish, pc.Ack, pc.Nack)
+
+
+def _waits_for_recovery(event: pc.Event) -> bool:
+    kind = type(event)
+    if kind is pc.MethodReceived:
+        index = event.method.index  # type: ignore[attr-defined]
+        return bool(event.channel) and (  # type: ignore[attr-defined]
+            index >> 16 == CLASS_QUEUE or (index >> 16 == CLASS_BASIC and index != BASIC_QOS)
+        )
+    return kind in _AFTER_RECOVERY
+
+
+def _replay(event: pc.Event, rest: Iterator[pc.Event]) -> Iterator[pc.Event]:
+    yield event
+    yield from rest
+
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -133,6 +158,10 @@ class AMQPConnection(asyncio.Protocol):
         self._reading_paused = False  # the transport's state; PublisherPause decides
         self.publisher_pause = PublisherPause(self._pause_reading, self._resume_reading)
         self.alarm_reason: str | None = None  # set while a resource alarm is on
+        # While the broker recovers: check events (_gated), and the event held with
+        # the suspended rest of its batch (see _until_recovered).
+        self._gated = server.recovering
+        self._held: tuple[pc.Event, Iterator[pc.Event]] | None = None
         self._told_blocked = False
 
     @property
@@ -176,8 +205,14 @@ class AMQPConnection(asyncio.Protocol):
         self.recv_oct += len(data)
         if self.state == "closed":
             return
-        channels = self.channels
         events = self.core.receive_data(data)
+        if self._gated:  # the broker is still reading its stored messages back
+            events = self._until_recovered(events)
+        self._process(events)
+
+    def _process(self, events: Iterator[pc.Event]) -> None:
+        """Act on the events one by one, in order (the core's contract)."""
+        channels = self.channels
         try:
             for event in events:
                 kind = type(event)
@@ -216,6 +251,35 @@ class AMQPConnection(asyncio.Protocol):
             self._linger()  # the close handshake is over (or the stream was unusable)
         elif self._out and self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush)
+
+    # --- holding operations while the broker recovers ---------------------------
+    #
+    # After a restart the broker listens before its queues have their messages back
+    # (the store scans in a worker thread). A client can log in and open channels
+    # meanwhile; its first operation on queues or messages is held, with everything
+    # after it, until recovery is done: the events generator stays suspended (its
+    # bytes unparsed) and reading pauses. So a queue.declare's counts are right, and
+    # nothing is published in front of a recovered message.
+
+    def _until_recovered(self, events: Iterator[pc.Event]) -> Iterator[pc.Event]:
+        for event in events:
+            if self.server.recovering and _waits_for_recovery(event):
+                self._held = (event, events)
+                self.publisher_pause.start_recovery()
+                self.server.held.append(self)  # replayed in the order they came
+                return
+            yield event
+        if not self.server.recovering:
+            self._gated = False
+
+    def recovery_done(self) -> None:
+        """The server finished recovery: run what was held, then read again."""
+        self._gated = False
+        held, self._held = self._held, None
+        if held is not None and self.state != "closed":
+            event, rest = held
+            self._process(_replay(event, rest))
+        self.publisher_pause.end_recovery()
 
     def _event(self, event: pc.Event) -> None:
         """Every event but the hot two: methods, channel lifecycle, handshake, closing."""

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import definitions_json, inventory
@@ -105,8 +105,14 @@ def run_operation(broker: Broker, op: str, args: dict[str, Any]) -> Any:
 
 
 class ControlSocket:
-    def __init__(self, broker_source: Callable[[], Broker], path: str) -> None:
+    def __init__(
+        self,
+        broker_source: Callable[[], Broker],
+        path: str,
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._broker = broker_source  # the server may replace its broker at start
+        self._ready = ready  # awaited before each operation: the broker's recovery
         self.path = path
         self._server: asyncio.AbstractServer | None = None
 
@@ -142,6 +148,8 @@ class ControlSocket:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
+            if self._ready is not None:
+                await self._ready()
             reply = self._handle(line)
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()

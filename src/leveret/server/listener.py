@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.tls import TLSAcceptor, server_context
+from leveret.store.message_store import RecoveryCancelled
 
 if TYPE_CHECKING:
     from leveret.store.durable_state import DurableState
@@ -46,12 +48,27 @@ class Server:
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
         self.started_at = time.monotonic()
+        # After a restart the broker listens first and reads its stored messages back
+        # in a worker thread (`recovery`); meanwhile connections hold client
+        # operations, and the management API and leveret ctl wait for it.
+        self.recovering = False
+        self.held: list[AMQPConnection] = []  # connections holding an operation, in order
+        self.recovery: asyncio.Task[None] | None = None
+        self._cancel_recovery = threading.Event()
 
-    async def start(self) -> None:
+    async def start(self, wait_for_recovery: bool = True) -> None:
+        """Open the store's definitions, listen, then recover the stored messages.
+
+        With `wait_for_recovery` (the default, for code that embeds the broker) this
+        returns once every queue has its messages back; without it (the CLI) it
+        returns as soon as the broker listens, and `recovery` finishes later.
+        """
         started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
         if self.config.load_definitions:
+            if self.recovering:
+                await self._recover()  # the import must see (and may refuse) recovered queues
             self.load_definitions(self.config.load_definitions)
         self.alarms = ResourceAlarms(
             self,
@@ -122,10 +139,44 @@ class Server:
                 )
         if self.config.persistence:
             self.control = ControlSocket(
-                lambda: self.broker, os.path.join(self.config.data_dir, SOCKET_NAME)
+                lambda: self.broker,
+                os.path.join(self.config.data_dir, SOCKET_NAME),
+                self.wait_recovered,
             )
             await self.control.start()
+        if self.recovering:
+            self.recovery = self.loop.create_task(self._recover())
         log.info("Leveret started in %.3f s", time.monotonic() - started)
+        if wait_for_recovery and self.recovery is not None:
+            try:
+                await asyncio.shield(self.recovery)
+            except Exception:
+                await self.stop()  # listening, but the data dir could not be read
+                raise
+
+    async def _recover(self) -> None:
+        """Read the stored messages back in a worker thread, then let clients in."""
+        state = self.durable_state
+        assert state is not None
+        try:
+            stored = await self.loop.run_in_executor(
+                None, state.messages.recover, self._cancel_recovery.is_set
+            )
+        except RecoveryCancelled:
+            log.info("recovery stopped by the shutdown; the next start reads the log again")
+            return
+        state.restore_messages(self.broker, stored)
+        self.recovering = False
+        held, self.held = self.held, []
+        for conn in held:  # first held, first answered
+            conn.recovery_done()
+        for conn in list(self.connections):
+            conn.recovery_done()  # the rest only stop checking their events
+
+    async def wait_recovered(self) -> None:
+        """Return once stored messages are back (at once when there was nothing to do)."""
+        if self.recovery is not None:
+            await asyncio.shield(self.recovery)
 
     def load_definitions(self, path: str) -> None:
         """Import a RabbitMQ definitions file at boot; InvalidValue names the file and problem."""
@@ -157,10 +208,14 @@ class Server:
         )
         self.broker = Broker(self.config, state)
         self.durable_state = state
-        state.restore(self.broker)
+        state.restore_definitions(self.broker)
+        self.recovering = True
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self.recovery is not None and not self.recovery.done():
+            self._cancel_recovery.set()  # the scan stops at its next segment
+            await asyncio.wait([self.recovery])
         if self.alarms is not None:
             self.alarms.stop()
         if self.control is not None:

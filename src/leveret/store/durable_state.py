@@ -98,6 +98,7 @@ class DurableState(DurabilityHooks):
         self.paged_out = 0  # bodies ever paged out to disk (messages, then bytes)
         self.paged_out_bytes = 0
         self._restoring = False
+        self._started = 0.0
         self.loop = loop
         self._disk_waiters: set[DiskWaiter] = set()
         self._disk_timer: asyncio.TimerHandle | None = None
@@ -294,12 +295,21 @@ class DurableState(DurabilityHooks):
     # --- startup and shutdown -----------------------------------------------
 
     def restore(self, broker: Any) -> None:
-        """Recreate durable definitions and queued messages; log what came back."""
-        started = time.monotonic()
+        """Recreate durable definitions and queued messages, all before returning."""
+        self.restore_definitions(broker)
+        self.restore_messages(broker, self.messages.recover())
+
+    def restore_definitions(self, broker: Any) -> None:
+        """Recreate vhosts' exchanges, queues and bindings, and open the message store
+        far enough to refuse a data dir it cannot read. Its cost grows with the number
+        of definitions, not with what is queued, so it runs before the broker listens;
+        the messages follow with `messages.recover` and `restore_messages`."""
+        self._started = time.monotonic()
+        self.recovering = True
         self._restoring = True
         try:
             defs = self.definitions.load()
-            stored = self.messages.open_paged()
+            self.messages.prepare()
             unknown = {d.vhost for d in (*defs.exchanges, *defs.queues)} - set(broker.vhosts)
             for name in sorted(unknown):
                 # Kept on disk, not deleted: they come back if the vhost is defined again.
@@ -326,16 +336,26 @@ class DurableState(DurabilityHooks):
                     dest = vhost.exchanges.get(b.destination)
                 if source is not None and dest is not None:
                     vhost.bind(source, dest, b.routing_key, b.arguments)
-            count = self._restore_messages(broker, stored)
         finally:
             self._restoring = False
         log.info(
-            "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s from %s",
+            "recovered %d exchanges, %d queues and %d bindings in %.2f s from %s",
             len(defs.exchanges),
             len(defs.queues),
             len(defs.bindings),
+            time.monotonic() - self._started,
+            self.data_dir,
+        )
+
+    def restore_messages(self, broker: Any, stored: dict[tuple[str, str], Any]) -> None:
+        """Give the queues their recovered messages (on the loop, after `recover`)."""
+        self.recovering = False
+        self.messages.finish_recovery()
+        count = self._restore_messages(broker, stored)
+        log.info(
+            "recovered %d messages in %.2f s from %s",
             count,
-            time.monotonic() - started,
+            time.monotonic() - self._started,
             self.data_dir,
         )
 

@@ -29,7 +29,7 @@ import struct
 import zlib
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from leveret.store import clean_index
@@ -380,6 +380,10 @@ def _assemble(paged: PagedIndex, parts: list[tuple[int, _Build]], live: dict[int
             paged.append(seq, off, size, flag)
 
 
+class RecoveryCancelled(Exception):
+    """The broker stopped while `recover` was scanning (a shutdown, not a failure)."""
+
+
 # ---- the store ---------------------------------------------------------------------------
 
 
@@ -421,6 +425,7 @@ class MessageStore:
         self._active = 0
         self._next_mid = 1
         self._clean_path = os.path.join(self.directory, "clean.idx")
+        self._recovered = False
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -438,12 +443,34 @@ class MessageStore:
     def open_paged(self) -> dict[QueueKey, PagedIndex]:
         """Replay the log; return every queue's live messages, in publish order, as its
         paged tail (positions only: `take_paged` reads them back)."""
+        self.prepare()
+        result = self.recover()
+        self.finish_recovery()
+        return result
+
+    def prepare(self) -> None:
+        """The part of opening whose cost does not grow with what is queued: the queue
+        ids, the writer thread, and the format check. A data dir that this build cannot
+        read is refused here, before the broker listens."""
         os.makedirs(self.directory, exist_ok=True)
         self._queues.load()
         self.committer = GroupCommitter(self.directory, self.fsync, self.loop)
-        lg = self._log = SegmentLog(
+        self._log = SegmentLog(
             self.directory, self.committer, self.segment_size, on_resync=self._on_resync
         )
+        self._log.check_format()
+
+    def recover(self, cancelled: Callable[[], bool] | None = None) -> dict[QueueKey, PagedIndex]:
+        """Rebuild every queue's positions, from the clean-shutdown index or by a scan.
+
+        The broker runs this in a worker thread while it already listens: until
+        `finish_recovery`, nothing else may call the store (the server holds every
+        client operation back), so it needs no lock. `cancelled` is asked between
+        segments; when it says yes, RecoveryCancelled ends the scan, and `close` then
+        writes no clean-shutdown index, so the next start scans again.
+        """
+        lg = self._log
+        assert lg is not None, "prepare() first"
         clean = clean_index.take(self._clean_path)
         if clean is not None:
             if lg.adopt(clean.sizes, clean.last_crc):
@@ -458,6 +485,8 @@ class MessageStore:
         ref_ids = _REF_IDS.unpack_from
         at = _IDS_AT
         for seq, data, records in lg.scan():
+            if cancelled is not None and cancelled():
+                raise RecoveryCancelled(f"recovery of {self.directory} was cancelled")
             cur: dict[int, _Build] = {}
             builds[seq] = cur
             seg_live = 0
@@ -535,7 +564,6 @@ class MessageStore:
                     self._add_dep(seq, t)
         self._active = lg.active
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
-        self._reclaim()
         log.info(
             "message store %s: recovered %d messages in %d queues from %d segments",
             self.directory,
@@ -567,7 +595,6 @@ class MessageStore:
                 self._add_dep(seq, target)
         self._active = lg.active
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
-        self._reclaim()
         log.info(
             "message store %s: %d messages in %d queues from the clean-shutdown index",
             self.directory,
@@ -575,6 +602,11 @@ class MessageStore:
             len(result),
         )
         return result
+
+    def finish_recovery(self) -> None:
+        """Back on the loop after `recover`: the store is in use from here on."""
+        self._recovered = True
+        self._reclaim()
 
     def _save_clean(self) -> None:
         """Write the clean-shutdown index (after everything is written and synced).
@@ -633,6 +665,7 @@ class MessageStore:
             self.committer.close()
             if (
                 self._log is not None
+                and self._recovered  # a half-done recovery knows only part of the log
                 and self._reclaim_enabled
                 and self.committer.generation == 0
                 and self.committer.failed_from is None

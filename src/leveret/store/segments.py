@@ -210,6 +210,21 @@ class SegmentLog:
             self.active = seqs[-1]
             self._tail = self._sizes[self.active]
 
+    def check_format(self) -> None:
+        """Refuse a data dir of another format version before anything listens.
+
+        Reads only each segment's header, so it costs the same whatever is queued;
+        the scan (which may run after the broker listens) then meets no such error.
+        """
+        for seq in list_segments(self.directory):
+            path = segment_path(self.directory, seq)
+            with open(path, "rb") as f:
+                head = f.read(HEADER_SIZE)
+            if len(head) == HEADER_SIZE and head[:4] == SEGMENT_MAGIC:
+                version = SEGMENT_HEADER.unpack_from(head)[1]
+                if version != SEGMENT_FORMAT_VERSION:
+                    raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
+
     def adopt(self, sizes: dict[int, int], last_crc: int) -> bool:
         """Take the segments' sizes from a clean-shutdown index instead of scanning.
 

@@ -573,6 +573,9 @@ class ClassicQueue(Queue):
 
     def _on_idle_timer(self) -> None:
         self._idle_timer = None
+        if self.vhost.hooks.recovering:
+            self.touch()  # unused since the restart began: count again once it is back
+            return
         if not self.deleted and not self.consumers:
             self.vhost.delete_queue(self)
 
