@@ -245,7 +245,7 @@ def test_segment_format_version_mismatch(tmp_path: Path) -> None:
         f.seek(4)
         f.write(struct.pack("<H", 99))
     store = MessageStore(str(tmp_path), segment_size=SEG)
-    with pytest.raises(StoreFormatError, match=r"version 99.*expects version 1"):
+    with pytest.raises(StoreFormatError, match=r"version 99.*expects version 2"):
         store.open()
     store.close()
 
@@ -323,4 +323,72 @@ def test_missing_header_in_last_segment(tmp_path: Path) -> None:
     store, rec = reopen(store, tmp_path)
     assert bodies(store, rec[Q]) == [b"x", b"y"]
     assert os.path.getsize(tmp_path / "msgs" / f"{seg_files(tmp_path)[-1]:016d}.seg") > HEADER_SIZE
+    store.close()
+
+
+def _record_types(path: Path) -> list[int]:
+    from leveret.store.segments import ScanResult, iter_records
+
+    types = []
+    for seq in list_segments(str(path / "msgs")):
+        data = (path / "msgs" / f"{seq:016d}.seg").read_bytes()
+        types += [rtype for _o, _e, rtype, _f in iter_records(data, HEADER_SIZE, ScanResult())]
+    return types
+
+
+def test_acks_and_deliveries_of_one_turn_are_one_record_each(tmp_path: Path) -> None:
+    """ACK and DELIVERED records are batched per loop turn (REFS records); a scan
+    after a crash applies them as it did the single records."""
+
+    async def scenario() -> None:
+        store, _ = open_store(tmp_path, loop=asyncio.get_running_loop())
+        locs = [store.publish(Q, b"h", b"m%d" % i) for i in range(50)]
+        await asyncio.sleep(0)
+        for loc in locs[:30]:
+            store.ack(loc)  # one turn: 30 ACKs ...
+        for loc in locs[30:]:
+            store.mark_delivered(loc)  # ... and 20 DELIVEREDs
+        await asyncio.sleep(0)  # the turn ends: the batch goes to the writer
+        store.flush()
+        store.close()
+
+    asyncio.run(scenario())
+    types = _record_types(tmp_path)
+    assert types.count(1) == 50 and types.count(5) == 2, types  # PUBLISH x 50, REFS x 2
+    (tmp_path / "msgs" / "clean.idx").unlink()  # as after a crash: the scan reads them
+    store, recovered = open_store(tmp_path)
+    assert bodies(store, recovered[Q]) == [b"m%d" % i for i in range(30, 50)]
+    assert all(loc.redelivered for loc in recovered[Q])
+    store.close()
+
+
+def test_version_1_segments_are_read_and_get_no_new_records(tmp_path: Path) -> None:
+    """A data dir of the previous format (version 1: no REFS records) is read; new
+    records go to a new version-2 segment, so the old file stays version-1 clean."""
+    store, _ = open_store(tmp_path)
+    locs = [store.publish(Q, b"h", b"old%d" % i) for i in range(3)]
+    store.ack(locs[0])
+    store.close()
+    (tmp_path / "msgs" / "clean.idx").unlink()
+    (old,) = list_segments(str(tmp_path / "msgs"))
+    old_path = tmp_path / "msgs" / f"{old:016d}.seg"
+    with open(old_path, "r+b") as f:
+        f.seek(4)
+        f.write(struct.pack("<H", 1))
+    assert 5 not in _record_types(tmp_path)  # one ack: a plain ACK record, as version 1 had
+    size = old_path.stat().st_size
+    store, recovered = open_store(tmp_path)
+    assert bodies(store, recovered[Q]) == [b"old1", b"old2"]
+    store.ack(recovered[Q][0])
+    store.publish(Q, b"h", b"new")
+    store.flush()
+    assert old_path.stat().st_size == size
+    new = list_segments(str(tmp_path / "msgs"))[-1]
+    assert new > old
+    head = (tmp_path / "msgs" / f"{new:016d}.seg").read_bytes()[:6]
+    assert struct.unpack("<H", head[4:6]) == (2,)
+    store.close()
+    (tmp_path / "msgs" / "clean.idx").unlink()
+    store, recovered = open_store(tmp_path)
+    assert bodies(store, recovered[Q]) == [b"old2", b"new"]
     store.close()

@@ -6,6 +6,10 @@ Record types (payloads, little-endian, after the segment record prefix):
     ACK       u32 queue id, u64 message id, u64 segment that held the PUBLISH
     DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH
     PURGE     u32 queue id, u64 lowest id, u64 highest id, u16 n, n x u64 segments
+    REFS      (flags: ACK or DELIVERED) u32 queue id, u64 segment that held the
+              PUBLISHes, u32 n, n x u64 message ids: one loop turn's ACKs (or
+              DELIVEREDs) of one queue's messages in one segment, in one record
+              (segment format version 2)
 
 A PURGE drops, in one record, a queue's messages with ids in [lowest, highest]: a
 purged paged tail (its ids are not in RAM, and they are all newer than anything
@@ -26,6 +30,7 @@ import asyncio
 import logging
 import os
 import struct
+import sys
 import zlib
 from array import array
 from bisect import bisect_left
@@ -55,6 +60,7 @@ PUBLISH = 1
 ACK = 2
 DELIVERED = 3
 PURGE = 4
+REFS = 5
 
 # Recent segments are not compacted: with consumers keeping up, their stragglers are
 # acked moments later and the whole file is simply deleted, with nothing copied.
@@ -70,10 +76,14 @@ _PUB_HEAD = PREFIX_SIZE + _PUB_FIXED.size
 _PUB_IDS = struct.Struct("<IQ")  # queue id, message id (at record offset + 10)
 _REF_BODY = struct.Struct("<BBIQQ")  # type, flags, queue id, message id, target segment
 _REF_IDS = struct.Struct("<IQQ")
-_REF_SIZE = PREFIX_SIZE + _REF_BODY.size
 _IDS_AT = PREFIX_SIZE + 2
 _PURGE_BODY = struct.Struct("<BBIQQH")  # type, flags, queue id, lowest id, highest id, n
 _PURGE_IDS = struct.Struct("<IQQH")
+_REFS_BODY = struct.Struct("<BBIQI")  # type, kind (ACK/DELIVERED), queue id, target, n
+_REFS_IDS = struct.Struct("<IQI")
+_REFS_MAX = 8192  # message ids in one REFS record (64 KB)
+_BIG_ENDIAN = sys.byteorder == "big"  # records are little-endian; array("Q") is native
+_REFS_AT = _IDS_AT + _REFS_IDS.size  # where a REFS record's message ids start
 
 
 class Location:
@@ -331,6 +341,25 @@ class _Build:
         return flags
 
 
+def _apply_refs(b: _Build, kind: int, mids: array) -> int:
+    """A REFS record during the scan: ACKs zero sizes, DELIVEREDs set the flag.
+    Returns the PUBLISH bytes the ACKs freed."""
+    freed = 0
+    for mid in mids:
+        i = b.find(mid)
+        if i < 0:
+            continue
+        if kind == ACK:
+            size = b.sizes[i]
+            if size:
+                b.sizes[i] = 0
+                b.dead += 1
+                freed += size
+        elif kind == DELIVERED:
+            b.mark(i, REDELIVERED)
+    return freed
+
+
 def _msg_id(loc: Location) -> int:
     return loc.msg_id
 
@@ -426,6 +455,8 @@ class MessageStore:
         self._next_mid = 1
         self._clean_path = os.path.join(self.directory, "clean.idx")
         self._recovered = False
+        # (ACK or DELIVERED, queue id, target segment) -> message ids, until the flush
+        self._refs: dict[tuple[int, int, int], array] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -458,6 +489,7 @@ class MessageStore:
         self._log = SegmentLog(
             self.directory, self.committer, self.segment_size, on_resync=self._on_resync
         )
+        self._log.before_flush = self._write_refs
         self._log.check_format()
 
     def recover(self, cancelled: Callable[[], bool] | None = None) -> dict[QueueKey, PagedIndex]:
@@ -483,6 +515,7 @@ class MessageStore:
         next_mid = 1
         pub_ids = _PUB_IDS.unpack_from
         ref_ids = _REF_IDS.unpack_from
+        refs_ids = _REFS_IDS.unpack_from
         at = _IDS_AT
         for seq, data, records in lg.scan():
             if cancelled is not None and cancelled():
@@ -506,6 +539,25 @@ class MessageStore:
                     b.offs.append(off)
                     b.sizes.append(end - off)
                     seg_live += end - off
+                elif rtype == REFS:
+                    qid, target, n = refs_ids(data, off + at)
+                    start = off + _REFS_AT
+                    mids = array("Q", data[start : start + 8 * n])
+                    if _BIG_ENDIAN:
+                        mids.byteswap()
+                    top = max(mids, default=0)
+                    if top >= next_mid:
+                        next_mid = top + 1
+                    tb = builds.get(target)
+                    b = tb.get(qid) if tb is not None else None
+                    if b is not None:
+                        freed = _apply_refs(b, flags, mids)
+                        if target == seq:
+                            seg_live -= freed
+                        else:
+                            live[target] -= freed
+                    if target != seq:
+                        deps.setdefault(seq, set()).add(target)
                 elif rtype == PURGE:
                     qid, lo, hi, targets = _purge_fields(data, off)
                     for target in targets:
@@ -898,15 +950,47 @@ class MessageStore:
 
     read = read_body
 
+    # ACK and DELIVERED records are batched per loop turn (the hot path of persistent
+    # messages writes two of them per message): `_append_ref` only notes the id, and
+    # `_write_refs`, which the log runs at the start of every flush, writes one REFS
+    # record per (kind, queue, target segment). A flush comes before anything that
+    # needs earlier records on disk (a read, a segment's deletion, a drain), so the
+    # order that crash safety rests on is kept; the records are no less durable than
+    # before, when they also waited for the end of the turn in the log's queue.
+
     def _append_ref(self, rtype: int, qid: int, mid: int, target: int) -> None:
-        body = _REF_BODY.pack(rtype, 0, qid, mid, target)
+        refs = self._refs
+        key = (rtype, qid, target)
+        mids = refs.get(key)
+        if mids is None:
+            if not refs:
+                self._log.schedule_flush()  # type: ignore[union-attr]
+            mids = refs[key] = array("Q")
+        mids.append(mid)
+
+    def _write_refs(self) -> None:
+        refs = self._refs
+        if not refs:
+            return
+        self._refs = {}
         lg = self._log
         assert lg is not None
-        seq, _off = lg.append((RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), _REF_SIZE)
-        if seq != self._active:
-            self._rolled(seq)
-        if seq != target:
-            self._add_dep(seq, target)
+        for (rtype, qid, target), mids in refs.items():
+            for start in range(0, len(mids), _REFS_MAX):
+                chunk = mids[start : start + _REFS_MAX]
+                if len(chunk) == 1:
+                    body = _REF_BODY.pack(rtype, 0, qid, chunk[0], target)
+                else:
+                    if _BIG_ENDIAN:
+                        chunk.byteswap()
+                    body = _REFS_BODY.pack(REFS, rtype, qid, target, len(chunk)) + chunk.tobytes()
+                seq, _off = lg.append(
+                    (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), PREFIX_SIZE + len(body)
+                )
+                if seq != self._active:
+                    self._rolled(seq)
+                if seq != target:
+                    self._add_dep(seq, target)
 
     # ---- reclaiming disk -------------------------------------------------------------
 
@@ -1008,6 +1092,11 @@ class MessageStore:
                     if found < 0:
                         continue
                     moves.append((_PAGED, off, end, (qid, mid, found & 0xFF)))
+            elif rtype == REFS:
+                target = _REFS_IDS.unpack_from(data, off + _IDS_AT)[1]
+                if target == seq or not exists(target):
+                    continue
+                moves.append((REFS, off, end, target))
             elif rtype == PURGE:
                 targets = [t for t in _purge_fields(data, off)[3] if t != seq and exists(t)]
                 if not targets:

@@ -32,7 +32,11 @@ from leveret.store.errors import StoreFormatError
 
 log = logging.getLogger("leveret.store")
 
-SEGMENT_FORMAT_VERSION = 1
+# Version 2 added the message store's batched ACK/DELIVERED record (REFS). This build
+# reads both; a build that knows only version 1 refuses a data dir with a version-2
+# segment instead of misreading its records.
+SEGMENT_FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = frozenset({1, 2})
 SEGMENT_MAGIC = b"LVSG"
 DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
 
@@ -151,6 +155,7 @@ class SegmentLog:
         self._local_ops: list[tuple[int, int, Sequence[bytes]]] = []
         self._local_cbs: list[OnDurable] = []
         self._flush_scheduled = False
+        self.before_flush: Callable[[], None] | None = None
 
     # ---- startup ---------------------------------------------------------------------
 
@@ -161,6 +166,7 @@ class SegmentLog:
         truncated so that new appends start on a clean record boundary.
         """
         seqs = list_segments(self.directory)
+        version = SEGMENT_FORMAT_VERSION
         for i, seq in enumerate(seqs):
             last = i == len(seqs) - 1
             path = segment_path(self.directory, seq)
@@ -178,11 +184,12 @@ class SegmentLog:
                         os.fsync(f.fileno())
                     self._sizes[seq] = HEADER_SIZE
                     self.committer.mark_written(seq, HEADER_SIZE)
+                    version = SEGMENT_FORMAT_VERSION
                 else:
                     self._sizes[seq] = len(data)
                 continue
             _magic, version, hsize, _hseq, _base, _created = SEGMENT_HEADER.unpack_from(data)
-            if version != SEGMENT_FORMAT_VERSION:
+            if version not in READABLE_FORMAT_VERSIONS:
                 raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
             result = ScanResult()
             records = iter_records(data, hsize, result)
@@ -207,8 +214,13 @@ class SegmentLog:
             self._sizes[seq] = result.end
             self.committer.mark_written(seq, result.end)
         if seqs:
-            self.active = seqs[-1]
-            self._tail = self._sizes[self.active]
+            self._take_active(seqs[-1], version)
+
+    def _take_active(self, seq: int, version: int) -> None:
+        """Append to the newest segment, unless an older format wrote it: then the
+        next append starts a new one (a segment holds records of its own version)."""
+        self.active = seq if version == SEGMENT_FORMAT_VERSION else 0
+        self._tail = self._sizes[seq]
 
     def check_format(self) -> None:
         """Refuse a data dir of another format version before anything listens.
@@ -222,7 +234,7 @@ class SegmentLog:
                 head = f.read(HEADER_SIZE)
             if len(head) == HEADER_SIZE and head[:4] == SEGMENT_MAGIC:
                 version = SEGMENT_HEADER.unpack_from(head)[1]
-                if version != SEGMENT_FORMAT_VERSION:
+                if version not in READABLE_FORMAT_VERSIONS:
                     raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
 
     def adopt(self, sizes: dict[int, int], last_crc: int) -> bool:
@@ -246,15 +258,14 @@ class SegmentLog:
             if len(head) < HEADER_SIZE or head[:4] != SEGMENT_MAGIC:
                 return False
             version = SEGMENT_HEADER.unpack_from(head)[1]
-            if version != SEGMENT_FORMAT_VERSION:
+            if version not in READABLE_FORMAT_VERSIONS:
                 raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
             if seq == seqs[-1] and zlib.crc32(head) != last_crc:
                 return False
         for seq in seqs:
             self._sizes[seq] = sizes[seq]
             self.committer.mark_written(seq, sizes[seq])
-        self.active = seqs[-1]
-        self._tail = self._sizes[self.active]
+        self._take_active(seqs[-1], version)
         return True
 
     # ---- appending -------------------------------------------------------------------
@@ -297,8 +308,24 @@ class SegmentLog:
                 self._flush_scheduled = True
                 loop.call_soon(self.flush_pending)
 
+    def schedule_flush(self) -> None:
+        """Make sure a flush comes at the end of this loop turn (for `before_flush`'s
+        sake: the caller buffered records it has not appended yet). Without a loop the
+        next append, read or drain flushes."""
+        if not self._flush_scheduled:
+            loop = self.committer.loop
+            if loop is not None:
+                self._flush_scheduled = True
+                loop.call_soon(self.flush_pending)
+
     def flush_pending(self) -> None:
-        """Hand every record appended since the last flush to the writer thread."""
+        """Hand every record appended since the last flush to the writer thread.
+
+        `before_flush` runs first, so records a caller batches per loop turn land
+        before anything that needs every earlier record queued (a read, a retire)."""
+        if self.before_flush is not None:
+            self._flush_scheduled = True  # its appends join this flush
+            self.before_flush()
         self._flush_scheduled = False
         ops = self._local_ops
         if not ops:
