@@ -271,6 +271,10 @@ def run_tool(
 ) -> Outcome:
     """Run amqbench or `leveret perf` for one scenario against one broker."""
     timeout = seconds + warmup + 120
+    try:
+        reset_topology(broker)
+    except Exception as exc:  # noqa: BLE001 - reported as the run's error
+        return Outcome(error=f"could not reset the benchmark's queues: {exc}")
     if tool == "amqbench":
         argv = [python, str(amqbench), "--port", str(broker.port)]
         argv += ["--seconds", str(seconds), "--warmup", str(warmup), *scenario.flags]
@@ -292,6 +296,22 @@ def run_tool(
     if outcome.value is None and outcome.error is None:
         outcome.error = "no figure (nothing consumed?)"
     return outcome
+
+
+BENCH_QUEUES = [f"bench.q{i}" for i in range(10)]
+
+
+def reset_topology(broker: Broker) -> None:
+    """Delete the exchange and queues amqbench declares. S4 declares them transient
+    and S4D durable; a broker keeps whichever came first (RabbitMQ across restarts,
+    too), and the other scenario's declare then fails with 406."""
+    from leveret.client.blocking import connect
+
+    with connect(broker.uri, recovery=False) as conn:
+        ch = conn.channel()
+        ch.delete_exchange("bench.fanout")
+        for name in BENCH_QUEUES:
+            ch.delete_queue(name)
 
 
 def run_streams(broker: Broker, python: str, messages: int) -> dict[str, Outcome]:

@@ -266,6 +266,14 @@ class QueueIds:
             self._fd = -1
 
 
+def _intact(record: memoryview, size: int) -> bool:
+    """The record is all there and its CRC matches."""
+    return (
+        len(record) == size
+        and zlib.crc32(record[PREFIX_SIZE:]) == RECORD_PREFIX.unpack_from(record)[1]
+    )
+
+
 def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
     """(header bytes, body) of one PUBLISH record; with `check`, its CRC verified first."""
     if check and (
@@ -806,6 +814,9 @@ class MessageStore:
                 continue
             seq, offs, sizes, flags = item
             for k, off, size, record in self._read_positions(seq, offs, sizes):
+                if not _intact(record, size):
+                    self._drop_corrupt(paged.qid, seq, off, size)
+                    continue
                 qid, mid = _PUB_IDS.unpack_from(record, _IDS_AT)
                 flag = flags[k] if flags is not None else 0
                 cls = TransientLocation if flag & TRANSIENT else Location
@@ -813,8 +824,24 @@ class MessageStore:
                 if flag & REDELIVERED:
                     loc.redelivered = True
                 index[mid] = loc
-                out.append((loc, *_split_publish(record, loc, check=True)))
+                out.append((loc, *_split_publish(record, loc, check=False)))
         return out
+
+    def _drop_corrupt(self, qid: int, seq: int, off: int, size: int) -> None:
+        """A paged record failed its CRC on the way back (bit rot since it was written):
+        it cannot be delivered, so it is dropped with an error in the log, and the
+        queue goes on with the next message instead of failing every read."""
+        key = next((k for k, v in self._queues.ids.items() if v == qid), None)
+        log.error(
+            "stored message at segment %d offset %d (%d bytes) of queue %s is corrupt "
+            "(CRC mismatch); dropped",
+            seq,
+            off,
+            size,
+            f"'{key[1]}' in vhost '{key[0]}'" if key else qid,
+        )
+        self._live[seq] -= size
+        self._candidates.append(seq)
 
     def drop_paged(self, paged: PagedIndex) -> list[Any]:
         """Free every position of a paged tail (purge); returns its held entries.

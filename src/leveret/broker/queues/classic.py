@@ -118,6 +118,8 @@ class ReadyMessages:
         """Materialise the next batch of the tail into the head (reads the disk)."""
         assert self.loader is not None, "a paged tail needs a loader"
         entries = self.loader(REFILL_BATCH)
+        while not entries and self.tail is not None and self.tail.n:
+            entries = self.loader(REFILL_BATCH)  # the store dropped a corrupt batch
         self._bytes += sum(e.message.size for e in entries)
         self._fresh.extend(entries)
         # Recount: positions whose write failed may have left the tail meanwhile.
@@ -130,13 +132,17 @@ class ReadyMessages:
             self._refill()
         return self._fresh[0] if self._fresh else None
 
-    def popleft(self) -> QueueEntry:
+    def popleft(self) -> QueueEntry | None:
+        """The next ready entry; None only when the rest of a paged tail turned out
+        corrupt on disk (the store dropped it, and `n` is recounted)."""
         if self._returned:
             entry = heapq.heappop(self._returned)
         else:
             # Hot path: plain attribute tests, no property call, when the head has some.
             if not self._fresh and self.tail is not None and self.tail.n:
                 self._refill()
+                if not self._fresh:
+                    return None
             entry = self._fresh.popleft()
         self._bytes -= entry.message.size
         self.n -= 1
@@ -202,7 +208,7 @@ class PriorityReadyMessages:
         if top is None:
             raise IndexError("pop from an empty queue")
         self.n -= 1
-        return top.popleft()
+        return top.popleft()  # type: ignore[return-value]  # a level keeps no paged tail
 
     def clear(self) -> list[QueueEntry]:
         entries: list[QueueEntry] = []
@@ -399,6 +405,8 @@ class ClassicQueue(Queue):
             if check_expiry and self._drop_expired_head():
                 continue
             entry = ready.popleft()
+            if entry is None:
+                break  # what was left on disk was corrupt (and is dropped)
             if not best.no_ack:
                 self.unacked += 1
             best.channel.deliver(best, self, entry)
