@@ -52,6 +52,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rounds = config.getoption("--soak-rounds")
+    if rounds:
+        # A crash loop's rounds get longer as its data grows: the default --timeout
+        # (120 s, sized for CI's 3 rounds) would cut a long run short.
+        for item in items:
+            if "soak" in item.keywords:
+                item.add_marker(pytest.mark.timeout(120 + 15 * rounds))
     if not EXTERNAL_URL:
         return
     skip = pytest.mark.skip(reason="leveret_only test; LEVERET_TEST_URL points at another broker")

@@ -349,7 +349,32 @@ class _Build:
         return flags
 
 
-def _apply_refs(b: _Build, kind: int, mids: array) -> int:
+def _target(
+    builds: dict[int, dict[int, _Build]],
+    deps: dict[int, set[int]],
+    seq: int,
+    qid: int,
+    target: int,
+) -> _Build | None:
+    """During the scan of segment `seq`, a record settles queue `qid`'s messages in
+    segment `target` (ACKs, DELIVEREDs, a PURGE): note that `seq` pins `target`, and
+    return the build it settles, if that segment is still there."""
+    if target != seq:
+        deps.setdefault(seq, set()).add(target)
+    tb = builds.get(target)
+    return tb.get(qid) if tb is not None else None
+
+
+def _freed(live: dict[int, int], seq: int, target: int, freed: int) -> int:
+    """Bytes freed in `target`: off its live count, or returned when it is the
+    segment being scanned (whose count the caller is still adding up)."""
+    if target == seq:
+        return freed
+    live[target] -= freed
+    return 0
+
+
+def _apply_refs(b: _Build, kind: int, mids: array | tuple[int, ...]) -> int:
     """A REFS record during the scan: ACKs zero sizes, DELIVEREDs set the flag.
     Returns the PUBLISH bytes the ACKs freed."""
     freed = 0
@@ -556,55 +581,22 @@ class MessageStore:
                     top = max(mids, default=0)
                     if top >= next_mid:
                         next_mid = top + 1
-                    tb = builds.get(target)
-                    b = tb.get(qid) if tb is not None else None
+                    b = _target(builds, deps, seq, qid, target)
                     if b is not None:
-                        freed = _apply_refs(b, flags, mids)
-                        if target == seq:
-                            seg_live -= freed
-                        else:
-                            live[target] -= freed
-                    if target != seq:
-                        deps.setdefault(seq, set()).add(target)
+                        seg_live -= _freed(live, seq, target, _apply_refs(b, flags, mids))
                 elif rtype == PURGE:
                     qid, lo, hi, targets = _purge_fields(data, off)
                     for target in targets:
-                        tb = builds.get(target)
-                        b = tb.get(qid) if tb is not None else None
+                        b = _target(builds, deps, seq, qid, target)
                         if b is not None:
-                            freed = b.kill_range(lo, hi)
-                            if target == seq:
-                                seg_live -= freed
-                            else:
-                                live[target] -= freed
-                        if target != seq:
-                            deps.setdefault(seq, set()).add(target)
+                            seg_live -= _freed(live, seq, target, b.kill_range(lo, hi))
                 else:
                     qid, mid, target = ref_ids(data, off + at)
                     if mid >= next_mid:
                         next_mid = mid + 1
-                    tb = builds.get(target)
-                    b = tb.get(qid) if tb is not None else None
+                    b = _target(builds, deps, seq, qid, target)
                     if b is not None:
-                        i = b.find(mid)
-                        if i >= 0:
-                            if rtype == ACK:
-                                size = b.sizes[i]
-                                if size:
-                                    b.sizes[i] = 0
-                                    b.dead += 1
-                                    if target == seq:
-                                        seg_live -= size
-                                    else:
-                                        live[target] -= size
-                            elif rtype == DELIVERED:
-                                b.mark(i, REDELIVERED)
-                    if target != seq:
-                        d = deps.get(seq)
-                        if d is None:
-                            deps[seq] = {target}
-                        else:
-                            d.add(target)
+                        seg_live -= _freed(live, seq, target, _apply_refs(b, rtype, (mid,)))
             live[seq] = seg_live
         self._next_mid = next_mid
         for seq in lg.segment_sizes():
