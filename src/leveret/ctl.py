@@ -154,6 +154,13 @@ def call(socket_path: str, op: str, args: dict[str, Any], timeout: float = 60.0)
             f"permission denied on {socket_path}: run leveret ctl as the user that runs the broker",
             EXIT_UNAVAILABLE,
         ) from None
+    except TimeoutError:
+        raise CtlError(
+            f"the broker at {socket_path} did not answer within {timeout:g} s; after a "
+            "restart it answers once its stored messages are back (its log says "
+            "'recovered N messages')",
+            EXIT_UNAVAILABLE,
+        ) from None
     except OSError as exc:
         raise CtlError(
             f"cannot reach the broker at {socket_path}: {exc}", EXIT_UNAVAILABLE

@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 
 from leveret.config import ServerConfig
+from leveret.ctl import CtlError, call
 from leveret.server.listener import Server
 from leveret.store.message_store import MessageStore
 
@@ -160,6 +161,10 @@ def test_clients_wait_for_recovery_and_see_everything(
                         assert held.entered.is_set() and server.recovering
                         assert not declare.done() and not confirm.done() and not listing.done()
                         assert not ctl.done()
+                        with pytest.raises(CtlError, match="stored messages are back"):
+                            await asyncio.to_thread(
+                                call, str(tmp_path / "ctl.sock"), "list_queues", {}, 0.3
+                            )
                         assert server.broker.vhosts["/"].queues[QUEUE].message_count == 0, (
                             "the model is still empty: only the hold keeps the counts right"
                         )
