@@ -287,6 +287,45 @@ def test_write_failure_reports_error_and_keeps_durable_data(
     store.close()
 
 
+def test_ack_pending_across_a_write_failure_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ACK noted in the turn after a failed write is written once the log has moved
+    to a fresh segment, and the next publish does not overwrite it."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        store, _ = open_store(tmp_path, loop=loop)
+
+        def publish(body: bytes) -> tuple[object, asyncio.Future]:
+            fut = loop.create_future()
+            loc = store.publish(Q, b"", body, fut.set_result)
+            return loc, fut
+
+        first, fut = publish(b"acked")
+        _second, fut2 = publish(b"kept")
+        assert await fut is None and await fut2 is None
+        real = os.pwrite
+
+        def full(fd: int, data: object, offset: int) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "pwrite", full)
+        _lost, fut = publish(b"during")
+        assert isinstance(await fut, OSError)
+        monkeypatch.setattr(os, "pwrite", real)
+        store.ack(first)  # noted; written by the flush that the next append starts
+        _after, fut = publish(b"after")
+        assert await fut is None
+        store.close()
+
+    asyncio.run(scenario())
+    (tmp_path / "msgs" / "clean.idx").unlink(missing_ok=True)  # the scan must see the ACK
+    store, rec = open_store(tmp_path)
+    assert bodies(store, rec[Q]) == [b"kept", b"after"]
+    store.close()
+
+
 def test_fsync_failure_reports_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from leveret.store import committer
 

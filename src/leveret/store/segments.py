@@ -274,7 +274,8 @@ class SegmentLog:
         """Claim `nbytes` at the tail, rolling to a new segment when this one is full."""
         if self.committer.generation != self._gen:
             self.flush_pending()  # ops of the failed generation are refused, with errors
-            self._resync()
+            if self.committer.generation != self._gen:  # before_flush's appends may have
+                self._resync()
         tail = self._tail
         if not self.active or (tail + nbytes > self.segment_size and tail > HEADER_SIZE):
             self._roll()
