@@ -431,3 +431,40 @@ def test_version_1_segments_are_read_and_get_no_new_records(tmp_path: Path) -> N
     store, recovered = open_store(tmp_path)
     assert bodies(store, recovered[Q]) == [b"old2", b"new"]
     store.close()
+
+
+def test_writing_pending_acks_during_a_read_does_not_compact_what_is_being_read(
+    tmp_path: Path,
+) -> None:
+    """take_paged reads a segment; the read first flushes the ACKs noted so far, and
+    writing them may roll the log. That must not start a compaction there: the
+    positions being read are neither in the tail any more nor held yet, so a
+    compaction would think them dead and delete their segment mid-read."""
+    store = MessageStore(str(tmp_path), segment_size=1024)
+    store.open()
+    lg = store._log
+    assert lg is not None
+    tail = store.paged_index(Q)
+    noise_q = ("/", "noise")
+    store.publish_paged(tail, b"h", b"q1" * 10)
+    store.publish_paged(tail, b"h", b"q2" * 10)
+    first = lg.active
+    noise = []
+    while lg.active < first + 2:  # two more segments: the first leaves the grace window
+        noise.append(store.publish(noise_q, b"h", b"n" * 100))  # ... at the next roll
+    noise = [loc for loc in noise if loc.segment == first]
+    free = 1024 - lg.segment_sizes()[lg.active]
+    pad = free - 27 - 20  # leave 20 bytes: too few for the pending REFS record
+    if pad > 0:
+        store.publish(noise_q, b"h", b"p" * pad)
+    for loc in noise:
+        store.ack(loc)  # noted, not written: nothing is appended until the read
+    assert store.stats()["live_bytes"] > 0 and first in lg.segment_sizes()
+    items = store.take_paged(tail, 2)  # its read flushes the ACKs, which roll the log
+    assert [body for _loc, _h, body in items] == [b"q1" * 10, b"q2" * 10]
+    assert lg.active == first + 3
+    store.close()
+    (tmp_path / "msgs" / "clean.idx").unlink()
+    store, rec = open_store(tmp_path, segment_size=1024)
+    assert bodies(store, rec[Q]) == [b"q1" * 10, b"q2" * 10]
+    store.close()

@@ -994,6 +994,17 @@ class MessageStore:
         self._refs = {}
         lg = self._log
         assert lg is not None
+        # This runs inside the log's flush, which a read or a retire starts: no
+        # reclaim from here (a compaction now could delete a segment a caller is in
+        # the middle of reading). A segment this rolls past stays a candidate and is
+        # looked at by the next reclaim.
+        reclaiming, self._reclaiming = self._reclaiming, True
+        try:
+            self._append_refs(lg, refs)
+        finally:
+            self._reclaiming = reclaiming
+
+    def _append_refs(self, lg: SegmentLog, refs: dict[tuple[int, int, int], array]) -> None:
         for (rtype, qid, target), mids in refs.items():
             for start in range(0, len(mids), _REFS_MAX):
                 chunk = mids[start : start + _REFS_MAX]
