@@ -7,6 +7,7 @@ reopens, and checks every body and redelivered flag against a plain list.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import tracemalloc
 from pathlib import Path
@@ -134,18 +135,27 @@ def test_bookkeeping_per_paged_message_is_under_16_bytes(tmp_path: Path) -> None
     store.close()
 
 
+@pytest.mark.parametrize("turns", ["none", "held"])
 @pytest.mark.parametrize("restart", ["clean", "scan"])
-def test_random_operations_with_a_paged_tail_match_a_model(tmp_path: Path, restart: str) -> None:
+def test_random_operations_with_a_paged_tail_match_a_model(
+    tmp_path: Path, restart: str, turns: str
+) -> None:
     """A queue's life on tiny segments (so compaction moves paged records): nothing
     is lost, resurrected, reordered or misflagged, across reopens, whether they read
-    the clean-shutdown index or scan the log (as after a crash)."""
+    the clean-shutdown index or scan the log (as after a crash).
+
+    turns="none": no event loop, so every append flushes (and writes the ACKs noted
+    so far); "held": a loop that never runs, so records and ACKs wait for a read, a
+    segment's deletion or the close (the longest batches the store can see)."""
     rng = random.Random(4321)
     seg = 2048
+    loop = asyncio.new_event_loop() if turns == "held" else None
 
     def fresh() -> tuple[MessageStore, PagedIndex, list, list]:
         if restart == "scan":
             (tmp_path / "msgs" / "clean.idx").unlink(missing_ok=True)
-        store, rec = _store(tmp_path, seg)
+        store = MessageStore(str(tmp_path), segment_size=seg, loop=loop)
+        rec = store.open_paged()
         tail = rec.get(Q) or store.paged_index(Q)
         return store, tail, [], []
 
@@ -210,3 +220,5 @@ def test_random_operations_with_a_paged_tail_match_a_model(tmp_path: Path, resta
     stats = store.stats()
     assert stats["disk_bytes"] <= 4 * stats["live_bytes"] + (COMPACT_GRACE + 2) * seg, stats
     store.close()
+    if loop is not None:
+        loop.close()

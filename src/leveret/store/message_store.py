@@ -848,6 +848,9 @@ class MessageStore:
             head = lg.read(first.seq, first.offs[first.start], _PUB_HEAD)
             _qid, lo = _PUB_IDS.unpack_from(head, _IDS_AT)
             targets = sorted({run.seq for run in runs})
+            # Their bytes are dead from here: a reclaim that the append below may start
+            # (by rolling the log) must see them so, since the tail no longer names them.
+            freed = self._free_runs(runs)
             body = _PURGE_BODY.pack(PURGE, 0, paged.qid, lo, self._next_mid - 1, len(targets))
             body += struct.pack(f"<{len(targets)}Q", *targets)
             seq, _off = lg.append(
@@ -856,9 +859,9 @@ class MessageStore:
             if seq != self._active:
                 self._rolled(seq)
             for target in targets:
-                if target != seq:
+                if target != seq and lg.exists(target):
                     self._add_dep(seq, target)
-            self._candidates.extend(self._free_runs(runs))
+            self._candidates.extend(freed)
             self._reclaim()
         return held
 
@@ -1019,7 +1022,7 @@ class MessageStore:
                 )
                 if seq != self._active:
                     self._rolled(seq)
-                if seq != target:
+                if seq != target and lg.exists(target):
                     self._add_dep(seq, target)
 
     # ---- reclaiming disk -------------------------------------------------------------
