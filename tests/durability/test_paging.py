@@ -131,3 +131,31 @@ def test_transient_messages_beyond_budget_are_paged(brokers):
     assert message_count(conn.channel(), "paged.durable-transient") == 0
     close_quietly(conn)
     assert_exit_ok(broker)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"x-message-ttl": 600_000}, {"x-max-length": 100_000}, {"x-max-priority": 5}],
+    ids=["ttl", "max-length", "priority"],
+)
+def test_queues_that_cannot_page_drop_bodies_over_budget(brokers, arguments):
+    """A queue with TTL, limits or priorities keeps its messages as objects, but over
+    the budget their bodies still leave RAM: persistent ones are read back from their
+    own records, transient ones from a record written for the purpose. This path once
+    failed with an AttributeError that closed the publisher's connection (541)."""
+    count, size = 3_000, 4096
+    broker = brokers.start(name="cannot-page", max_memory_bytes=1_000_000)
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("limited.durable", durable=True, arguments=arguments)
+    ch.queue_declare("limited.transient", durable=False, arguments=arguments)
+    close_quietly(conn)
+    for queue, persistent in (("limited.durable", True), ("limited.transient", False)):
+        sent = fast_publish(broker.port, queue, _bodies(count, size), persistent=persistent)
+        assert sent == count, f"{queue}: {sent} of {count} confirmed"
+        conn = broker.connect()
+        assert message_count(conn.channel(), queue) == count
+        close_quietly(conn)
+        _consume_in_order(broker, queue, count)
+    assert "Traceback" not in broker.log(), tail(broker.log())
+    assert_exit_ok(broker)

@@ -234,6 +234,18 @@ class DurableState(DurabilityHooks):
             self.memory_used += size
         return False
 
+    def _to_disk(self, queue: Queue, entry: QueueEntry) -> None:
+        """Over the memory budget, a queue that cannot page (TTL, limits, priorities)
+        still drops the body from RAM: it needs a record to read it back from, a
+        transient one unless the message was already stored."""
+        message = entry.message
+        if entry.location is None:
+            entry.location = self.messages.publish(
+                _key(queue), _record_header(message), message.body, None, transient=True
+            )
+        self.paged_out += 1
+        self.paged_out_bytes += message.size
+
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         self.messages.mark_delivered(entry.location)
 
