@@ -104,7 +104,7 @@ def test_segment_format_version_refused(brokers):
     seg = segment_files(broker.data_dir)[0]
     with open(seg, "r+b") as f:
         head = f.read(6)
-        assert head[:4] == b"LVSG" and struct.unpack("<H", head[4:6]) == (2,)
+        assert head[:4] == b"LVSG" and struct.unpack("<H", head[4:6]) == (3,)
         f.seek(4)
         f.write(struct.pack("<H", 7))
     size = seg.stat().st_size

@@ -245,7 +245,7 @@ def test_segment_format_version_mismatch(tmp_path: Path) -> None:
         f.seek(4)
         f.write(struct.pack("<H", 99))
     store = MessageStore(str(tmp_path), segment_size=SEG)
-    with pytest.raises(StoreFormatError, match=r"version 99.*expects version 2"):
+    with pytest.raises(StoreFormatError, match=r"version 99.*expects version 3"):
         store.open()
     store.close()
 
@@ -401,9 +401,11 @@ def test_acks_and_deliveries_of_one_turn_are_one_record_each(tmp_path: Path) -> 
     store.close()
 
 
-def test_version_1_segments_are_read_and_get_no_new_records(tmp_path: Path) -> None:
-    """A data dir of the previous format (version 1: no REFS records) is read; new
-    records go to a new version-2 segment, so the old file stays version-1 clean."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_segments_are_read_and_get_no_new_records(tmp_path: Path, version: int) -> None:
+    """A data dir of an older format (version 1: no REFS records; version 2: no
+    FANOUT records) is read; new records go to a new version-3 segment, so the old
+    file stays clean of records its own build would not know."""
     store, _ = open_store(tmp_path)
     locs = [store.publish(Q, b"h", b"old%d" % i) for i in range(3)]
     store.ack(locs[0])
@@ -413,7 +415,7 @@ def test_version_1_segments_are_read_and_get_no_new_records(tmp_path: Path) -> N
     old_path = tmp_path / "msgs" / f"{old:016d}.seg"
     with open(old_path, "r+b") as f:
         f.seek(4)
-        f.write(struct.pack("<H", 1))
+        f.write(struct.pack("<H", version))
     assert 5 not in _record_types(tmp_path)  # one ack: a plain ACK record, as version 1 had
     size = old_path.stat().st_size
     store, recovered = open_store(tmp_path)
@@ -425,7 +427,7 @@ def test_version_1_segments_are_read_and_get_no_new_records(tmp_path: Path) -> N
     new = list_segments(str(tmp_path / "msgs"))[-1]
     assert new > old
     head = (tmp_path / "msgs" / f"{new:016d}.seg").read_bytes()[:6]
-    assert struct.unpack("<H", head[4:6]) == (2,)
+    assert struct.unpack("<H", head[4:6]) == (3,)
     store.close()
     (tmp_path / "msgs" / "clean.idx").unlink()
     store, recovered = open_store(tmp_path)

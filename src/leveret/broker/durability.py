@@ -105,6 +105,15 @@ class DurabilityHooks:
         """
         return False
 
+    def share_body(self, message: Any, queues: list[Queue], barrier: Any) -> bool:
+        """A persistent message is about to enter several queues: the store may write
+        its body once for all of them, each queue's `message_enqueued` then taking
+        its share. True if it did; then `share_done` follows the enqueues."""
+        return False
+
+    def share_done(self) -> None:
+        """Every queue had its turn: a share that no queue took is let go."""
+
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         """First delivery of a stored message (so recovery marks it redelivered)."""
 

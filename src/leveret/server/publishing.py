@@ -194,12 +194,17 @@ class PublishMethods:
                     barrier = WriteBarrier(partial(self._confirm_written, seq))
                 else:
                     barrier = self._write_failures
+            # Durable fan-out: the store may write the body once for every queue.
+            shared = barrier is not None and len(queues) > 1
+            shared = shared and self.vhost.hooks.share_body(message, queues, barrier)
             accepted = True
             for queue in queues:
                 if not queue.enqueue(message, barrier):
                     accepted = False
                 if queue.consumers and queue.ready.n > FLOW_LIMIT:
                     self.conn.maybe_throttle(queue)
+            if shared:
+                self.vhost.hooks.share_done()
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
             if barrier is not None and self.vhost.hooks.disk_backlogged():

@@ -28,7 +28,7 @@ from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
-from leveret.store.message_store import MessageStore
+from leveret.store.message_store import MessageStore, SharedRecord
 from leveret.store.stream_log import SyncSubmitter
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ class DurableState(DurabilityHooks):
         self.loop = loop
         self._disk_waiters: set[DiskWaiter] = set()
         self._disk_timer: asyncio.TimerHandle | None = None
+        # Durable fan-out in progress: the message, its record, queue -> its slot.
+        self._sharing: tuple[Message, SharedRecord, dict[Queue, int]] | None = None
 
     # --- the catalog --------------------------------------------------------
 
@@ -195,6 +197,45 @@ class DurableState(DurabilityHooks):
 
     # --- messages (publish path) --------------------------------------------
 
+    # A persistent message routed to several durable queues is written once, as
+    # one FANOUT record (store.message_store), before the queues take it in turn:
+    # `share_body` writes it, each plain queue's `message_enqueued` takes its slot
+    # instead of writing a record of its own, and `share_done` lets go of a slot
+    # that no queue took. Queues that cannot page (TTL, limits, priorities: they
+    # may turn a message away) write their own records as before.
+
+    def share_body(self, message: Message, queues: list[Queue], barrier: Any) -> bool:
+        if self._sharing is not None:
+            self.share_done()
+        if not message.persistent or message.ttl is not None:
+            return False
+        takers = list(dict.fromkeys(q for q in queues if q.stores_messages and q.can_page))
+        if len(takers) < 2:
+            return False
+        shared = self.messages.publish_shared(
+            [_key(q) for q in takers],
+            _record_header(message),
+            message.body,
+            barrier.add() if barrier is not None else None,
+        )
+        self._sharing = (message, shared, {q: k for k, q in enumerate(takers)})
+        return True
+
+    def share_done(self) -> None:
+        sharing, self._sharing = self._sharing, None
+        if sharing is not None:
+            _message, shared, slots = sharing
+            for k in slots.values():
+                self.messages.release_slot(shared, k)
+
+    def _slot(self, queue: Queue, message: Message) -> tuple[SharedRecord, int] | None:
+        """This queue's slot of the fan-out record being shared, if it has one."""
+        sharing = self._sharing
+        if sharing is None or sharing[0] is not message:
+            return None
+        k = sharing[2].pop(queue, None)
+        return None if k is None else (sharing[1], k)
+
     def message_enqueued(
         self, queue: Queue, entry: QueueEntry, barrier: Any, may_page: bool = False
     ) -> bool:
@@ -202,6 +243,7 @@ class DurableState(DurabilityHooks):
         size = message.size
         persistent = message.persistent and queue.stores_messages
         over_budget = self.memory_used + size > self.memory_budget and size
+        shared = self._slot(queue, message) if self._sharing is not None else None
         # A long queue keeps new messages as disk positions only: its own length
         # decides, as for RabbitMQ's lazy and v2 classic queues, not just the budget.
         if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
@@ -209,17 +251,22 @@ class DurableState(DurabilityHooks):
             if tail is None:
                 tail = self.messages.paged_index(_key(queue))
                 queue.attach_tail(tail)  # type: ignore[attr-defined]
-            self.messages.publish_paged(
-                tail,
-                _record_header(message),
-                message.body,
-                barrier.add() if persistent and barrier is not None else None,
-                transient=not persistent,
-            )
+            if shared is not None:
+                self.messages.take_slot_paged(shared[0], tail)
+            else:
+                self.messages.publish_paged(
+                    tail,
+                    _record_header(message),
+                    message.body,
+                    barrier.add() if persistent and barrier is not None else None,
+                    transient=not persistent,
+                )
             self.paged_out += 1
             self.paged_out_bytes += size
             return True
-        if persistent:
+        if shared is not None:
+            entry.location = self.messages.take_slot(*shared)
+        elif persistent:
             entry.location = self.messages.publish(
                 _key(queue),
                 _record_header(message),

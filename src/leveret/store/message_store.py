@@ -3,6 +3,10 @@
 Record types (payloads, little-endian, after the segment record prefix):
 
     PUBLISH   u32 queue id, u64 message id, u32 header length, header bytes, body bytes
+    FANOUT    u32 n, u64 first message id, u32 header length, n x u32 queue ids,
+              header bytes, body bytes: one persistent message routed to n durable
+              queues, its body written once; the k-th queue's copy has message id
+              first + k (segment format version 3)
     ACK       u32 queue id, u64 message id, u64 segment that held the PUBLISH
     DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH
     PURGE     u32 queue id, u64 lowest id, u64 highest id, u16 n, n x u64 segments
@@ -14,6 +18,13 @@ Record types (payloads, little-endian, after the segment record prefix):
 A PURGE drops, in one record, a queue's messages with ids in [lowest, highest]: a
 purged paged tail (its ids are not in RAM, and they are all newer than anything
 the queue holds as objects). It names the segments those messages were in.
+
+A FANOUT record is one message for several queues: each queue holds its position
+(its own Location or paged-tail entry, with its own message id), is acked on its
+own, and counts the record's full size in its segment's live bytes. The record is
+dead once every queue has let go of it, and compaction moves it once for all of
+them. A segment of fan-out records is therefore compacted later than its live
+bytes alone would say, never deleted too early.
 
 Message ids are assigned here, unique across the store and increasing, so sorting by id
 gives publish order even after compaction moved records around. ACK/DELIVERED name the
@@ -61,6 +72,7 @@ ACK = 2
 DELIVERED = 3
 PURGE = 4
 REFS = 5
+FANOUT = 6
 
 # Recent segments are not compacted: with consumers keeping up, their stragglers are
 # acked moments later and the whole file is simply deleted, with nothing copied.
@@ -119,6 +131,21 @@ class Location:
             f"{type(self).__name__}(seg={self.segment}, off={self.offset}, size={self.size}, "
             f"q={self.queue_id}, id={self.msg_id}, redelivered={self.redelivered})"
         )
+
+
+class SharedRecord:
+    """A FANOUT record just written: one message's body for several durable queues.
+    Each queue takes its slot as it enqueues the message (`take_slot`,
+    `take_slot_paged`); a slot no queue takes is let go (`release_slot`)."""
+
+    __slots__ = ("segment", "offset", "size", "first", "qids")
+
+    def __init__(self, segment: int, offset: int, size: int, first: int, qids: list[int]) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.size = size
+        self.first = first  # message id of slot 0; slot k has first + k
+        self.qids = qids
 
 
 class TransientLocation(Location):
@@ -275,14 +302,44 @@ def _intact(record: memoryview, size: int) -> bool:
 
 
 def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
-    """(header bytes, body) of one PUBLISH record; with `check`, its CRC verified first."""
+    """(header bytes, body) of one PUBLISH or FANOUT record; with `check`, its CRC
+    verified first."""
     if check and (
         len(record) != loc.size
         or zlib.crc32(record[PREFIX_SIZE:]) != RECORD_PREFIX.unpack_from(record)[1]
     ):
         raise StoreError(f"stored message {loc!r} is corrupt")
-    hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
-    return bytes(record[_PUB_HEAD : _PUB_HEAD + hlen]), bytes(record[_PUB_HEAD + hlen :])
+    rtype, _flags, n, _mid, hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)
+    start = _PUB_HEAD if rtype == PUBLISH else _PUB_HEAD + 4 * n  # FANOUT: after the ids
+    return bytes(record[start : start + hlen]), bytes(record[start + hlen :])
+
+
+def _fanout_qids(record: bytes | memoryview, off: int = 0) -> tuple[int, tuple[int, ...]]:
+    """(first message id, queue ids) of the FANOUT record at `off`."""
+    n, first = _PUB_IDS.unpack_from(record, off + _IDS_AT)
+    return first, struct.unpack_from(f"<{n}I", record, off + _PUB_HEAD)
+
+
+def _live_slots_only(record: memoryview, holders: list[tuple[int, Any]]) -> memoryview | bytes:
+    """A FANOUT record as compaction copies it: slots whose queue let go are set to
+    queue id 0 (never assigned), because the ACKs or PURGE that cancelled them name
+    the old segment, not the copy; a scan would otherwise bring them back."""
+    kept = {h.queue_id if kind == PUBLISH else h[0] for kind, h in holders}
+    _first, qids = _fanout_qids(record)
+    if len(kept) == len(qids):
+        return record
+    out = bytearray(record)
+    struct.pack_into(f"<{len(qids)}I", out, _PUB_HEAD, *(q if q in kept else 0 for q in qids))
+    RECORD_PREFIX.pack_into(out, 0, len(out) - PREFIX_SIZE, zlib.crc32(out[PREFIX_SIZE:]))
+    return out
+
+
+def _record_mid(record: bytes | memoryview, qid: int) -> int:
+    """The message id that queue `qid` has in a PUBLISH or FANOUT record."""
+    if record[PREFIX_SIZE] == FANOUT:
+        first, qids = _fanout_qids(record)
+        return first + qids.index(qid)
+    return _PUB_IDS.unpack_from(record, _IDS_AT)[1]
 
 
 # ---- recovery's columns -----------------------------------------------------------------
@@ -347,6 +404,19 @@ class _Build:
         if flags is not None and len(flags) < len(self.mids):
             flags.extend(bytes(len(self.mids) - len(flags)))
         return flags
+
+
+def _note_publish(cur: dict[int, _Build], qid: int, mid: int, off: int, size: int) -> None:
+    """The scan found queue `qid`'s copy of a message in the current segment. (The
+    scan's PUBLISH branch does the same inline: it runs once per record.)"""
+    b = cur.get(qid)
+    if b is None:
+        b = cur[qid] = _Build()
+    elif mid <= b.mids[-1]:
+        b.ordered = False
+    b.mids.append(mid)
+    b.offs.append(off)
+    b.sizes.append(size)
 
 
 def _target(
@@ -572,6 +642,15 @@ class MessageStore:
                     b.offs.append(off)
                     b.sizes.append(end - off)
                     seg_live += end - off
+                elif rtype == FANOUT:
+                    first, qids = _fanout_qids(data, off)
+                    if first + len(qids) > next_mid:
+                        next_mid = first + len(qids)
+                    size = end - off
+                    for k, qid in enumerate(qids):
+                        if qid in known:
+                            _note_publish(cur, qid, first + k, off, size)
+                            seg_live += size
                 elif rtype == REFS:
                     qid, target, n = refs_ids(data, off + at)
                     start = off + _REFS_AT
@@ -809,7 +888,11 @@ class MessageStore:
                 if not _intact(record, size):
                     self._drop_corrupt(paged.qid, seq, off, size)
                     continue
-                qid, mid = _PUB_IDS.unpack_from(record, _IDS_AT)
+                if record[PREFIX_SIZE] == PUBLISH:
+                    qid, mid = _PUB_IDS.unpack_from(record, _IDS_AT)
+                else:
+                    qid = paged.qid
+                    mid = _record_mid(record, qid)
                 flag = flags[k] if flags is not None else 0
                 cls = TransientLocation if flag & TRANSIENT else Location
                 loc = cls(seq, off, _size(size), qid, mid)
@@ -845,8 +928,9 @@ class MessageStore:
             lg = self._log
             assert lg is not None
             first = runs[0]
-            head = lg.read(first.seq, first.offs[first.start], _PUB_HEAD)
-            _qid, lo = _PUB_IDS.unpack_from(head, _IDS_AT)
+            lo = _record_mid(
+                lg.read(first.seq, first.offs[first.start], first.sizes[first.start]), paged.qid
+            )
             targets = sorted({run.seq for run in runs})
             # Their bytes are dead from here: a reclaim that the append below may start
             # (by rolling the log) must see them so, since the tail no longer names them.
@@ -941,6 +1025,55 @@ class MessageStore:
             self._rolled(seq)
         self._live[seq] = self._live.get(seq, 0) + size
         return seq, off, size, mid
+
+    def publish_shared(
+        self,
+        keys: list[QueueKey],
+        header: bytes,
+        body: bytes,
+        on_durable: OnDurable | None = None,
+    ) -> SharedRecord:
+        """Append one FANOUT record: a persistent message for several durable queues,
+        its body written (and fsynced) once. Every queue then holds a slot of it."""
+        ids = self._queues.ids
+        qids = [ids.get(key) or self._queues.assign(key) for key in keys]
+        n = len(qids)
+        first = self._next_mid
+        self._next_mid = first + n
+        hlen = len(header)
+        fixed = _PUB_FIXED.pack(FANOUT, 0, n, first, hlen)
+        slots = struct.pack(f"<{n}I", *qids)
+        size = _PUB_HEAD + len(slots) + hlen + len(body)
+        crc = zlib.crc32(body, zlib.crc32(header, zlib.crc32(slots, zlib.crc32(fixed))))
+        lg = self._log
+        assert lg is not None
+        seq, off = lg.append(
+            (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, slots, header, body),
+            size,
+            on_durable,
+        )
+        if seq != self._active:
+            self._rolled(seq)
+        # Each slot counts the whole record until its queue lets go of it.
+        self._live[seq] = self._live.get(seq, 0) + size * n
+        return SharedRecord(seq, off, _size(size), first, qids)
+
+    def take_slot(self, shared: SharedRecord, k: int) -> Location:
+        """Slot `k` of a FANOUT record, as the Location its queue holds."""
+        loc = Location(shared.segment, shared.offset, shared.size, shared.qids[k], shared.first + k)
+        self._index[loc.msg_id] = loc
+        return loc
+
+    def take_slot_paged(self, shared: SharedRecord, paged: PagedIndex) -> None:
+        """Slot `k` of a FANOUT record, kept in its queue's paged tail."""
+        paged.append(shared.segment, shared.offset, shared.size)
+
+    def release_slot(self, shared: SharedRecord, k: int) -> None:
+        """Slot `k` that its queue did not take: acked at once, so no restart brings
+        it back."""
+        loc = Location(shared.segment, shared.offset, shared.size, shared.qids[k], shared.first + k)
+        self._index[loc.msg_id] = loc
+        self.ack(loc)
 
     def mark_delivered(self, loc: Location) -> None:
         """Record the first delivery so a restart re-sends the message as redelivered."""
@@ -1116,15 +1249,20 @@ class MessageStore:
         for off, end, rtype, _flags in iter_records(data, HEADER_SIZE, result):
             if rtype == PUBLISH:
                 qid, mid = _PUB_IDS.unpack_from(data, off + _IDS_AT)
-                loc = index.get(mid)
-                if loc is not None and loc.segment == seq and loc.offset == off:
-                    moves.append((PUBLISH, off, end, loc))
-                else:
-                    tail = paged.get(qid)
-                    found = tail.find(seq, off) if tail is not None else -1
-                    if found < 0:
-                        continue
-                    moves.append((_PAGED, off, end, (qid, mid, found & 0xFF)))
+                holder = self._holder(seq, off, qid, mid)
+                if holder is None:
+                    continue
+                moves.append((holder[0], off, end, holder[1]))
+            elif rtype == FANOUT:
+                first, qids = _fanout_qids(data, off)
+                holders = [
+                    h
+                    for k, qid in enumerate(qids)
+                    if qid and (h := self._holder(seq, off, qid, first + k)) is not None
+                ]
+                if not holders:
+                    continue
+                moves.append((FANOUT, off, end, holders))
             elif rtype == REFS:
                 target = _REFS_IDS.unpack_from(data, off + _IDS_AT)[1]
                 if target == seq or not exists(target):
@@ -1160,22 +1298,25 @@ class MessageStore:
         relocated: dict[int, dict[int, tuple[int, int]]] = {}
         for rtype, off, end, what in moves:
             n = end - off
-            new_seq, new_off = lg.append((view[off:end],), n)
+            record = view[off:end] if rtype != FANOUT else _live_slots_only(view[off:end], what)
+            new_seq, new_off = lg.append((record,), n)
             if new_seq != self._active:
                 self._rolled(new_seq)
-            if rtype == PUBLISH or rtype == _PAGED:
-                live[seq] -= n
-                live[new_seq] = live.get(new_seq, 0) + n
-                if rtype == PUBLISH:
-                    what.segment = new_seq
-                    what.offset = new_off
-                    if what.redelivered:
-                        self._append_ref(DELIVERED, what.queue_id, what.msg_id, new_seq)
-                else:
-                    qid, mid, flag = what
-                    relocated.setdefault(qid, {})[off] = (new_seq, new_off)
-                    if flag & REDELIVERED and not flag & TRANSIENT:
-                        self._append_ref(DELIVERED, qid, mid, new_seq)
+            if rtype == PUBLISH or rtype == _PAGED or rtype == FANOUT:
+                # One copy of the record; every queue holding it follows it there.
+                for kind, holder in what if rtype == FANOUT else ((rtype, what),):
+                    live[seq] -= n
+                    live[new_seq] = live.get(new_seq, 0) + n
+                    if kind == PUBLISH:
+                        holder.segment = new_seq
+                        holder.offset = new_off
+                        if holder.redelivered:
+                            self._append_ref(DELIVERED, holder.queue_id, holder.msg_id, new_seq)
+                    else:
+                        qid, mid, flag = holder
+                        relocated.setdefault(qid, {})[off] = (new_seq, new_off)
+                        if flag & REDELIVERED and not flag & TRANSIENT:
+                            self._append_ref(DELIVERED, qid, mid, new_seq)
             elif rtype == PURGE:
                 for target in what:
                     if target != new_seq:
@@ -1186,6 +1327,19 @@ class MessageStore:
             paged[qid].relocate(seq, moved)
         self._retire(seq)
         log.debug("compacted segment %d: moved %d records (%d bytes)", seq, len(moves), total)
+
+    def _holder(self, seq: int, off: int, qid: int, mid: int) -> tuple[int, Any] | None:
+        """Who still holds queue `qid`'s copy (message `mid`) of the record at (seq,
+        off): (PUBLISH, its Location), (_PAGED, (qid, mid, flags)) for a paged
+        tail, or None when the copy is gone."""
+        loc = self._index.get(mid)
+        if loc is not None and loc.segment == seq and loc.offset == off:
+            return PUBLISH, loc
+        tail = self._paged.get(qid)
+        found = tail.find(seq, off) if tail is not None else -1
+        if found < 0:
+            return None
+        return _PAGED, (qid, mid, found & 0xFF)
 
     def _on_resync(self, failed_from: tuple[int, int] | None) -> None:
         """A write failed: forget messages whose records were never written."""

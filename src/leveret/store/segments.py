@@ -32,11 +32,11 @@ from leveret.store.errors import StoreFormatError
 
 log = logging.getLogger("leveret.store")
 
-# Version 2 added the message store's batched ACK/DELIVERED record (REFS). This build
-# reads both; a build that knows only version 1 refuses a data dir with a version-2
-# segment instead of misreading its records.
-SEGMENT_FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = frozenset({1, 2})
+# Version 2 added the message store's batched ACK/DELIVERED record (REFS), version 3
+# its FANOUT record (one body for several queues). This build reads all three; an
+# older build refuses a data dir with a newer segment instead of misreading it.
+SEGMENT_FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3})
 SEGMENT_MAGIC = b"LVSG"
 DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
 
