@@ -3,10 +3,11 @@
 (Named test_broker_crash.py, not test_crash.py: tests/store/test_crash.py already owns
 that module name, and without __init__.py files pytest refuses two of them.)
 
-Each round: publish from several connections at once into two durable queues (one
-through a durable direct exchange, one through the default exchange), with some
-messages acked and some delivered-but-unacked beforehand, SIGKILL at a random moment,
-restart on the same data dir and check what came back.
+Each round: publish from several connections at once into three durable queues (two
+bound to a durable direct exchange with the same key, so each message there is one
+FANOUT record for both; one through the default exchange), with some messages acked
+and some delivered-but-unacked beforehand, differently in each queue, SIGKILL at a
+random moment, restart on the same data dir and check what came back.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ pytestmark = [pytest.mark.leveret_only, pytest.mark.soak]
 
 EXCHANGE = "crash.x"
 QUEUE_X = "crash.via-exchange"  # bound to EXCHANGE with key "a"
+QUEUE_X2 = "crash.via-exchange-2"  # bound with the same key: the body is written once
 QUEUE_D = "crash.via-default"  # published through the default exchange
+# Where a message published for a queue ends up.
+ROUTES = {QUEUE_X: (QUEUE_X, QUEUE_X2), QUEUE_D: (QUEUE_D,)}
+QUEUES = (QUEUE_X, QUEUE_X2, QUEUE_D)
 PUBLISHERS = 4
 PRE = 60  # messages per queue before the publishing storm
 
@@ -88,44 +93,50 @@ def _setup_topology(broker) -> None:
     conn = broker.connect()
     ch = conn.channel()
     ch.exchange_declare(EXCHANGE, "direct", durable=True)
-    ch.queue_declare(QUEUE_X, durable=True)
-    ch.queue_declare(QUEUE_D, durable=True)
+    for queue in QUEUES:
+        ch.queue_declare(queue, durable=True)
     ch.queue_bind(QUEUE_X, EXCHANGE, "a")
+    ch.queue_bind(QUEUE_X2, EXCHANGE, "a")
     conn.close()
 
 
 def _prephase(broker, round_no: int):
-    """Publish PRE messages per queue; ack some, hold some delivered-but-unacked.
+    """Publish PRE messages per route; in each queue ack some, hold some
+    delivered-but-unacked (QUEUE_X2 acks more and holds fewer than QUEUE_X, which
+    shares its records).
 
-    Returns (open holder connection, acked tags, held tags, remaining pre tags per queue).
+    Returns (open holder connection, and per queue: acked tags, held tags, remaining
+    pre tags).
     """
     conn = broker.connect()
     ch = conn.channel()
     ch.confirm_delivery()
-    pre: dict[str, list[str]] = {QUEUE_X: [], QUEUE_D: []}
+    pre: dict[str, list[str]] = {queue: [] for queue in QUEUES}
     for queue, args in ((QUEUE_X, (EXCHANGE, "a")), (QUEUE_D, ("", QUEUE_D))):
         for i in range(PRE):
             tag = f"pre{round_no}-{queue[-3:]}-{i}"
             ch.basic_publish(*args, body=make_body(tag, 300), properties=PERSISTENT)
-            pre[queue].append(tag)
-    acked: set[str] = set()
-    held: set[str] = set()
-    # First third of each queue: get and ack. Next few: get and hold unacked.
+            for target in ROUTES[queue]:
+                pre[target].append(tag)
+    acked: dict[str, set[str]] = {queue: set() for queue in QUEUES}
+    held: dict[str, set[str]] = {queue: set() for queue in QUEUES}
+    # First part of each queue: get and ack. Next few: get and hold unacked.
     for queue in pre:
-        for _ in range(PRE // 3):
+        n_ack, n_hold = (PRE // 2, 2) if queue == QUEUE_X2 else (PRE // 3, 5)
+        for _ in range(n_ack):
             method, _props, body = ch.basic_get(queue)
             assert method is not None
-            acked.add(check_body(body))
+            acked[queue].add(check_body(body))
             ch.basic_ack(method.delivery_tag)
-        for _ in range(5):
+        for _ in range(n_hold):
             method, _props, body = ch.basic_get(queue)
             assert method is not None
-            held.add(check_body(body))
+            held[queue].add(check_body(body))
     # A confirmed publish after the acks: the committer writes in submission order,
     # so once it is confirmed the ACK and DELIVERED records are on disk too.
     ch.basic_publish("", "crash.fence", body=b"fence", properties=PERSISTENT)
     remaining = {
-        q: [t for t in tags if t not in acked and t not in held] for q, tags in pre.items()
+        q: [t for t in tags if t not in acked[q] and t not in held[q]] for q, tags in pre.items()
     }
     return conn, acked, held, remaining
 
@@ -156,7 +167,7 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
     broker.start(recovered=False)  # listens before its messages are back: the drain waits
     conn = broker.connect()
     ch = conn.channel()
-    got = {q: drain_queue(ch, q) for q in (QUEUE_X, QUEUE_D)}
+    got = {q: drain_queue(ch, q) for q in QUEUES}
     drain_queue(ch, "crash.fence")
     conn.close()
     recovered = [line for line in broker.run_log().splitlines() if "recovered" in line]
@@ -175,24 +186,26 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
         tags = [check_body(body) for body, _r, _p in messages]  # raises on corruption
         counts = Counter(tags)
         redelivered = {check_body(b): r for b, r, _p in messages}
-        # Nothing that was never published (or was published to the other queue).
+        # Nothing that was never published (or was published to another queue).
         for tag in counts:
             if tag.startswith("pre"):
-                assert tag in remaining[queue] or tag in held, f"{queue}: unexpected {tag}"
+                assert tag in remaining[queue] or tag in held[queue], f"{queue}: unexpected {tag}"
             else:
-                assert attempted.get(tag) == queue, f"{queue}: never published here: {tag}"
+                route = ROUTES.get(attempted.get(tag, ""), ())
+                assert queue in route, f"{queue}: never published here: {tag}"
         # Acked messages never come back.
-        assert not (acked & counts.keys()), f"{queue}: acked came back: {acked & counts.keys()}"
+        back = acked[queue] & counts.keys()
+        assert not back, f"{queue}: acked came back: {back}"
         # Delivered-but-unacked come back, flagged redelivered.
-        for tag in held:
-            if f"-{queue[-3:]}-" in tag:
-                assert counts[tag] == 1, f"{queue}: unacked {tag} seen {counts[tag]} times"
-                assert redelivered[tag] is True, f"{queue}: {tag} not marked redelivered"
+        for tag in held[queue]:
+            assert counts[tag] == 1, f"{queue}: unacked {tag} seen {counts[tag]} times"
+            assert redelivered[tag] is True, f"{queue}: {tag} not marked redelivered"
         for tag in remaining[queue]:
             assert counts[tag] == 1, f"{queue}: pre-crash message {tag} seen {counts[tag]}x"
+            assert redelivered[tag] is False, f"{queue}: {tag} marked redelivered"
         # Every confirmed message, exactly once; duplicates only among unconfirmed ones.
         for tag, q in confirmed.items():
-            if q == queue:
+            if queue in ROUTES[q]:
                 assert counts[tag] == 1, f"{queue}: confirmed {tag} seen {counts[tag]} times"
         dups = {t: n for t, n in counts.items() if n > 1 and t not in unconfirmed}
         assert not dups, f"{queue}: duplicates of confirmed messages: {dups}"
