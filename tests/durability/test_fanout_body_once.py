@@ -37,10 +37,12 @@ def _declare(ch) -> None:
     ch.exchange_declare("fan", "fanout", durable=True)
     for name in PLAIN:
         ch.queue_declare(name, durable=True)
-    # Queues that cannot page write their own records; a transient queue none.
+    # A TTL queue shares the record too (the deadline stays in RAM with the
+    # position); a queue with a length limit writes its own; a transient queue none.
     ch.queue_declare("fan.ttl", durable=True, arguments={"x-message-ttl": 3_600_000})
+    ch.queue_declare("fan.limited", durable=True, arguments={"x-max-length": 100_000})
     ch.queue_declare("fan.transient", durable=False)
-    for name in (*PLAIN, "fan.ttl", "fan.transient"):
+    for name in (*PLAIN, "fan.ttl", "fan.limited", "fan.transient"):
         ch.queue_bind(name, "fan")
 
 
@@ -60,10 +62,10 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     for i in range(COUNT):
         ch.basic_publish("fan", "", _body(i), props)
     written = _disk_bytes(broker) - before
-    # Per message: one FANOUT record for the three plain durable queues, one record
-    # of its own for the TTL queue, and past its first 100 the transient queue pages
+    # Per message: one FANOUT record for the plain and TTL durable queues, one record
+    # of its own for the limited queue, and past its first 100 the transient queue pages
     # the body out as a record that recovery ignores. Without the shared record the
-    # plain queues would write two bodies more per message.
+    # four queues would write three bodies more per message.
     expected = (2 * COUNT + (COUNT - 100)) * SIZE
     assert expected <= written < 1.1 * expected, f"{written} bytes on disk, {expected} expected"
 
@@ -75,7 +77,7 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
         ch.basic_ack(method.delivery_tag)
     unacked = [ch.basic_get("fan.c", auto_ack=False) for _ in range(10)]
     assert [m[2] for m in unacked] == [_body(i) for i in range(10)]
-    ch.queue_purge("fan.ttl")
+    ch.queue_purge("fan.limited")
     # ACKs and purges are written after their replies: a confirmed publish behind
     # them (the log keeps order) makes sure they are on disk before the SIGKILL.
     ch.queue_declare("fence", durable=True)
@@ -85,13 +87,16 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     broker.start()
     conn = broker.connect()
     ch = conn.channel()
-    counts = {name: message_count(ch, name) for name in (*PLAIN, "fan.ttl")}
-    assert counts == {"fan.a": 0, "fan.b": COUNT // 2, "fan.c": COUNT, "fan.ttl": 0}, counts
+    counts = {name: message_count(ch, name) for name in (*PLAIN, "fan.ttl", "fan.limited")}
+    want = {"fan.a": 0, "fan.b": COUNT // 2, "fan.c": COUNT, "fan.ttl": COUNT, "fan.limited": 0}
+    assert counts == want, counts
     got = drain_queue(ch, "fan.b")
     assert [body for body, _r, _p in got] == [_body(i) for i in range(COUNT // 2, COUNT)]
     assert not any(redelivered for _b, redelivered, _p in got)
     got = drain_queue(ch, "fan.c")
     assert [body for body, _r, _p in got] == [_body(i) for i in range(COUNT)]
     assert [redelivered for _b, redelivered, _p in got] == [True] * 10 + [False] * (COUNT - 10)
+    got = drain_queue(ch, "fan.ttl")
+    assert [body for body, _r, _p in got] == [_body(i) for i in range(COUNT)]
     close_quietly(conn)
     assert "Traceback" not in broker.log(), tail(broker.log())

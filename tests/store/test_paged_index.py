@@ -41,7 +41,7 @@ def test_index_keeps_order_runs_and_held_entries() -> None:
     assert paged.find(1, 100) == 0x100 and paged.find(2, 0) == 0x100 | REDELIVERED
     assert paged.find(1, 101) == -1
     first = paged.popleft(2)
-    assert [(seq, list(offs)) for seq, offs, _s, _f in first] == [(1, [0, 100])]
+    assert [(seq, list(offs)) for seq, offs, _s, _f, _t in first] == [(1, [0, 100])]
     assert paged.find(1, 0) == -1, "a taken position is no longer queued"
     rest = paged.popleft(10)
     assert [r if isinstance(r, str) else (r[0], list(r[1])) for r in rest] == [
@@ -63,7 +63,30 @@ def test_relocate_splits_a_run_where_the_copies_cross_segments() -> None:
     assert paged.find(3, 20) == -1
     assert paged.find(7, 105) == 0x100 and paged.find(8, 16) == 0x100
     got = paged.popleft(10)
-    assert [(seq, list(offs)) for seq, offs, _s, _f in got] == [(7, [100, 105]), (8, [16])]
+    assert [(seq, list(offs)) for seq, offs, _s, _f, _t in got] == [(7, [100, 105]), (8, [16])]
+
+
+def test_stamps_follow_their_positions_through_relocate_and_truncate() -> None:
+    """A TTL queue's deadlines (stamps) come back with their own positions; a run
+    without stamps keeps none (no 8 bytes a message for queues without TTLs)."""
+    paged = PagedIndex(1)
+    paged.append(3, 10, 5)
+    paged.append(3, 20, 5, stamp=2.5)
+    paged.append(3, 30, 5, REDELIVERED, stamp=3.5)
+    paged.append(3, 40, 5)
+    paged.append(4, 10, 5)
+    paged.relocate(3, {10: (7, 100), 20: (7, 105), 30: (8, 16), 40: (8, 21)})
+    assert paged.truncate(8, 21) == 1
+    got = paged.popleft(10)
+    rows = [
+        (seq, off, flags[i] if flags else 0, stamps[i] if stamps else 0.0)
+        for seq, offs, _s, flags, stamps in got
+        for i, off in enumerate(offs)
+    ]
+    assert rows == [(7, 100, 0, 0.0), (7, 105, 0, 2.5), (8, 16, REDELIVERED, 3.5), (4, 10, 0, 0.0)]
+    plain = PagedIndex(2)
+    plain.append(1, 0, 5)
+    assert plain.popleft(1)[0][4] is None
 
 
 def test_truncate_forgets_positions_whose_write_failed() -> None:
@@ -72,7 +95,7 @@ def test_truncate_forgets_positions_whose_write_failed() -> None:
         paged.append(seq, off, 5)
     assert paged.truncate(2, 20) == 2
     got = paged.popleft(10)
-    assert [(seq, list(offs)) for seq, offs, _s, _f in got] == [(1, [10, 20]), (2, [10])]
+    assert [(seq, list(offs)) for seq, offs, _s, _f, _t in got] == [(1, [10, 20]), (2, [10])]
 
 
 def test_paged_messages_round_trip_and_survive_reopen(tmp_path: Path) -> None:

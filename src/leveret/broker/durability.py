@@ -125,7 +125,8 @@ class DurabilityHooks:
 
     def load_tail(self, tail: PagedTail, limit: int) -> list[Any]:
         """The next `limit` items of a paged tail, in order: a held QueueEntry as it
-        went in, a paged message as (location, Message) with its body read back."""
+        went in, a paged message as (location, Message, expires_at) with its body
+        read back (expires_at as the entry had it when it was paged; 0: none)."""
         raise RuntimeError("messages were paged out but no store is attached")
 
     def drop_tail(self, tail: PagedTail) -> list[QueueEntry]:

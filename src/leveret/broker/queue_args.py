@@ -58,6 +58,18 @@ class QueueOptions:
     deduplication: bool = False  # x-message-deduplication (the community plugin's)
 
     @property
+    def pageable(self) -> bool:
+        """True when the queue may keep messages as disk positions only: message TTLs
+        are fine (the deadline is kept with the position), but length limits,
+        priorities and deduplication need every message as an object."""
+        return (
+            self.max_length is None
+            and self.max_length_bytes is None
+            and not self.max_priority
+            and not self.deduplication
+        )
+
+    @property
     def plain(self) -> bool:
         """True when none of the extensions apply, so the hot path can skip them."""
         return (

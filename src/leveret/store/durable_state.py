@@ -201,13 +201,13 @@ class DurableState(DurabilityHooks):
     # one FANOUT record (store.message_store), before the queues take it in turn:
     # `share_body` writes it, each plain queue's `message_enqueued` takes its slot
     # instead of writing a record of its own, and `share_done` lets go of a slot
-    # that no queue took. Queues that cannot page (TTL, limits, priorities: they
-    # may turn a message away) write their own records as before.
+    # that no queue took. Queues with limits, priorities or deduplication (they may
+    # turn a message away) write their own records as before.
 
     def share_body(self, message: Message, queues: list[Queue], barrier: Any) -> bool:
         if self._sharing is not None:
             self.share_done()
-        if not message.persistent or message.ttl is not None:
+        if not message.persistent:
             return False
         takers = list(dict.fromkeys(q for q in queues if q.stores_messages and q.can_page))
         if len(takers) < 2:
@@ -251,8 +251,9 @@ class DurableState(DurabilityHooks):
             if tail is None:
                 tail = self.messages.paged_index(_key(queue))
                 queue.attach_tail(tail)  # type: ignore[attr-defined]
+            # A TTL's deadline stays with the position (the queue's clock: opaque here).
             if shared is not None:
-                self.messages.take_slot_paged(shared[0], tail)
+                self.messages.take_slot_paged(shared[0], tail, entry.expires_at)
             else:
                 self.messages.publish_paged(
                     tail,
@@ -260,6 +261,7 @@ class DurableState(DurabilityHooks):
                     message.body,
                     barrier.add() if persistent and barrier is not None else None,
                     transient=not persistent,
+                    stamp=entry.expires_at,
                 )
             self.paged_out += 1
             self.paged_out_bytes += size
@@ -333,12 +335,12 @@ class DurableState(DurabilityHooks):
     def load_tail(self, tail: Any, limit: int) -> list[Any]:
         """A paged tail's next items, bodies read back into RAM."""
         items: list[Any] = []
-        for item in self.messages.take_paged(tail, limit):
+        for item in self.messages.take_paged(tail, limit, stamped=True):
             if type(item) is tuple:
-                location, blob, body = item
+                location, blob, body, expires_at = item
                 message = _message_from_record(blob, body)
                 self.memory_used += message.size
-                items.append((location, message))
+                items.append((location, message, expires_at))
             else:
                 items.append(item)
         return items

@@ -867,23 +867,26 @@ class MessageStore:
         on_durable: OnDurable | None = None,
         *,
         transient: bool = False,
+        stamp: float = 0.0,
     ) -> None:
         """publish() for a message the queue keeps as its position only: nothing but
-        the position is kept in RAM (no Location, no index entry)."""
+        the position (and `stamp`, if not 0) is kept in RAM (no Location, no index
+        entry)."""
         seq, off, size, _mid = self._write_publish(paged.qid, header, body, on_durable, transient)
-        paged.append(seq, off, size, TRANSIENT if transient else 0)
+        paged.append(seq, off, size, TRANSIENT if transient else 0, stamp)
 
-    def take_paged(self, paged: PagedIndex, limit: int) -> list[Any]:
+    def take_paged(self, paged: PagedIndex, limit: int, stamped: bool = False) -> list[Any]:
         """Up to `limit` messages from the front of a paged tail: held entries as they
-        went in, positions read back as (Location, header, body), CRC-checked. The
-        Locations are then held by the queue, like those publish() returns."""
+        went in, positions read back as (Location, header, body), CRC-checked, or
+        with `stamped` as (Location, header, body, stamp). The Locations are then
+        held by the queue, like those publish() returns."""
         out: list[Any] = []
         index = self._index
         for item in paged.popleft(limit):
             if type(item) is not tuple:
                 out.append(item)
                 continue
-            seq, offs, sizes, flags = item
+            seq, offs, sizes, flags, stamps = item
             for k, off, size, record in self._read_positions(seq, offs, sizes):
                 if not _intact(record, size):
                     self._drop_corrupt(paged.qid, seq, off, size)
@@ -899,7 +902,11 @@ class MessageStore:
                 if flag & REDELIVERED:
                     loc.redelivered = True
                 index[mid] = loc
-                out.append((loc, *_split_publish(record, loc, check=False)))
+                header, body = _split_publish(record, loc, check=False)
+                if stamped:
+                    out.append((loc, header, body, stamps[k] if stamps is not None else 0.0))
+                else:
+                    out.append((loc, header, body))
         return out
 
     def _drop_corrupt(self, qid: int, seq: int, off: int, size: int) -> None:
@@ -1064,9 +1071,9 @@ class MessageStore:
         self._index[loc.msg_id] = loc
         return loc
 
-    def take_slot_paged(self, shared: SharedRecord, paged: PagedIndex) -> None:
-        """Slot `k` of a FANOUT record, kept in its queue's paged tail."""
-        paged.append(shared.segment, shared.offset, shared.size)
+    def take_slot_paged(self, shared: SharedRecord, paged: PagedIndex, stamp: float = 0.0) -> None:
+        """A slot of a FANOUT record, kept in its queue's paged tail."""
+        paged.append(shared.segment, shared.offset, shared.size, 0, stamp)
 
     def release_slot(self, shared: SharedRecord, k: int) -> None:
         """Slot `k` that its queue did not take: acked at once, so no restart brings

@@ -5,8 +5,10 @@ the segment, the offset and the size. Consecutive messages of one queue sit in
 the same segment at rising offsets, so the tail is a deque of *runs*: one
 segment number and two `array('I')` columns (offset, size) per run, 8 bytes a
 message. A per-run bytearray of flags (redelivered, transient) exists only for
-runs that need one. The message id is not kept: it is in the record, and is
-read back with the body when the message nears the head.
+runs that need one, and so does an `array('d')` of stamps: the moment a message
+with a TTL expires (the queue's clock, opaque to the store), 8 bytes more a
+message, for queues with TTLs only. The message id is not kept: it is in the
+record, and is read back with the body when the message nears the head.
 
 The tail may also hold, in their places, whole entries the queue could not page
 (`hold`); they come back from `popleft` as they went in.
@@ -32,7 +34,7 @@ TRANSIENT = 0x02  # written only to page a body out; recovery ignores it
 class Run:
     """Tail messages in one segment, at rising offsets; `start` skips those taken."""
 
-    __slots__ = ("seq", "offs", "sizes", "flags", "start")
+    __slots__ = ("seq", "offs", "sizes", "flags", "stamps", "start")
 
     def __init__(
         self,
@@ -40,11 +42,13 @@ class Run:
         offs: array | None = None,
         sizes: array | None = None,
         flags: bytearray | None = None,
+        stamps: array | None = None,
     ) -> None:
         self.seq = seq
         self.offs = offs if offs is not None else array("I")
         self.sizes = sizes if sizes is not None else array("I")
         self.flags = flags  # None while every message's flags are 0
+        self.stamps = stamps  # None while no message has a stamp (expiry time)
         self.start = 0
 
     def __len__(self) -> int:
@@ -84,8 +88,9 @@ class PagedIndex:
 
     # ---- filling ---------------------------------------------------------------------
 
-    def append(self, seq: int, off: int, size: int, flags: int = 0) -> None:
-        """A message whose record is at (seq, off), `size` bytes long, joins the tail."""
+    def append(self, seq: int, off: int, size: int, flags: int = 0, stamp: float = 0.0) -> None:
+        """A message whose record is at (seq, off), `size` bytes long, joins the tail;
+        `stamp` (0: none) comes back with it from `popleft`."""
         items = self._items
         run = items[-1] if items else None
         if type(run) is not Run or run.seq != seq or (run.offs and off <= run.offs[-1]):
@@ -98,6 +103,12 @@ class PagedIndex:
             run.flags.append(flags)
         elif run.flags is not None:
             run.flags.append(0)
+        if stamp:
+            if run.stamps is None:
+                run.stamps = array("d", bytes(8 * len(run.offs)))
+            run.stamps.append(stamp)
+        elif run.stamps is not None:
+            run.stamps.append(0.0)
         run.offs.append(off)
         run.sizes.append(size)
         self.n += 1
@@ -123,7 +134,8 @@ class PagedIndex:
 
     def popleft(self, limit: int) -> list[Any]:
         """Up to `limit` messages from the front: a held entry as it is, and positions
-        as (seq, offs, sizes, flags) slices, one per stretch of a run."""
+        as (seq, offs, sizes, flags, stamps) slices, one per stretch of a run (flags
+        and stamps None where the run has none)."""
         out: list[Any] = []
         items = self._items
         left = limit
@@ -144,7 +156,8 @@ class PagedIndex:
             b = min(len(item.offs), a + left)
             sizes = item.sizes[a:b]
             flags = item.flags[a:b] if item.flags is not None else None
-            out.append((item.seq, item.offs[a:b], sizes, flags))
+            stamps = item.stamps[a:b] if item.stamps is not None else None
+            out.append((item.seq, item.offs[a:b], sizes, flags, stamps))
             taken = b - a
             self.n -= taken
             self.nbytes -= sum(sizes) - self.overhead * taken
@@ -191,15 +204,22 @@ class PagedIndex:
             pieces: list[Run] = []
             cur: Run | None = None
             flags = run.flags
+            stamps = run.stamps
             for i in range(run.start, len(run.offs)):
                 new_seq, new_off = moved[run.offs[i]]
                 if cur is None or cur.seq != new_seq:
-                    cur = Run(new_seq, flags=bytearray() if flags is not None else None)
+                    cur = Run(
+                        new_seq,
+                        flags=bytearray() if flags is not None else None,
+                        stamps=array("d") if stamps is not None else None,
+                    )
                     pieces.append(cur)
                 cur.offs.append(new_off)
                 cur.sizes.append(run.sizes[i])
                 if flags is not None:
                     cur.flags.append(flags[i])  # type: ignore[union-attr]
+                if stamps is not None:
+                    cur.stamps.append(stamps[i])  # type: ignore[union-attr]
             at = _index_of(items, run)
             del items[at]
             for k, piece in enumerate(pieces):
@@ -220,6 +240,8 @@ class PagedIndex:
                     del run.sizes[cut:]
                     if run.flags is not None:
                         del run.flags[cut:]
+                    if run.stamps is not None:
+                        del run.stamps[cut:]
                     lost += gone
         self.n -= lost
         return lost

@@ -30,6 +30,7 @@ from leveret.broker.stats import MessageStats
 
 # Tail items read back from disk at a time when a paged queue's head runs dry.
 REFILL_BATCH = 256
+EXPIRE_BATCH = 2048  # expired messages the expiry timer drops per loop turn
 FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
 FLOW_RESUME = FLOW_LIMIT // 2
 
@@ -62,9 +63,9 @@ class ReadyMessages:
     message whose body is on disk enters the *paged tail*: a compact index of disk
     positions the store owns (store.paged_index.PagedIndex), with no QueueEntry
     and no Message. The tail is read back in batches, in order, when the head runs
-    dry (`loader`, set by the queue). An entry that cannot be paged (one with its
-    own TTL) is held in the tail in its place, so the tail stays after every entry
-    of the head.
+    dry (`loader`, set by the queue). An entry that was not paged (the store keeps
+    short queues' messages as objects) is held in the tail in its place, so the
+    tail stays after every entry of the head.
 
     `n` (head and tail) is kept as a plain attribute: the dispatch loop tests it
     per message, and an attribute read is much cheaper than a call to __len__.
@@ -239,6 +240,7 @@ class ClassicQueue(Queue):
         self.arguments = arguments or {}
         self.options = options or QueueOptions()
         self.plain = self.options.plain
+        self.pageable = self.options.pageable
         self.dedup = PresentIds() if self.options.deduplication else None
         # Whether any entry may carry an expiry (queue TTL, or a message's expiration).
         self.expiring = self.options.message_ttl is not None
@@ -310,7 +312,7 @@ class ClassicQueue(Queue):
         for restore()."""
         self._restored_at = time.monotonic()
         ready = self.ready
-        assert type(ready) is ReadyMessages, "only a plain queue keeps a paged tail"
+        assert type(ready) is ReadyMessages, "only a pageable queue keeps a paged tail"
         ready.tail = tail
         self._tail_starts(self._seq)
         # Numbers stay ahead of every tail message, as if each had been enqueued.
@@ -321,7 +323,7 @@ class ClassicQueue(Queue):
         """The store's paged tail for this queue (it creates one when the queue first
         pages a message)."""
         ready = self.ready
-        assert type(ready) is ReadyMessages, "only a plain queue keeps a paged tail"
+        assert type(ready) is ReadyMessages, "only a pageable queue keeps a paged tail"
         ready.tail = tail
 
     def _paged_one(self) -> None:
@@ -343,7 +345,7 @@ class ClassicQueue(Queue):
     @property
     def can_page(self) -> bool:
         """Whether this queue may keep messages as locations only (the store asks)."""
-        return self.plain
+        return self.pageable
 
     def _start_expiry(self, entry: QueueEntry, now: float) -> None:
         ttl = self.options.message_ttl
@@ -368,11 +370,15 @@ class ClassicQueue(Queue):
                 seq = item.seq = max(seq + 1, item.seq)
                 entries.append(item)
                 continue
-            location, message = item
+            location, message, expires_at = item
             seq += 1
             entry = QueueEntry(seq, message, location.redelivered)
             entry.location = location
-            if message.ttl is not None or self.options.message_ttl is not None:
+            if expires_at:  # paged with its deadline
+                entry.expires_at = expires_at
+                self.expiring = True
+            elif message.ttl is not None or self.options.message_ttl is not None:
+                # Recovered at startup: a TTL counts from the restart.
                 self._start_expiry(entry, self._restored_at or time.monotonic())
             entries.append(entry)
         self._tail_seq = seq
@@ -476,9 +482,11 @@ class ClassicQueue(Queue):
             if opts.overflow == "reject-publish-dlx":
                 dead_letter.dead_letter(self.vhost, self, message, dead_letter.MAXLEN)
             return False
-        if self.tracked:
-            self.vhost.hooks.message_enqueued(self, entry, barrier)
-        self.ready.append(entry)
+        # A queue with TTLs may page too: the deadline stays with the disk position.
+        if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, self.pageable):
+            self._paged_one()
+        else:
+            self.ready.append(entry)
         if dedup is not None:
             dedup.add(key)
         if self.consumers:
@@ -509,20 +517,24 @@ class ClassicQueue(Queue):
         ):
             self._discard(ready.popleft(), dead_letter.MAXLEN)
 
-    def _drop_expired_head(self) -> bool:
-        """Drop expired messages at the head; True if any went. Re-arms the expiry timer."""
+    def _drop_expired_head(self, limit: int = 0) -> bool:
+        """Drop expired messages at the head, at most `limit` (0: all); True if any
+        went. Re-arms the expiry timer: at once if the limit stopped it."""
         ready = self.ready
         head = ready.peek()
-        dropped = False
+        dropped = 0
         if head is not None and head.expires_at:
             now = time.monotonic()
             while head is not None and head.expires_at and head.expires_at <= now:
                 self._discard(ready.popleft(), dead_letter.EXPIRED)
-                dropped = True
+                dropped += 1
+                if dropped == limit:
+                    self._arm_expiry(now)
+                    return True
                 head = ready.peek()
         if head is not None and head.expires_at:
             self._arm_expiry(head.expires_at)
-        return dropped
+        return dropped > 0
 
     def _arm_expiry(self, due: float) -> None:
         if self._expiry_timer is not None and self._expiry_due <= due:
@@ -537,7 +549,9 @@ class ClassicQueue(Queue):
     def _on_expiry_timer(self) -> None:
         self._expiry_timer = None
         if not self.deleted:
-            self._drop_expired_head()
+            # A long queue's expired messages may have to be read back from disk (to
+            # be dead-lettered): a batch per loop turn, so other work goes on.
+            self._drop_expired_head(EXPIRE_BATCH)
 
     def _discard(self, entry: QueueEntry, reason: str) -> None:
         """A ready message leaves without delivery (expired, overflow): dead-letter it."""
@@ -560,6 +574,7 @@ class ClassicQueue(Queue):
             return
         self.options = options
         self.plain = options.plain
+        self.pageable = options.pageable
         if options.message_ttl is not None:
             self.expiring = True
         if options.max_length is not None or options.max_length_bytes is not None:

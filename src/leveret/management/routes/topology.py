@@ -28,6 +28,7 @@ from leveret.management.routes.common import (
 
 def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
     ready = q.message_count
+    paged = getattr(q.ready, "paged", 0)
     stats = q.stats
     ready_rate, unacked_rate = stats.depth_rates
     extra: dict[str, Any] = {}
@@ -53,6 +54,11 @@ def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
         "messages_ready_details": {"rate": round(ready_rate, 1)},
         "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
         "message_bytes_ready": getattr(q.ready, "bytes", 0),
+        # As RabbitMQ's classic queues: ready messages kept as disk positions only
+        # (a long queue's paged tail), and the rest, which are objects in RAM.
+        "messages_paged_out": paged,
+        "messages_ram": ready + q.unacked - paged,
+        "messages_ready_ram": ready - paged,
         "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None),
         "node": "leveret@localhost",
         "state": "running",

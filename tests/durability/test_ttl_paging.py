@@ -1,0 +1,135 @@
+"""Queues with message TTLs page like plain ones: past --queue-ram-messages a message
+is a disk position plus its deadline, and it still expires (and is dead-lettered)
+in order, after a restart too. Real broker process, pika, the management API."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pika
+import pytest
+from durability_support import (
+    Brokers,
+    close_quietly,
+    drain_queue,
+    fast_publish,
+    free_port,
+    make_body,
+    message_count,
+    tail,
+)
+
+pytestmark = [pytest.mark.leveret_only]
+
+RAM = 50  # --queue-ram-messages
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    with Brokers(tmp_path) as b:
+        yield b
+
+
+def _start(brokers, name: str):
+    mport = free_port()
+    extra = ("--queue-ram-messages", str(RAM), "--management-port", str(mport))
+    broker = brokers.start(name=name, extra=extra)
+    broker.management = f"http://127.0.0.1:{mport}"
+    return broker
+
+
+def _queue_info(broker, name: str) -> dict:
+    request = urllib.request.Request(f"{broker.management}/api/queues/%2F/{name}")
+    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _wait_count(ch, queue: str, want: int, timeout: float = 60.0) -> int:
+    """Poll the count until it is `want` (no timing is asserted: the deadline only
+    keeps a broken broker from hanging the test)."""
+    deadline = time.monotonic() + timeout
+    count = message_count(ch, queue)
+    while count != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = message_count(ch, queue)
+    return count
+
+
+def test_long_ttl_queue_pages_and_dead_letters_in_order(brokers):
+    count = 3000
+    broker = _start(brokers, "ttl-paging")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("ttl.dead", durable=True)
+    arguments = {
+        "x-message-ttl": 1500,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "ttl.dead",
+    }
+    ch.queue_declare("ttl.long", durable=True, arguments=arguments)
+    bodies = (make_body(str(i), 512) for i in range(count))
+    assert fast_publish(broker.port, "ttl.long", bodies, persistent=True) == count
+    # A TTL long enough that nothing expires during the test: all but the queue's
+    # head are positions only.
+    ch.queue_declare("ttl.hour", durable=True, arguments={"x-message-ttl": 3_600_000})
+    bodies = (make_body(str(i), 512) for i in range(count))
+    assert fast_publish(broker.port, "ttl.hour", bodies, persistent=True) == count
+    info = _queue_info(broker, "ttl.hour")
+    assert (info["messages"], info["messages_paged_out"]) == (count, count - RAM), info
+    assert info["messages_ready_ram"] == RAM, info
+
+    assert _wait_count(ch, "ttl.dead", count) == count
+    assert message_count(ch, "ttl.long") == 0
+    got = drain_queue(ch, "ttl.dead")
+    assert [body for body, _r, _p in got] == [make_body(str(i), 512) for i in range(count)]
+    deaths = {p.headers["x-death"][0]["reason"] for _b, _r, p in got}
+    queues = {p.headers["x-death"][0]["queue"] for _b, _r, p in got}
+    assert (deaths, queues) == ({"expired"}, {"ttl.long"})
+    close_quietly(conn)
+    assert "Traceback" not in broker.log(), tail(broker.log())
+
+
+def test_per_message_expiration_pages_and_expires_at_the_head(brokers):
+    broker = _start(brokers, "exp-paging")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("exp.long", durable=True)
+    ch.confirm_delivery()
+    short = pika.BasicProperties(delivery_mode=2, expiration="1000")
+    keep = pika.BasicProperties(delivery_mode=2)
+    for i in range(400):
+        ch.basic_publish("", "exp.long", b"short-%d" % i, short)
+    for i in range(20):
+        ch.basic_publish("", "exp.long", b"keep-%d" % i, keep)
+    assert _queue_info(broker, "exp.long")["messages_paged_out"] > 0
+    assert _wait_count(ch, "exp.long", 20) == 20
+    got = drain_queue(ch, "exp.long")
+    assert [body for body, _r, _p in got] == [b"keep-%d" % i for i in range(20)]
+    close_quietly(conn)
+
+
+def test_a_restarted_ttl_queue_keeps_its_tail_and_expires_it(brokers):
+    count = 1000
+    broker = _start(brokers, "ttl-restart")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("ttl.restart", durable=True, arguments={"x-message-ttl": 3000})
+    close_quietly(conn)
+    bodies = (make_body(str(i), 256) for i in range(count))
+    assert fast_publish(broker.port, "ttl.restart", bodies, persistent=True) == count
+    broker.stop()
+    broker.start()
+    # A recovered message's TTL counts from the restart, as for a short queue.
+    conn = broker.connect()
+    ch = conn.channel()
+    assert message_count(ch, "ttl.restart") == count
+    info = _queue_info(broker, "ttl.restart")
+    assert info["messages_paged_out"] == count - RAM, info
+    method, _props, body = ch.basic_get("ttl.restart", auto_ack=True)
+    assert body == make_body("0", 256)
+    assert _wait_count(ch, "ttl.restart", 0) == 0
+    close_quietly(conn)
+    assert "Traceback" not in broker.log(), tail(broker.log())
