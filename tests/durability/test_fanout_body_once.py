@@ -38,9 +38,9 @@ def _declare(ch) -> None:
     for name in PLAIN:
         ch.queue_declare(name, durable=True)
     # A TTL queue shares the record too (the deadline stays in RAM with the
-    # position); a queue with a length limit writes its own; a transient queue none.
+    # position); a queue with a byte limit writes its own; a transient queue none.
     ch.queue_declare("fan.ttl", durable=True, arguments={"x-message-ttl": 3_600_000})
-    ch.queue_declare("fan.limited", durable=True, arguments={"x-max-length": 100_000})
+    ch.queue_declare("fan.limited", durable=True, arguments={"x-max-length-bytes": 10**9})
     ch.queue_declare("fan.transient", durable=False)
     for name in (*PLAIN, "fan.ttl", "fan.limited", "fan.transient"):
         ch.queue_bind(name, "fan")

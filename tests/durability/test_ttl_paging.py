@@ -9,6 +9,7 @@ import time
 import urllib.request
 
 import pika
+import pika.exceptions
 import pytest
 from durability_support import (
     Brokers,
@@ -131,5 +132,52 @@ def test_a_restarted_ttl_queue_keeps_its_tail_and_expires_it(brokers):
     method, _props, body = ch.basic_get("ttl.restart", auto_ack=True)
     assert body == make_body("0", 256)
     assert _wait_count(ch, "ttl.restart", 0) == 0
+    close_quietly(conn)
+    assert "Traceback" not in broker.log(), tail(broker.log())
+
+
+def test_a_long_max_length_queue_pages_and_drops_its_head(brokers):
+    """x-max-length (a count) pages too: drop-head reads the oldest messages back
+    from disk to dead-letter them, in order, and reject-publish nacks past the limit."""
+    count, limit = 2000, 500
+    broker = _start(brokers, "maxlen-paging")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("maxlen.dead", durable=True)
+    arguments = {
+        "x-max-length": limit,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "maxlen.dead",
+    }
+    ch.queue_declare("maxlen.long", durable=True, arguments=arguments)
+    bodies = (make_body(str(i), 300) for i in range(count))
+    assert fast_publish(broker.port, "maxlen.long", bodies, persistent=True) == count
+    info = _queue_info(broker, "maxlen.long")
+    # Dropping the head reads the tail back 256 at a time (REFILL_BATCH).
+    assert info["messages"] == limit and info["messages_paged_out"] >= limit - RAM - 256, info
+    dead = drain_queue(ch, "maxlen.dead")
+    assert [b for b, _r, _p in dead] == [make_body(str(i), 300) for i in range(count - limit)]
+    assert {p.headers["x-death"][0]["reason"] for _b, _r, p in dead} == {"maxlen"}
+    kept = drain_queue(ch, "maxlen.long")
+    assert [b for b, _r, _p in kept] == [
+        make_body(str(i), 300) for i in range(count - limit, count)
+    ]
+
+    ch.queue_declare(
+        "maxlen.reject",
+        durable=True,
+        arguments={"x-max-length": limit, "x-overflow": "reject-publish"},
+    )
+    ch.confirm_delivery()
+    nacked = 0
+    for i in range(limit + 100):
+        try:
+            ch.basic_publish("", "maxlen.reject", b"r%d" % i, pika.BasicProperties(delivery_mode=2))
+        except pika.exceptions.NackError:
+            nacked += 1
+    assert nacked == 100
+    assert _queue_info(broker, "maxlen.reject")["messages_paged_out"] == limit - RAM
+    got = drain_queue(ch, "maxlen.reject")
+    assert [b for b, _r, _p in got] == [b"r%d" % i for i in range(limit)]
     close_quietly(conn)
     assert "Traceback" not in broker.log(), tail(broker.log())

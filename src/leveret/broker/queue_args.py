@@ -59,15 +59,12 @@ class QueueOptions:
 
     @property
     def pageable(self) -> bool:
-        """True when the queue may keep messages as disk positions only: message TTLs
-        are fine (the deadline is kept with the position), but length limits,
-        priorities and deduplication need every message as an object."""
-        return (
-            self.max_length is None
-            and self.max_length_bytes is None
-            and not self.max_priority
-            and not self.deduplication
-        )
+        """True when the queue may keep messages as disk positions only. Message TTLs
+        are fine (the deadline is kept with the position), and so is x-max-length
+        (a count). x-max-length-bytes counts body bytes, which a position does not
+        know exactly; priorities and deduplication need every message as an
+        object."""
+        return self.max_length_bytes is None and not self.max_priority and not self.deduplication
 
     @property
     def plain(self) -> bool:

@@ -515,7 +515,10 @@ class ClassicQueue(Queue):
             (opts.max_length is not None and len(ready) > opts.max_length)
             or (opts.max_length_bytes is not None and ready.bytes > opts.max_length_bytes)
         ):
-            self._discard(ready.popleft(), dead_letter.MAXLEN)
+            entry = ready.popleft()
+            if entry is None:
+                break  # what was left on disk was corrupt (and is dropped)
+            self._discard(entry, dead_letter.MAXLEN)
 
     def _drop_expired_head(self, limit: int = 0) -> bool:
         """Drop expired messages at the head, at most `limit` (0: all); True if any
