@@ -199,10 +199,11 @@ class DurableState(DurabilityHooks):
 
     # A persistent message routed to several durable queues is written once, as
     # one FANOUT record (store.message_store), before the queues take it in turn:
-    # `share_body` writes it, each plain queue's `message_enqueued` takes its slot
+    # `share_body` writes it, each pageable queue's `message_enqueued` takes its slot
     # instead of writing a record of its own, and `share_done` lets go of a slot
-    # that no queue took. Queues with limits, priorities or deduplication (they may
-    # turn a message away) write their own records as before.
+    # that no queue took (a queue over x-max-length with reject-publish turned the
+    # message away). Queues that cannot page (byte limits, priorities,
+    # deduplication) write their own records as before.
 
     def share_body(self, message: Message, queues: list[Queue], barrier: Any) -> bool:
         if self._sharing is not None:
@@ -284,8 +285,8 @@ class DurableState(DurabilityHooks):
         return False
 
     def _to_disk(self, queue: Queue, entry: QueueEntry) -> None:
-        """Over the memory budget, a queue that cannot page (TTL, limits, priorities)
-        still drops the body from RAM: it needs a record to read it back from, a
+        """Over the memory budget, a queue that cannot page (byte limits, priorities,
+        deduplication) still drops the body from RAM: it needs a record to read it back from, a
         transient one unless the message was already stored."""
         message = entry.message
         if entry.location is None:
