@@ -17,23 +17,11 @@ tree, the median over the rounds (trees alternate each round) of:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tree_ab import add_tree_arguments, alternate, leveret_from, print_medians
 
 
 def _write_bytes(pid: int) -> int:
@@ -45,79 +33,48 @@ def _write_bytes(pid: int) -> int:
 
 
 def _segment_bytes(data_dir: str) -> int:
-    msgs = Path(data_dir) / "msgs"
-    return sum(p.stat().st_size for p in msgs.glob("*.seg"))
+    return sum(p.stat().st_size for p in (Path(data_dir) / "msgs").glob("*.seg"))
 
 
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     from leveret.client.blocking import connect
 
-    port = _free_port()
-    data_dir = tempfile.mkdtemp(prefix="leveret-fanout-")
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    argv = [sys.executable, "-m", "leveret", "server", "--port", str(port)]
-    argv += ["--data-dir", data_dir, "--management-port", "0", "--prometheus-port", "0"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"leveret from {tree} did not start") from None
-                time.sleep(0.05)
-        with connect(f"amqp://guest:guest@127.0.0.1:{port}/%2F") as conn:
-            ch = conn.channel()
-            ch.declare_exchange("bench.fan", "fanout", durable=True)
-            for i in range(args.queues):
-                ch.declare_queue(f"bench.fan.{i}", durable=True)
-                ch.bind_queue(f"bench.fan.{i}", "bench.fan")
-            body = b"x" * args.size
-            disk0, wrote0 = _segment_bytes(data_dir), _write_bytes(proc.pid)
-            t0 = time.monotonic()
-            sent = ch.publish_many(
-                (body for _ in range(args.messages)), "", "bench.fan", persistent=True
-            )
-            elapsed = time.monotonic() - t0
-            disk, wrote = _segment_bytes(data_dir) - disk0, _write_bytes(proc.pid) - wrote0
-        return {"disk": disk / sent, "written": wrote / sent, "rate": sent / elapsed}
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with leveret_from(tree) as broker, connect(broker.url) as conn:
+        ch = conn.channel()
+        ch.declare_exchange("bench.fan", "fanout", durable=True)
+        for i in range(args.queues):
+            ch.declare_queue(f"bench.fan.{i}", durable=True)
+            ch.bind_queue(f"bench.fan.{i}", "bench.fan")
+        body = b"x" * args.size
+        disk0, wrote0 = _segment_bytes(broker.data_dir), _write_bytes(broker.pid)
+        t0 = time.monotonic()
+        sent = ch.publish_many(
+            (body for _ in range(args.messages)), "", "bench.fan", persistent=True
+        )
+        elapsed = time.monotonic() - t0
+        disk = _segment_bytes(broker.data_dir) - disk0
+        wrote = _write_bytes(broker.pid) - wrote0
+    return {"disk": disk / sent, "written": wrote / sent, "rate": sent / elapsed}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--a", type=Path, required=True, help="source tree A (before)")
-    p.add_argument("--b", type=Path, default=HERE.parent, help="source tree B (default: this)")
+    add_tree_arguments(p)
     p.add_argument("--queues", type=int, default=10)
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--size", type=int, default=1024)
-    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    trees = {"A": args.a.resolve(), "B": args.b.resolve()}
-    results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    for r in range(args.rounds):
-        for name in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            res = run_once(trees[name], args)
-            results[name].append(res)
-            print(f"round {r + 1} {name}: {res}", flush=True)
-    print(
-        f"\n{args.messages} persistent messages of {args.size} B, fanout to {args.queues} "
-        f"durable queues, confirms; median of {args.rounds} rounds\n"
+    results = alternate(args, lambda tree: run_once(tree, args))
+    print_medians(
+        f"{args.messages} persistent messages of {args.size} B, fanout to {args.queues} "
+        f"durable queues, confirms; median of {args.rounds} rounds",
+        results,
+        [
+            ("disk", "segment bytes per message"),
+            ("written", "bytes written per message"),
+            ("rate", "confirmed messages/s"),
+        ],
     )
-    print("| | A (before) | B (after) | B/A |\n|---|---:|---:|---:|")
-    for key, label in (
-        ("disk", "segment bytes per message"),
-        ("written", "bytes written per message"),
-        ("rate", "confirmed messages/s"),
-    ):
-        a = statistics.median(x[key] for x in results["A"])
-        b = statistics.median(x[key] for x in results["B"])
-        print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f} |")
     return 0
 
 
