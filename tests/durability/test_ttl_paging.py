@@ -181,3 +181,32 @@ def test_a_long_max_length_queue_pages_and_drops_its_head(brokers):
     assert [b for b, _r, _p in got] == [b"r%d" % i for i in range(limit)]
     close_quietly(conn)
     assert "Traceback" not in broker.log(), tail(broker.log())
+
+
+def test_a_ttl_policy_spares_paged_messages_queued_before_it(brokers):
+    """A message's expiry is fixed when it is enqueued (as RabbitMQ): a TTL policy
+    set while a long queue has a paged tail leaves the tail's messages alone when
+    they are read back. (Only messages recovered at startup, which have no deadline
+    on disk, start their TTL from the restart.)"""
+    count = 200
+    broker = _start(brokers, "ttl-policy")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare("pol.long", durable=True)
+    bodies = (make_body(str(i), 100) for i in range(count))
+    assert fast_publish(broker.port, "pol.long", bodies, persistent=True) == count
+    assert _queue_info(broker, "pol.long")["messages_paged_out"] == count - RAM
+    request = urllib.request.Request(
+        f"{broker.management}/api/policies/%2F/ttl-zero",
+        data=json.dumps(
+            {"pattern": "^pol\\.", "definition": {"message-ttl": 0}, "apply-to": "queues"}
+        ).encode(),
+        method="PUT",
+        headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status in (201, 204)
+    assert _queue_info(broker, "pol.long").get("policy") == "ttl-zero"
+    got = drain_queue(ch, "pol.long")
+    assert [b for b, _r, _p in got] == [make_body(str(i), 100) for i in range(count)]
+    close_quietly(conn)

@@ -273,6 +273,7 @@ class ClassicQueue(Queue):
         # put recovered messages there (their TTLs count from then).
         self._tail_seq = 0
         self._restored_at = 0.0
+        self._restored_left = 0  # how many of the tail's first items were recovered
 
     # --- publishing and delivery (hot path) ---------------------------------
 
@@ -311,6 +312,7 @@ class ClassicQueue(Queue):
         read when they near the head. TTLs, if any, then count from this moment, as
         for restore()."""
         self._restored_at = time.monotonic()
+        self._restored_left = tail.n
         ready = self.ready
         assert type(ready) is ReadyMessages, "only a pageable queue keeps a paged tail"
         ready.tail = tail
@@ -374,18 +376,24 @@ class ClassicQueue(Queue):
             seq += 1
             entry = QueueEntry(seq, message, location.redelivered)
             entry.location = location
+            restored = self._restored_left > 0
+            if restored:
+                self._restored_left -= 1
             if expires_at:  # paged with its deadline
                 entry.expires_at = expires_at
                 self.expiring = True
-            elif message.ttl is not None or self.options.message_ttl is not None:
-                # Recovered at startup: a TTL counts from the restart.
-                self._start_expiry(entry, self._restored_at or time.monotonic())
+            elif restored:
+                # Recovered at startup (no deadline on disk): a TTL counts from the
+                # restart. A message paged since had no TTL when it was queued, and
+                # a TTL policy set later does not apply to it.
+                self._start_expiry(entry, self._restored_at)
             entries.append(entry)
         self._tail_seq = seq
         return entries
 
     def _drop_tail(self) -> list[QueueEntry]:
         """ReadyMessages' dropper: free the tail's positions; its held entries come back."""
+        self._restored_left = 0
         return self.vhost.hooks.drop_tail(self.ready.tail)  # type: ignore[union-attr]
 
     def dispatch(self, check_expiry: bool = True) -> None:
