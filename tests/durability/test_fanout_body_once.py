@@ -4,6 +4,8 @@ recovers on its own (real broker process, pika, SIGKILL)."""
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 from durability_support import (
@@ -98,5 +100,63 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     assert [redelivered for _b, redelivered, _p in got] == [True] * 10 + [False] * (COUNT - 10)
     got = drain_queue(ch, "fan.ttl")
     assert [body for body, _r, _p in got] == [_body(i) for i in range(COUNT)]
+    close_quietly(conn)
+    assert "Traceback" not in broker.log(), tail(broker.log())
+
+
+def test_dead_letters_to_several_queues_share_a_record_and_nest_safely(brokers):
+    """Dead-lettering to several durable queues writes the copy once too. And when
+    a queue taking a shared message dead-letters another one (drop-head) in the
+    middle of the fan-out, that copy is written on its own and every queue still
+    gets what it should, after a SIGKILL too."""
+    n = 300
+    broker = brokers.start(name="fanout-dlx", extra=("--queue-ram-messages", "100"))
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.exchange_declare("dlx.fan", "fanout", durable=True)
+    for name in ("dlx.c", "dlx.d"):
+        ch.queue_declare(name, durable=True)
+        ch.queue_bind(name, "dlx.fan")
+    # Expired messages of dlx.src go to dlx.c and dlx.d through dlx.fan.
+    ttl = {"x-message-ttl": 1, "x-dead-letter-exchange": "dlx.fan"}
+    ch.queue_declare("dlx.src", durable=True, arguments=ttl)
+    ch.confirm_delivery()
+    before = _disk_bytes(broker)
+    props = pika.BasicProperties(delivery_mode=2)
+    for i in range(n):
+        ch.basic_publish("", "dlx.src", _body(i), props)
+    deadline = time.monotonic() + 60
+    while message_count(ch, "dlx.d") < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert message_count(ch, "dlx.c") == message_count(ch, "dlx.d") == n
+    # One record into dlx.src and one shared by dlx.c and dlx.d, per message.
+    written = _disk_bytes(broker) - before
+    assert 2 * n * SIZE <= written < 2.5 * n * SIZE, written
+
+    # Nested: fan.x feeds fan.keep and fan.one (x-max-length 1, drop-head, dead-
+    # lettering into dlx.fan): each publish into fan.one drops its head into dlx.c
+    # and dlx.d while fan.x's shared record is still being taken.
+    ch.exchange_declare("fan.x", "fanout", durable=True)
+    ch.queue_declare("fan.keep", durable=True)
+    one = {"x-max-length": 1, "x-dead-letter-exchange": "dlx.fan"}
+    ch.queue_declare("fan.one", durable=True, arguments=one)
+    for name in ("fan.one", "fan.keep"):
+        ch.queue_bind(name, "fan.x")
+    for i in range(n, 2 * n):
+        ch.basic_publish("fan.x", "", _body(i), props)
+    broker.kill()
+
+    broker.start()
+    conn = broker.connect()
+    ch = conn.channel()
+    counts = {q: message_count(ch, q) for q in ("dlx.c", "dlx.d", "fan.keep", "fan.one")}
+    assert counts == {"dlx.c": 2 * n - 1, "dlx.d": 2 * n - 1, "fan.keep": n, "fan.one": 1}
+    for q in ("dlx.c", "dlx.d"):
+        got = drain_queue(ch, q)
+        assert [b for b, _r, _p in got] == [_body(i) for i in range(2 * n - 1)], q
+        reasons = [p.headers["x-death"][0]["reason"] for _b, _r, p in got]
+        assert reasons == ["expired"] * n + ["maxlen"] * (n - 1), q
+    assert [b for b, _r, _p in drain_queue(ch, "fan.one")] == [_body(2 * n - 1)]
+    assert [b for b, _r, _p in drain_queue(ch, "fan.keep")] == [_body(i) for i in range(n, 2 * n)]
     close_quietly(conn)
     assert "Traceback" not in broker.log(), tail(broker.log())

@@ -141,5 +141,11 @@ def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str)
                 len(targets) - len(kept),
             )
         targets = kept
-    for target in targets:
-        target.enqueue(copy)
+    # Several durable targets: the store may write the copy's body once for all.
+    shared = len(targets) > 1 and vhost.hooks.share_body(copy, targets, None)
+    try:
+        for target in targets:
+            target.enqueue(copy)
+    finally:
+        if shared:
+            vhost.hooks.share_done()

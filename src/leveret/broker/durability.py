@@ -108,7 +108,8 @@ class DurabilityHooks:
     def share_body(self, message: Any, queues: list[Queue], barrier: Any) -> bool:
         """A persistent message is about to enter several queues: the store may write
         its body once for all of them, each queue's `message_enqueued` then taking
-        its share. True if it did; then `share_done` follows the enqueues."""
+        its share. True if it did; then `share_done` must follow the enqueues
+        (callers use try/finally), and no other sharing starts before it."""
         return False
 
     def share_done(self) -> None:

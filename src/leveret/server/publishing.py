@@ -198,13 +198,15 @@ class PublishMethods:
             shared = barrier is not None and len(queues) > 1
             shared = shared and self.vhost.hooks.share_body(message, queues, barrier)
             accepted = True
-            for queue in queues:
-                if not queue.enqueue(message, barrier):
-                    accepted = False
-                if queue.consumers and queue.ready.n > FLOW_LIMIT:
-                    self.conn.maybe_throttle(queue)
-            if shared:
-                self.vhost.hooks.share_done()
+            try:
+                for queue in queues:
+                    if not queue.enqueue(message, barrier):
+                        accepted = False
+                    if queue.consumers and queue.ready.n > FLOW_LIMIT:
+                        self.conn.maybe_throttle(queue)
+            finally:
+                if shared:
+                    self.vhost.hooks.share_done()
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
             if barrier is not None and self.vhost.hooks.disk_backlogged():

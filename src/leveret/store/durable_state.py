@@ -206,9 +206,9 @@ class DurableState(DurabilityHooks):
     # deduplication) write their own records as before.
 
     def share_body(self, message: Message, queues: list[Queue], barrier: Any) -> bool:
-        if self._sharing is not None:
-            self.share_done()
-        if not message.persistent:
+        if self._sharing is not None or not message.persistent:
+            # Nested: a queue taking the shared message dead-letters another one
+            # (drop-head); that copy is written per queue, as without sharing.
             return False
         takers = list(dict.fromkeys(q for q in queues if q.stores_messages and q.can_page))
         if len(takers) < 2:
