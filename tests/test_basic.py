@@ -603,6 +603,46 @@ def test_body_sizes_with_small_frame_max(connect, size):
     assert body == payload
 
 
+@pytest.mark.parametrize("frame_max", [4096, 131072])
+def test_body_sizes_delivered_to_a_consumer(connect, frame_max):
+    """Deliveries (not basic.get) of every size class: empty, small, around the
+    large-body threshold, one whole frame and several frames, in one pipelined run."""
+    conn = connect(frame_max=frame_max)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    sizes = [0, 1, 1023, 1024, 4088, 4089, frame_max - 8, frame_max, 300_000, 0, 5]
+    payloads = [bytes((i * 7 + n) % 256 for i in range(n)) for n in sizes]
+    for payload in payloads:
+        ch.basic_publish("", q, payload)
+    got = []
+    for method, _props, body in ch.consume(q, auto_ack=True, inactivity_timeout=10):
+        assert method is not None, f"{len(got)} of {len(payloads)} delivered"
+        got.append(body)
+        if len(got) == len(payloads):
+            break
+    assert [len(b) for b in got] == sizes
+    assert got == payloads
+
+
+def test_empty_body_is_delivered_without_a_body_frame(raw):
+    """Spec 4.2.6: a content with a zero body size has no body frame. pika takes an
+    empty body frame after such a header for a frame of no message, and drops the
+    connection (RabbitMQ sends none)."""
+    client = raw()
+    client.handshake()
+    client.open_channel(1)
+    ok = client.rpc(1, commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
+    client.publish(1, "", ok.queue, b"")
+    client.publish(1, "", ok.queue, b"next")
+    client.rpc(1, commands.Basic.Consume(queue=ok.queue, no_ack=True), commands.Basic.ConsumeOk)
+    frames = [client.read_frame()[1] for _ in range(5)]
+    kinds = [type(f).__name__ for f in frames]
+    assert kinds == ["Deliver", "ContentHeader", "Deliver", "ContentHeader", "ContentBody"]
+    assert frames[1].body_size == 0
+    assert frames[4].value == b"next"
+
+
 def test_large_body_raw_frames(raw):
     """1 MB split into 4088-byte body frames by the client and by the server."""
     client = raw(timeout=15)

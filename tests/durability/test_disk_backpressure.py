@@ -43,3 +43,44 @@ def test_publisher_paused_on_write_backlog_loses_nothing(tmp_path, monkeypatch):
         got = [ch.basic_get("bp", auto_ack=True)[2] for _ in range(3)]
         assert got == [b"m0", b"m1", b"m2"]
         conn.close()
+
+
+def test_transient_messages_paged_to_disk_pause_their_publisher_too(tmp_path, monkeypatch):
+    """A long queue writes even transient messages to disk (its paged tail); without
+    confirms nothing else slows their publisher, so the write backlog pauses it as it
+    does for persistent ones. Nothing is lost, and the order holds."""
+    monkeypatch.setattr(durable_state, "DISK_BACKLOG", 0)
+    pauses = []
+    real_wait = durable_state.DurableState.wait_for_disk
+
+    def counting_wait(self, connection):
+        pauses.append(connection)
+        real_wait(self, connection)
+
+    monkeypatch.setattr(durable_state.DurableState, "wait_for_disk", counting_wait)
+    with embedded_broker(
+        persistence=True, data_dir=str(tmp_path), queue_ram_messages=100
+    ) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("bp-paged", durable=True)
+        for i in range(3000):
+            ch.basic_publish("", "bp-paged", b"t%d" % i)  # transient
+        deadline = time.monotonic() + 30
+
+        def counts() -> tuple[int, int]:
+            def read():
+                queue = broker.server.broker.vhosts["/"].queues["bp-paged"]
+                return queue.message_count, queue.ready.paged
+
+            return broker.call(read)
+
+        while counts()[0] < 3000 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        total, paged = counts()
+        assert total == 3000
+        assert paged > 2000, "the queue did not page: the test would not exercise the writes"
+        assert pauses, "the publisher was never paused for the disk"
+        got = [ch.basic_get("bp-paged", auto_ack=True)[2] for _ in range(3000)]
+        assert got == [b"t%d" % i for i in range(3000)]
+        conn.close()

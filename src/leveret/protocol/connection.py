@@ -553,6 +553,9 @@ class Connection:
         self.reader = FrameReader(self.frame_max)  # holds frame_max for incoming frames
         self._buf = b""
         self._header_buf = b""
+        # Content messages the last receive_data() call took on its fast path (a
+        # whole method, header and body at once): the caller may size its reads by it.
+        self.contents_parsed = 0
         self._channels: dict[int, _Channel] = {}
         self._out: list[bytes] = []
         self._deferred: list[bytes] = []
@@ -815,6 +818,17 @@ class Connection:
         self._buf = self._buf + data if self._buf else data
         return self._parse()
 
+    @property
+    def pending(self) -> bytes:
+        """Received bytes not parsed yet: the start of a frame whose rest has not come."""
+        return self._buf
+
+    def receive_after_pending(self, data: bytes) -> Iterator[Event]:
+        """Like receive_data(), for a caller that put `pending` in front of its new
+        bytes itself (it reads into one buffer behind them): `data` replaces it."""
+        self._buf = b""
+        return self.receive_data(data)
+
     def _parse(self) -> Iterator[Event]:
         events = self._events
         events.clear()
@@ -835,6 +849,7 @@ class Connection:
         channels = self._channels
         fast_content = BASIC_DELIVER if self.client else BASIC_PUBLISH
         frame_max = self.reader.frame_max
+        contents = 0
         try:
             while n - pos >= 8:
                 frame_type, number, size = head(buf, pos)
@@ -866,6 +881,7 @@ class Connection:
                                     break  # wait for the rest of the message
                             if done:
                                 pos = done
+                                contents += 1
                                 yield from events
                                 events.clear()
                                 continue
@@ -889,6 +905,7 @@ class Connection:
             yield from events
             events.clear()
         finally:
+            self.contents_parsed = contents
             self._buf = buf[pos:] if pos < n else b""
             if self._deferred:
                 self._release_replies()

@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.channel")
 
 pack_frame_head = FRAME_HEAD.pack
+# Bodies at least this large are written as they are (writev), not joined with the
+# rest of a loop turn's output: copying them costs more than the extra iovecs.
+LARGE_BODY = 1024
 
 
 class Channel(ModelMethods, PublishMethods):
@@ -214,7 +217,7 @@ class Channel(ModelMethods, PublishMethods):
             n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
         )
         size = len(body)
-        if size <= frame_max - 8:
+        if 0 < size < LARGE_BODY:
             # Deliver, header and body frames go out as pieces; the connection joins
             # everything written in this loop turn once.
             header = message.header
@@ -230,7 +233,24 @@ class Channel(ModelMethods, PublishMethods):
                 ),
                 len(deliver) + len(header) + size + 16,
             )
+        elif size and size <= frame_max - 8:
+            # A large body goes out as it is (writev); the frames before it are joined.
+            header = message.header
+            self.conn.write_large(
+                b"".join(
+                    (
+                        deliver,
+                        pack_frame_head(2, n, len(header)),
+                        header,
+                        b"\xce",
+                        pack_frame_head(3, n, size),
+                    )
+                ),
+                body,
+                len(deliver) + len(header) + size + 16,
+            )
         else:
+            # An empty body has no body frame at all; a long one takes several.
             self._send_content(deliver, message, body)
 
     # --- consumer acknowledgement timeout -----------------------------------

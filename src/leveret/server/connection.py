@@ -49,6 +49,7 @@ from leveret.server.authorization import Guard
 from leveret.server.channel import Channel
 from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
+from leveret.server.reading import ReadSizer
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -97,7 +98,7 @@ SERVER_CAPABILITIES = {
 }
 
 
-class AMQPConnection(asyncio.Protocol):
+class AMQPConnection(asyncio.BufferedProtocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.broker = server.broker
@@ -147,6 +148,8 @@ class AMQPConnection(asyncio.Protocol):
         self.writable = True
         self._out = self.core.output  # one queue for our frames and the core's
         self._out_bytes = 0
+        self._out_large = False  # a large body is queued: flush with writelines
+        self._sizer = ReadSizer()
         self._flush_handle: asyncio.Handle | None = None
         self._transport_paused = False
         self._confirm_channels: set[Channel] = set()
@@ -200,15 +203,40 @@ class AMQPConnection(asyncio.Protocol):
         self.server.connections.add(self)
         log.debug("accepting AMQP connection %s", self.peer)
 
+    # --- input (hot path) -----------------------------------------------------
+    #
+    # The kernel writes into the server's shared read buffer, behind the bytes the
+    # core had not parsed yet (server/reading.py); the core gets one copy of both.
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.server.read_buffer.place(self.core.pending, self._sizer.offer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._last_recv = self.loop.time()
+        self.recv_oct += nbytes
+        if self.state == "closed":
+            return
+        self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
+        self._sizer.update(nbytes, self.core.contents_parsed)
+
     def data_received(self, data: bytes) -> None:
+        """Bytes handed over as they are (the TLS listener's first bytes)."""
         self._last_recv = self.loop.time()
         self.recv_oct += len(data)
         if self.state == "closed":
             return
-        events = self.core.receive_data(data)
+        self._received(self.core.receive_data(data))
+
+    def _received(self, events: Iterator[pc.Event]) -> None:
         if self._gated:  # the broker is still reading its stored messages back
             events = self._until_recovered(events)
         self._process(events)
+        # The store's writer thread is far behind (persistent messages, or transient
+        # ones a long queue pages out): read no more until it catches up. Once a
+        # read, not once a message: the publishes of this read are routed already.
+        vhost = self.vhost
+        if vhost is not None and vhost.hooks.disk_backlogged():
+            self.pause_for_disk()
 
     def _process(self, events: Iterator[pc.Event]) -> None:
         """Act on the events one by one, in order (the core's contract)."""
@@ -469,6 +497,20 @@ class AMQPConnection(asyncio.Protocol):
         if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
             self._set_writable(False)
 
+    def write_large(self, head: bytes, body: bytes, size: int) -> None:
+        """Like write_parts() for the frames before a large body and the body: the
+        body is written as it is (writev), not copied into the loop turn's join."""
+        out = self._out
+        out.append(head)
+        out.append(body)
+        out.append(b"\xce")
+        self._out_large = True
+        self._out_bytes += size
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+        if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
+            self._set_writable(False)
+
     def confirms_due(self, channel: Channel) -> None:
         self._confirm_channels.add(channel)
         if self._flush_handle is None:
@@ -485,11 +527,18 @@ class AMQPConnection(asyncio.Protocol):
                 channel.flush_confirms()
         out = self._out
         if out and self.transport is not None and self.state != "closed":
-            data = out[0] if len(out) == 1 else b"".join(out)
+            if self._out_large:
+                # Large bodies were queued as they are: one writev, no copy of them
+                # into a joined buffer.
+                self._out_large = False
+                self.send_oct += sum(map(len, out))
+                self.transport.writelines(out)
+            else:
+                data = out[0] if len(out) == 1 else b"".join(out)
+                self.send_oct += len(data)
+                self.transport.write(data)
             out.clear()
             self._out_bytes = 0
-            self.transport.write(data)
-            self.send_oct += len(data)
             self._last_send = self.loop.time()
             if not self.writable and not self._transport_paused:
                 self._set_writable(True)

@@ -18,6 +18,7 @@ from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
+from leveret.server.reading import SharedReadBuffer
 from leveret.server.tls import TLSAcceptor, server_context
 from leveret.store.message_store import RecoveryCancelled
 
@@ -40,6 +41,7 @@ class Server:
         self.alarms: ResourceAlarms | None = None
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
+        self.read_buffer = SharedReadBuffer(config.frame_max)
         self._servers: list[asyncio.base_events.Server] = []
         self.control: ControlSocket | None = None
         self.management: Any = None  # leveret.management.app.ManagementServer when running

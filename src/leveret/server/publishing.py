@@ -209,8 +209,6 @@ class PublishMethods:
                     self.vhost.hooks.share_done()
             if not accepted and seq:
                 self.confirm_waiting[seq] = False  # x-overflow=reject-publish
-            if barrier is not None and self.vhost.hooks.disk_backlogged():
-                self.conn.pause_for_disk()
             if seq and barrier is not None:
                 barrier.seal()
         elif mandatory:

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.store")
 
-DISK_BACKLOG = 20_000  # queued store writes before publishers are paused
+# Store writes queued for the writer thread before publishers are paused. Checked
+# after each read (server.connection), so transient messages that a long queue
+# pages to disk count too: with reads of up to 4 MB, 20,000 let the backlog, and
+# the RSS it leaves behind, grow by tens of MB (tests/durability/test_paged_tail.py).
+DISK_BACKLOG = 4096
 # Ready messages a plain queue holds in RAM; past them it keeps locations only.
 # Above FLOW_LIMIT (4096), so consumers that keep up never make a queue page.
 DEFAULT_QUEUE_RAM_MESSAGES = 8192
