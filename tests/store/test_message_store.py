@@ -236,6 +236,48 @@ def test_purge_and_delete_queue(tmp_path: Path) -> None:
     store.close()
 
 
+def _queue_id_file_version(path: Path) -> int:
+    with open(path / "msgs" / "queues.idx", "rb") as f:
+        return struct.unpack("<4sHH", f.read(8))[1]
+
+
+def test_priority_levels_are_queues_of_their_own(tmp_path: Path) -> None:
+    """(vhost, name, level) keys: recovered apart, each in its order, and deleted with
+    the queue. The queue id file turns version 2 with the first level key only."""
+    store, _ = open_store(tmp_path)
+    store.publish(("/", "plain"), b"", b"p")
+    store.close()
+    assert _queue_id_file_version(tmp_path) == 1
+    store, _ = open_store(tmp_path)
+    for i in range(30):
+        store.publish(("/", "prio", i % 3), b"", b"%d" % i)
+    assert _queue_id_file_version(tmp_path) == 2
+    assert sorted(store.queue_keys("/", "prio")) == [("/", "prio", k) for k in range(3)]
+    store, rec = reopen(store, tmp_path)
+    for k in range(3):
+        assert bodies(store, rec[("/", "prio", k)]) == [b"%d" % i for i in range(k, 30, 3)]
+    assert bodies(store, rec[("/", "plain")]) == [b"p"]
+    for key in store.queue_keys("/", "prio"):
+        assert store.delete_queue(key) == 10
+    store, rec = reopen(store, tmp_path)
+    assert not [key for key in rec if key[:2] == ("/", "prio")]
+    assert bodies(store, rec[("/", "plain")]) == [b"p"]
+    store.close()
+
+
+def test_queue_id_file_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    store, _ = open_store(tmp_path)
+    store.publish(Q, b"", b"x")
+    store.close()
+    with open(tmp_path / "msgs" / "queues.idx", "r+b") as f:
+        f.seek(4)
+        f.write(struct.pack("<H", 7))
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    with pytest.raises(StoreFormatError, match=r"queue id file.*version 7.*expects version 2"):
+        store.open()
+    store.close()
+
+
 def test_segment_format_version_mismatch(tmp_path: Path) -> None:
     store, _ = open_store(tmp_path)
     loc = store.publish(Q, b"", b"x")

@@ -28,7 +28,7 @@ from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
-from leveret.store.message_store import MessageStore, SharedRecord
+from leveret.store.message_store import MessageStore, QueueKey, SharedRecord
 from leveret.store.stream_log import SyncSubmitter
 
 if TYPE_CHECKING:
@@ -47,6 +47,14 @@ DEFAULT_QUEUE_RAM_MESSAGES = 8192
 
 
 def _key(queue: Queue) -> tuple[str, str]:
+    return (queue.vhost.name, queue.name)
+
+
+def _store_key(queue: Queue, message: Message) -> QueueKey:
+    """Where the store keeps `message` for `queue`: a priority queue keeps each level
+    as a queue of its own (recovery then gives each level back in its order)."""
+    if queue.max_priority:
+        return (queue.vhost.name, queue.name, min(message.priority, queue.max_priority))
     return (queue.vhost.name, queue.name)
 
 
@@ -176,7 +184,8 @@ class DurableState(DurabilityHooks):
         self._forget_bodies(entries)
         if queue.stores_messages:
             self.definitions.delete_queue(queue.vhost.name, queue.name)
-        self.messages.delete_queue(_key(queue))
+        for key in self.messages.queue_keys(queue.vhost.name, queue.name):
+            self.messages.delete_queue(key)
 
     def queue_purged(self, queue: Queue, entries: list[QueueEntry]) -> None:
         self._forget_bodies(entries)
@@ -218,7 +227,7 @@ class DurableState(DurabilityHooks):
         if len(takers) < 2:
             return False
         shared = self.messages.publish_shared(
-            [_key(q) for q in takers],
+            [_store_key(q, message) for q in takers],
             _record_header(message),
             message.body,
             barrier.add() if barrier is not None else None,
@@ -252,10 +261,10 @@ class DurableState(DurabilityHooks):
         # A long queue keeps new messages as disk positions only: its own length
         # decides, as for RabbitMQ's lazy and v2 classic queues, not just the budget.
         if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
-            tail = queue.ready.tail  # type: ignore[union-attr]
+            tail = queue.tail_for(message)  # type: ignore[attr-defined]
             if tail is None:
-                tail = self.messages.paged_index(_key(queue))
-                queue.attach_tail(tail)  # type: ignore[attr-defined]
+                tail = self.messages.paged_index(_store_key(queue, message))
+                queue.attach_tail(message, tail)  # type: ignore[attr-defined]
             # A TTL's deadline stays with the position (the queue's clock: opaque here).
             if shared is not None:
                 self.messages.take_slot_paged(shared[0], tail, entry.expires_at)
@@ -275,7 +284,7 @@ class DurableState(DurabilityHooks):
             entry.location = self.messages.take_slot(*shared)
         elif persistent:
             entry.location = self.messages.publish(
-                _key(queue),
+                _store_key(queue, message),
                 _record_header(message),
                 message.body,
                 barrier.add() if barrier is not None else None,
@@ -295,7 +304,11 @@ class DurableState(DurabilityHooks):
         message = entry.message
         if entry.location is None:
             entry.location = self.messages.publish(
-                _key(queue), _record_header(message), message.body, None, transient=True
+                _store_key(queue, message),
+                _record_header(message),
+                message.body,
+                None,
+                transient=True,
             )
         self.paged_out += 1
         self.paged_out_bytes += message.size
@@ -413,7 +426,7 @@ class DurableState(DurabilityHooks):
             self.data_dir,
         )
 
-    def restore_messages(self, broker: Any, stored: dict[tuple[str, str], Any]) -> None:
+    def restore_messages(self, broker: Any, stored: dict[QueueKey, Any]) -> None:
         """Give the queues their recovered messages (on the loop, after `recover`)."""
         self.recovering = False
         self.messages.finish_recovery()
@@ -425,11 +438,20 @@ class DurableState(DurabilityHooks):
             self.data_dir,
         )
 
-    def _restore_messages(self, broker: Any, stored: dict[tuple[str, str], Any]) -> int:
+    def _restore_messages(self, broker: Any, stored: dict[QueueKey, Any]) -> int:
         count = 0
-        for (vhost_name, queue_name), tail in stored.items():
+        # A long queue reads only its head (queue_ram_messages, for all of a priority
+        # queue's levels together, highest first); the rest stays on disk as its
+        # paged tail, read back when it nears the head.
+        budget: dict[tuple[str, str], int] = {}
+        # A queue's own key first (records of an older build), then its levels, highest first.
+        order = sorted(stored, key=lambda k: (k[0], k[1], -k[2] if len(k) == 3 else -(1 << 16)))
+        for key in order:
+            tail = stored[key]
             if not tail.n:
                 continue
+            vhost_name, queue_name = key[0], key[1]
+            level: int | None = key[2] if len(key) == 3 else None  # type: ignore[misc]
             vhost = broker.vhosts.get(vhost_name)
             queue = vhost.queues.get(queue_name) if vhost is not None else None
             if queue is None:
@@ -445,23 +467,32 @@ class DurableState(DurabilityHooks):
                 )
                 continue
             count += tail.n
-            # A long plain queue reads only its head; the rest stays on disk as its
-            # paged tail (read back when it nears the head).
+            # A tail can stay a tail if it is one level's (or a plain queue's) own:
+            # records a priority queue kept under its own key (an older build) mix
+            # levels, and so do level records of a queue declared again without
+            # priorities; those are all read, and join their levels as objects.
+            levels = queue.max_priority
+            pageable = queue.can_page and (
+                (level is None and not levels) or (level is not None and level <= levels)
+            )
             head = tail.n
-            if queue.can_page and tail.n > self.queue_ram_messages:
-                head = self.queue_ram_messages
-            for location, blob, body in self.messages.take_paged(tail, head):
-                message = _message_from_record(blob, body)
-                size = message.size
-                if self.memory_used + size > self.memory_budget and size:
-                    message.body = None  # stays paged out until delivered
-                    self.paged_out += 1
-                    self.paged_out_bytes += size
-                else:
-                    self.memory_used += size
-                queue.restore(message, location)
+            if pageable:
+                left = budget.get((vhost_name, queue_name), self.queue_ram_messages)
+                head = min(tail.n, left)
+                budget[(vhost_name, queue_name)] = left - head
+            if head:
+                for location, blob, body in self.messages.take_paged(tail, head):
+                    message = _message_from_record(blob, body)
+                    size = message.size
+                    if self.memory_used + size > self.memory_budget and size:
+                        message.body = None  # stays paged out until delivered
+                        self.paged_out += 1
+                        self.paged_out_bytes += size
+                    else:
+                        self.memory_used += size
+                    queue.restore(message, location)
             if tail.n:
-                queue.restore_tail(tail)
+                queue.restore_tail(tail, level)
         return count
 
     def close(self) -> None:

@@ -65,7 +65,10 @@ from leveret.store.segments import (
 
 log = logging.getLogger("leveret.store")
 
-QueueKey = tuple[str, str]  # (vhost, queue name)
+# (vhost, queue name), or (vhost, queue name, level) for one priority level of a
+# priority queue: the store keeps each level as a queue of its own, so each comes
+# back from recovery in its own order (the model decides what a level means).
+QueueKey = tuple[str, str] | tuple[str, str, int]
 
 PUBLISH = 1
 ACK = 2
@@ -169,12 +172,17 @@ def _size(n: int) -> int:
 # ---- queue id side file ------------------------------------------------------------------
 
 _QI_MAGIC = b"LVQI"
-_QI_VERSION = 1
+# Version 2 files may hold level keys; a file without any stays version 1, so a data
+# dir without priority queues still opens in a build that knows only version 1, and
+# one with them is refused there rather than misread.
+_QI_VERSION = 2
+_QI_VERSIONS = (1, 2)
 _QI_HEADER = struct.Struct("<4sHH")
 _QI_ENTRY = struct.Struct("<BBI")  # kind, flags, queue id
 _QI_ASSIGN = 1
 _QI_DROP = 2
 _QI_NEXT = 3
+_QI_LEVEL = 0x01  # flag: an ASSIGN whose key has a priority level (a "<H" before vhost)
 
 
 class QueueIds:
@@ -191,6 +199,7 @@ class QueueIds:
         self.next_id = 1
         self._fd = -1
         self._dead = 0
+        self._version = 1  # of the file on disk
 
     def load(self) -> None:
         try:
@@ -200,23 +209,31 @@ class QueueIds:
             data = b""
         if len(data) >= _QI_HEADER.size:
             magic, version, _ = _QI_HEADER.unpack_from(data)
-            if magic == _QI_MAGIC and version != _QI_VERSION:
+            if magic == _QI_MAGIC and version not in _QI_VERSIONS:
                 raise StoreFormatError(f"queue id file {self.path}", version, _QI_VERSION)
+            self._version = version
         if len(data) < _QI_HEADER.size or data[:4] != _QI_MAGIC:
             if data:
                 log.warning("queue id file %s: bad header, starting empty", self.path)
             self._rewrite()
             return
         result = ScanResult()
-        for off, end, kind, _flags in iter_records(data, _QI_HEADER.size, result):
+        for off, end, kind, flags in iter_records(data, _QI_HEADER.size, result):
             (qid,) = struct.unpack_from("<I", data, off + PREFIX_SIZE + 2)
             self.next_id = (
                 max(self.next_id, qid + 1) if kind != _QI_NEXT else max(self.next_id, qid)
             )
             if kind == _QI_ASSIGN:
-                (vlen,) = struct.unpack_from("<H", data, off + PREFIX_SIZE + 6)
-                p = off + PREFIX_SIZE + 8
-                key = (data[p : p + vlen].decode(), data[p + vlen : end].decode())
+                p = off + PREFIX_SIZE + 6
+                level = -1
+                if flags & _QI_LEVEL:
+                    (level,) = struct.unpack_from("<H", data, p)
+                    p += 2
+                (vlen,) = struct.unpack_from("<H", data, p)
+                p += 2
+                key: QueueKey = (data[p : p + vlen].decode(), data[p + vlen : end].decode())
+                if level >= 0:
+                    key = (*key, level)
                 old = self.ids.get(key)
                 if old is not None:
                     self.keys.pop(old, None)
@@ -241,17 +258,24 @@ class QueueIds:
 
     @staticmethod
     def _entry(kind: int, qid: int, key: QueueKey | None = None) -> bytes:
-        body = _QI_ENTRY.pack(kind, 0, qid)
-        if key is not None:
+        if key is None:
+            body = _QI_ENTRY.pack(kind, 0, qid)
+        else:
             vhost = key[0].encode()
+            if len(key) == 3:
+                body = _QI_ENTRY.pack(kind, _QI_LEVEL, qid) + struct.pack("<H", key[2])
+            else:
+                body = _QI_ENTRY.pack(kind, 0, qid)
             body += struct.pack("<H", len(vhost)) + vhost + key[1].encode()
         return RECORD_PREFIX.pack(len(body), zlib.crc32(body)) + body
 
     def _rewrite(self) -> None:
         """Write the live map to a temp file and rename it over: crash-atomic compaction."""
-        parts = [_QI_HEADER.pack(_QI_MAGIC, _QI_VERSION, 0), self._entry(_QI_NEXT, self.next_id)]
+        version = 2 if any(len(key) == 3 for key in self.ids) else 1
+        parts = [_QI_HEADER.pack(_QI_MAGIC, version, 0), self._entry(_QI_NEXT, self.next_id)]
         parts += [self._entry(_QI_ASSIGN, qid, key) for key, qid in self.ids.items()]
         write_atomic(self.path, b"".join(parts))
+        self._version = version
         self._dead = 0
         if self._fd >= 0:
             os.close(self._fd)
@@ -263,6 +287,15 @@ class QueueIds:
 
     def assign(self, key: QueueKey, drop: int | None = None) -> int:
         qid = self.next_id
+        if len(key) == 3 and self._version < 2:
+            # The first level key: mark the file version 2 before it holds one.
+            self.next_id = qid + 1
+            self.ids[key] = qid
+            self.keys[qid] = key
+            if drop is not None:
+                self.keys.pop(drop, None)
+            self._rewrite()
+            return qid
         data = self._entry(_QI_ASSIGN, qid, key)
         if drop is not None:
             data = self._entry(_QI_DROP, drop) + data
@@ -274,6 +307,10 @@ class QueueIds:
         self.ids[key] = qid
         self.keys[qid] = key
         return qid
+
+    def keys_of(self, vhost: str, name: str) -> list[QueueKey]:
+        """The queue's own key and those of its priority levels, as far as assigned."""
+        return [key for key in self.ids if key[0] == vhost and key[1] == name]
 
     def drop(self, key: QueueKey) -> int | None:
         qid = self.ids.get(key)
@@ -817,6 +854,10 @@ class MessageStore:
         if qid is None:
             qid = self._queues.assign(key)
         return qid
+
+    def queue_keys(self, vhost: str, name: str) -> list[QueueKey]:
+        """The keys the store holds for a queue: its own and its priority levels'."""
+        return self._queues.keys_of(vhost, name)
 
     def delete_queue(self, key: QueueKey) -> int:
         """Forget a queue and all its messages; returns how many were dropped."""

@@ -40,8 +40,10 @@ class Queue:
     unacked: int
     stats: MessageStats  # broker.stats: the channel and the queue type count into it
     # Whether the store may keep this queue's messages as disk locations alone
-    # (see ClassicQueue.restore_paged); a type that can says so.
+    # (see ClassicQueue.restore_tail); a type that can says so.
     can_page = False
+    # Priority levels (x-max-priority); 0: none. The store keeps each level apart.
+    max_priority = 0
     # The ids of x-message-deduplication (broker.queue_dedup), or None: most
     # queues never deduplicate and pay one `is None` test per removal.
     dedup: PresentIds | None = None

@@ -18,6 +18,7 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dead_letter
@@ -69,9 +70,22 @@ class ReadyMessages:
 
     `n` (head and tail) is kept as a plain attribute: the dispatch loop tests it
     per message, and an attribute read is much cheaper than a call to __len__.
+
+    A priority queue has one of these per priority level, each with its own tail.
     """
 
-    __slots__ = ("_fresh", "_returned", "tail", "_bytes", "n", "loader", "dropper")
+    __slots__ = (
+        "_fresh",
+        "_returned",
+        "tail",
+        "_bytes",
+        "n",
+        "loader",
+        "dropper",
+        "tail_seq",
+        "restored_at",
+        "restored_left",
+    )
 
     def __init__(self) -> None:
         self._fresh: deque[QueueEntry] = deque()
@@ -81,6 +95,12 @@ class ReadyMessages:
         self.n = 0
         self.loader: Callable[[int], list[QueueEntry]] | None = None
         self.dropper: Callable[[], list[QueueEntry]] | None = None
+        # The queue's bookkeeping for the tail: the last sequence number read back,
+        # and when a restart put recovered messages there (their TTLs count from
+        # then) and how many of the tail's first items those are.
+        self.tail_seq = 0
+        self.restored_at = 0.0
+        self.restored_left = 0
 
     def __len__(self) -> int:
         return self.n
@@ -164,13 +184,17 @@ class ReadyMessages:
 
 
 class PriorityReadyMessages:
-    """x-max-priority queues: one ReadyMessages per priority, highest served first."""
+    """x-max-priority queues: one ReadyMessages per priority, highest served first.
 
-    __slots__ = ("_levels", "max_priority", "n")
+    Each level pages on its own: past the queue's RAM allowance a level keeps its
+    newest messages as a paged tail, which the store keeps as a queue of its own
+    (store.message_store.QueueKey), so a restart gives each level back in order."""
+
+    __slots__ = ("levels", "max_priority", "n")
 
     def __init__(self, max_priority: int) -> None:
         self.max_priority = max_priority
-        self._levels = [ReadyMessages() for _ in range(max_priority + 1)]
+        self.levels = [ReadyMessages() for _ in range(max_priority + 1)]
         self.n = 0
 
     def __len__(self) -> int:
@@ -181,39 +205,52 @@ class PriorityReadyMessages:
 
     @property
     def bytes(self) -> int:
-        return sum(level.bytes for level in self._levels)
+        return sum(level.bytes for level in self.levels)
 
-    def _level(self, entry: QueueEntry) -> ReadyMessages:
-        return self._levels[min(entry.message.priority, self.max_priority)]
+    @property
+    def paged(self) -> int:
+        return sum(level.paged for level in self.levels)
+
+    def level_for(self, message: Message) -> ReadyMessages:
+        return self.levels[min(message.priority, self.max_priority)]
 
     def append(self, entry: QueueEntry) -> None:
-        self._level(entry).append(entry)
+        self.level_for(entry.message).append(entry)
         self.n += 1
 
     def put_back(self, entry: QueueEntry) -> None:
-        self._level(entry).put_back(entry)
+        self.level_for(entry.message).put_back(entry)
         self.n += 1
 
     def _top(self) -> ReadyMessages | None:
-        for level in reversed(self._levels):
+        for level in reversed(self.levels):
             if level:
                 return level
         return None
 
     def peek(self) -> QueueEntry | None:
         top = self._top()
-        return top.peek() if top is not None else None
+        if top is None:
+            return None
+        before = top.n
+        entry = top.peek()
+        self.n -= before - top.n  # a refill may have dropped corrupt records
+        return entry
 
-    def popleft(self) -> QueueEntry:
+    def popleft(self) -> QueueEntry | None:
+        """The next entry by priority; None only when what was left of a level's
+        paged tail turned out corrupt (as ReadyMessages.popleft)."""
         top = self._top()
         if top is None:
             raise IndexError("pop from an empty queue")
-        self.n -= 1
-        return top.popleft()  # type: ignore[return-value]  # a level keeps no paged tail
+        before = top.n
+        entry = top.popleft()
+        self.n -= before - top.n
+        return entry
 
     def clear(self) -> list[QueueEntry]:
         entries: list[QueueEntry] = []
-        for level in reversed(self._levels):
+        for level in reversed(self.levels):
             entries += level.clear()
         self.n = 0
         return entries
@@ -244,10 +281,10 @@ class ClassicQueue(Queue):
         self.dedup = PresentIds() if self.options.deduplication else None
         # Whether any entry may carry an expiry (queue TTL, or a message's expiration).
         self.expiring = self.options.message_ttl is not None
+        # Priority levels (0: none); the store keeps each level's messages apart.
+        self.max_priority = self.options.max_priority or 0
         self.ready: ReadyMessages | PriorityReadyMessages = (
-            PriorityReadyMessages(self.options.max_priority)
-            if self.options.max_priority
-            else ReadyMessages()
+            PriorityReadyMessages(self.max_priority) if self.max_priority else ReadyMessages()
         )
         self.consumers: list[Consumer] = []
         self._rr = 0  # round-robin cursor into consumers
@@ -269,11 +306,6 @@ class ClassicQueue(Queue):
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_due = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
-        # The paged tail: the last sequence number read back, and when a restart
-        # put recovered messages there (their TTLs count from then).
-        self._tail_seq = 0
-        self._restored_at = 0.0
-        self._restored_left = 0  # how many of the tail's first items were recovered
 
     # --- publishing and delivery (hot path) ---------------------------------
 
@@ -289,7 +321,7 @@ class ClassicQueue(Queue):
             # The store may keep a long queue's message as its disk position only
             # (in ready.tail); then the entry object is dropped here.
             if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, True):
-                self._paged_one()
+                self._paged_one(self.ready)  # type: ignore[arg-type]  # plain: one level
             else:
                 self.ready.append(entry)
             if self.consumers:
@@ -307,42 +339,54 @@ class ClassicQueue(Queue):
         if self.dedup is not None:  # the ids come back with the messages
             self.dedup.add(message_dedup_id(message))
 
-    def restore_tail(self, tail: PagedTail) -> None:
-        """Put back recovered messages as a paged tail, without reading them: they are
-        read when they near the head. TTLs, if any, then count from this moment, as
-        for restore()."""
-        self._restored_at = time.monotonic()
-        self._restored_left = tail.n
+    def level_of(self, message: Message) -> ReadyMessages:
+        """Where `message` waits: the queue's ReadyMessages, or its priority level's."""
         ready = self.ready
-        assert type(ready) is ReadyMessages, "only a pageable queue keeps a paged tail"
+        if type(ready) is ReadyMessages:
+            return ready
+        return ready.level_for(message)  # type: ignore[union-attr]
+
+    def tail_for(self, message: Message) -> PagedTail | None:
+        """The paged tail `message` would join, if its level has one yet (the store asks)."""
+        return self.level_of(message).tail
+
+    def attach_tail(self, message: Message, tail: PagedTail) -> None:
+        """The store's paged tail for `message`'s level (it creates one when the level
+        first pages a message)."""
+        self.level_of(message).tail = tail
+
+    def restore_tail(self, tail: PagedTail, level: int | None = None) -> None:
+        """Put back recovered messages as a paged tail (of priority `level`, for a
+        priority queue), without reading them: they are read when they near the
+        head. TTLs, if any, then count from this moment, as for restore()."""
+        ready = self.ready if level is None else self.ready.levels[level]  # type: ignore[union-attr]
+        assert type(ready) is ReadyMessages, "a tail belongs to one level"
+        ready.restored_at = time.monotonic()
+        ready.restored_left = tail.n
         ready.tail = tail
-        self._tail_starts(self._seq)
+        self._tail_starts(ready, self._seq)
         # Numbers stay ahead of every tail message, as if each had been enqueued.
         self._seq += tail.n
         ready.n += tail.n
+        if ready is not self.ready:
+            self.ready.n += tail.n
 
-    def attach_tail(self, tail: PagedTail) -> None:
-        """The store's paged tail for this queue (it creates one when the queue first
-        pages a message)."""
-        ready = self.ready
-        assert type(ready) is ReadyMessages, "only a pageable queue keeps a paged tail"
-        ready.tail = tail
-
-    def _paged_one(self) -> None:
-        """Message number self._seq went into the paged tail (the store put it there)."""
-        ready = self.ready
+    def _paged_one(self, ready: ReadyMessages) -> None:
+        """Message number self._seq went into `ready`'s paged tail (the store put it there)."""
         if ready.paged == 1:  # the first one
-            self._tail_starts(self._seq - 1)
+            self._tail_starts(ready, self._seq - 1)
         ready.n += 1
+        if ready is not self.ready:
+            self.ready.n += 1
 
-    def _tail_starts(self, before: int) -> None:
+    def _tail_starts(self, ready: ReadyMessages, before: int) -> None:
         # Read back, tail items are numbered on from `before`: after every entry of
-        # the head, whose numbers are all below the tail's.
-        ready = self.ready
-        ready.loader = self._load_tail  # type: ignore[union-attr]
-        ready.dropper = self._drop_tail  # type: ignore[union-attr]
-        if before > self._tail_seq:
-            self._tail_seq = before
+        # the level's head, whose numbers are all below the tail's.
+        if ready.loader is None:
+            ready.loader = partial(self._load_tail, ready)
+            ready.dropper = partial(self._drop_tail, ready)
+        if before > ready.tail_seq:
+            ready.tail_seq = before
 
     @property
     def can_page(self) -> bool:
@@ -358,15 +402,14 @@ class ClassicQueue(Queue):
             entry.expires_at = now + ttl / 1000.0
             self.expiring = True
 
-    def _load_tail(self, limit: int) -> list[QueueEntry]:
-        """ReadyMessages' loader: QueueEntries for the tail's next `limit` items.
+    def _load_tail(self, ready: ReadyMessages, limit: int) -> list[QueueEntry]:
+        """A ReadyMessages' loader: QueueEntries for its tail's next `limit` items.
 
         Sequence numbers only order requeued entries among themselves, so numbering
         on from the last materialised one keeps the original order."""
-        tail = self.ready.tail  # type: ignore[union-attr]
-        items = self.vhost.hooks.load_tail(tail, limit)
+        items = self.vhost.hooks.load_tail(ready.tail, limit)
         entries = []
-        seq = self._tail_seq
+        seq = ready.tail_seq
         for item in items:
             if type(item) is QueueEntry:
                 seq = item.seq = max(seq + 1, item.seq)
@@ -376,9 +419,9 @@ class ClassicQueue(Queue):
             seq += 1
             entry = QueueEntry(seq, message, location.redelivered)
             entry.location = location
-            restored = self._restored_left > 0
+            restored = ready.restored_left > 0
             if restored:
-                self._restored_left -= 1
+                ready.restored_left -= 1
             if expires_at:  # paged with its deadline
                 entry.expires_at = expires_at
                 self.expiring = True
@@ -386,15 +429,15 @@ class ClassicQueue(Queue):
                 # Recovered at startup (no deadline on disk): a TTL counts from the
                 # restart. A message paged since had no TTL when it was queued, and
                 # a TTL policy set later does not apply to it.
-                self._start_expiry(entry, self._restored_at)
+                self._start_expiry(entry, ready.restored_at)
             entries.append(entry)
-        self._tail_seq = seq
+        ready.tail_seq = seq
         return entries
 
-    def _drop_tail(self) -> list[QueueEntry]:
-        """ReadyMessages' dropper: free the tail's positions; its held entries come back."""
-        self._restored_left = 0
-        return self.vhost.hooks.drop_tail(self.ready.tail)  # type: ignore[union-attr]
+    def _drop_tail(self, ready: ReadyMessages) -> list[QueueEntry]:
+        """A ReadyMessages' dropper: free its tail's positions; held entries come back."""
+        ready.restored_left = 0
+        return self.vhost.hooks.drop_tail(ready.tail)
 
     def dispatch(self, check_expiry: bool = True) -> None:
         """Hand ready messages to consumers with spare capacity, round-robin."""
@@ -492,7 +535,7 @@ class ClassicQueue(Queue):
             return False
         # A queue with TTLs may page too: the deadline stays with the disk position.
         if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, self.pageable):
-            self._paged_one()
+            self._paged_one(self.level_of(message))
         else:
             self.ready.append(entry)
         if dedup is not None:
