@@ -8,6 +8,11 @@ bound to a durable direct exchange with the same key, so each message there is o
 FANOUT record for both; one through the default exchange), with some messages acked
 and some delivered-but-unacked beforehand, differently in each queue, SIGKILL at a
 random moment, restart on the same data dir and check what came back.
+
+The broker keeps only RAM messages of a queue as objects, so every queue pages, and
+the second exchange queue is a priority queue (its levels page apart): messages
+through the exchange carry priorities 0-3, and there the order is kept per
+publisher within each priority.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import threading
 import time
 from collections import Counter
 
+import pika
 import pika.exceptions
 import pytest
 from durability_support import (
@@ -41,6 +47,12 @@ ROUTES = {QUEUE_X: (QUEUE_X, QUEUE_X2), QUEUE_D: (QUEUE_D,)}
 QUEUES = (QUEUE_X, QUEUE_X2, QUEUE_D)
 PUBLISHERS = 4
 PRE = 60  # messages per queue before the publishing storm
+RAM = 100  # --queue-ram-messages: past this many, a queue (or its levels) pages
+PRIORITIES = 3  # x-max-priority of QUEUE_X2
+
+
+def _priority(seq: int) -> int:
+    return seq // 2 % (PRIORITIES + 1)
 
 
 class Publisher(threading.Thread):
@@ -70,13 +82,15 @@ class Publisher(threading.Thread):
                 tag = f"{self.index}-{seq}"
                 size = self.rnd.choice((0, 16, 200, 1500, 9000, 70000, 200000))
                 body = make_body(tag, size)
+                props = PERSISTENT
                 if seq % 2:
                     queue, args = QUEUE_X, (EXCHANGE, "a")
+                    props = pika.BasicProperties(delivery_mode=2, priority=_priority(seq))
                 else:
                     queue, args = QUEUE_D, ("", QUEUE_D)
                 self.attempted[tag] = queue
                 self.unconfirmed.add(tag)
-                ch.basic_publish(*args, body=body, properties=PERSISTENT, mandatory=True)
+                ch.basic_publish(*args, body=body, properties=props, mandatory=True)
                 self.unconfirmed.discard(tag)
                 self.confirmed[tag] = queue
                 seq += 1
@@ -94,7 +108,8 @@ def _setup_topology(broker) -> None:
     ch = conn.channel()
     ch.exchange_declare(EXCHANGE, "direct", durable=True)
     for queue in QUEUES:
-        ch.queue_declare(queue, durable=True)
+        arguments = {"x-max-priority": PRIORITIES} if queue == QUEUE_X2 else None
+        ch.queue_declare(queue, durable=True, arguments=arguments)
     ch.queue_bind(QUEUE_X, EXCHANGE, "a")
     ch.queue_bind(QUEUE_X2, EXCHANGE, "a")
     conn.close()
@@ -209,14 +224,15 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
                 assert counts[tag] == 1, f"{queue}: confirmed {tag} seen {counts[tag]} times"
         dups = {t: n for t, n in counts.items() if n > 1 and t not in unconfirmed}
         assert not dups, f"{queue}: duplicates of confirmed messages: {dups}"
-        # Per publisher, publish order is kept.
-        last: dict[str, int] = {}
+        # Per publisher (and priority, in the priority queue), publish order is kept.
+        last: dict[tuple[str, int], int] = {}
         for tag in tags:
             if tag.startswith("pre"):
                 continue
             pub, seq = tag.split("-")
-            assert int(seq) > last.get(pub, -1), f"{queue}: {tag} out of order"
-            last[pub] = int(seq)
+            key = (pub, _priority(int(seq)) if queue == QUEUE_X2 else 0)
+            assert int(seq) > last.get(key, -1), f"{queue}: {tag} out of order"
+            last[key] = int(seq)
 
     assert_exit_ok(broker)
     return {
@@ -231,7 +247,7 @@ def test_kill_9_while_publishing_with_confirms(tmp_path, soak_rounds):
     seed = rnd.randrange(1 << 30)
     rnd.seed(seed)
     with Brokers(tmp_path) as brokers:
-        broker = brokers.new(name="crash")
+        broker = brokers.new(name="crash", extra=("--queue-ram-messages", str(RAM)))
         broker.start()
         stats = []
         for round_no in range(soak_rounds):
