@@ -40,11 +40,13 @@ def _declare(ch) -> None:
     for name in PLAIN:
         ch.queue_declare(name, durable=True)
     # A TTL queue shares the record too (the deadline stays in RAM with the
-    # position); a queue with a byte limit writes its own; a transient queue none.
+    # position), and so does a queue with a byte limit (its tail counts bodies); a
+    # deduplicating queue, which cannot page, writes its own; a transient queue none.
     ch.queue_declare("fan.ttl", durable=True, arguments={"x-message-ttl": 3_600_000})
     ch.queue_declare("fan.limited", durable=True, arguments={"x-max-length-bytes": 10**9})
+    ch.queue_declare("fan.dedup", durable=True, arguments={"x-message-deduplication": True})
     ch.queue_declare("fan.transient", durable=False)
-    for name in (*PLAIN, "fan.ttl", "fan.limited", "fan.transient"):
+    for name in (*PLAIN, "fan.ttl", "fan.limited", "fan.dedup", "fan.transient"):
         ch.queue_bind(name, "fan")
 
 
@@ -64,8 +66,8 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     for i in range(COUNT):
         ch.basic_publish("fan", "", _body(i), props)
     written = _disk_bytes(broker) - before
-    # Per message: one FANOUT record for the plain and TTL durable queues, one record
-    # of its own for the limited queue, and past its first 100 the transient queue pages
+    # Per message: one FANOUT record for the plain, TTL and limited durable queues, one
+    # record of its own for the deduplicating queue, and past its first 100 the transient queue pages
     # the body out as a record that recovery ignores. Without the shared record the
     # four queues would write three bodies more per message.
     expected = (2 * COUNT + (COUNT - 100)) * SIZE
@@ -80,6 +82,7 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     unacked = [ch.basic_get("fan.c", auto_ack=False) for _ in range(10)]
     assert [m[2] for m in unacked] == [_body(i) for i in range(10)]
     ch.queue_purge("fan.limited")
+    ch.queue_purge("fan.dedup")
     # ACKs and purges are written after their replies: a confirmed publish behind
     # them (the log keeps order) makes sure they are on disk before the SIGKILL.
     ch.queue_declare("fence", durable=True)
@@ -89,8 +92,10 @@ def test_fan_out_body_is_written_once_and_each_queue_recovers_alone(brokers):
     broker.start()
     conn = broker.connect()
     ch = conn.channel()
-    counts = {name: message_count(ch, name) for name in (*PLAIN, "fan.ttl", "fan.limited")}
-    want = {"fan.a": 0, "fan.b": COUNT // 2, "fan.c": COUNT, "fan.ttl": COUNT, "fan.limited": 0}
+    names = (*PLAIN, "fan.ttl", "fan.limited", "fan.dedup")
+    counts = {name: message_count(ch, name) for name in names}
+    want = {"fan.a": 0, "fan.b": COUNT // 2, "fan.c": COUNT, "fan.ttl": COUNT}
+    want |= {"fan.limited": 0, "fan.dedup": 0}
     assert counts == want, counts
     got = drain_queue(ch, "fan.b")
     assert [body for body, _r, _p in got] == [_body(i) for i in range(COUNT // 2, COUNT)]

@@ -158,10 +158,12 @@ def test_bookkeeping_per_paged_message_is_under_16_bytes(tmp_path: Path) -> None
     store.close()
 
 
-@pytest.mark.parametrize("turns", ["none", "held"])
+@pytest.mark.parametrize(
+    ("turns", "exact"), [("none", False), ("held", False), ("none", True), ("held", True)]
+)
 @pytest.mark.parametrize("restart", ["clean", "scan"])
 def test_random_operations_with_a_paged_tail_match_a_model(
-    tmp_path: Path, restart: str, turns: str
+    tmp_path: Path, restart: str, turns: str, exact: bool
 ) -> None:
     """A queue's life on tiny segments (so compaction moves paged records): nothing
     is lost, resurrected, reordered or misflagged, across reopens, whether they read
@@ -169,7 +171,10 @@ def test_random_operations_with_a_paged_tail_match_a_model(
 
     turns="none": no event loop, so every append flushes (and writes the ACKs noted
     so far); "held": a loop that never runs, so records and ACKs wait for a read, a
-    segment's deletion or the close (the longest batches the store can see)."""
+    segment's deletion or the close (the longest batches the store can see).
+
+    exact: the tail counts its bodies' bytes exactly (x-max-length-bytes queues), as
+    checked after every step, also once a reopen has read its extras back."""
     rng = random.Random(4321)
     seg = 2048
     loop = asyncio.new_event_loop() if turns == "held" else None
@@ -179,7 +184,9 @@ def test_random_operations_with_a_paged_tail_match_a_model(
             (tmp_path / "msgs" / "clean.idx").unlink(missing_ok=True)
         store = MessageStore(str(tmp_path), segment_size=seg, loop=loop)
         rec = store.open_paged()
-        tail = rec.get(Q) or store.paged_index(Q)
+        tail = rec.get(Q) or store.paged_index(Q, exact)
+        if exact:
+            store.make_exact(tail)
         return store, tail, [], []
 
     store, tail, head, unacked = fresh()
@@ -236,6 +243,9 @@ def test_random_operations_with_a_paged_tail_match_a_model(
             assert [loc.redelivered for loc, _h, _b in items] == [row[1] for row in model], step
             head = [loc for loc, _h, _b in items]
             in_tail = 0
+        if exact:
+            in_the_tail = model[len(model) - in_tail :] if in_tail else []
+            assert tail.nbytes == sum(len(body) for body, _r in in_the_tail), step
     # 6000 steps wrote about 730 segments.
     _close_with_disk_bounded(store, seg, loop)
 
@@ -261,7 +271,11 @@ class _Queue:
 
     def __init__(self, store: MessageStore, key: tuple[str, str], paged: PagedIndex | None):
         self.key = key
-        self.tail = paged or store.paged_index(key)
+        # Queue "c" counts its tail's bodies exactly (as x-max-length-bytes queues do).
+        self.exact = key[1] == "c"
+        self.tail = paged or store.paged_index(key, self.exact)
+        if self.exact:
+            store.make_exact(self.tail)
         self.head: list = []
         self.unacked: list = []
         self.model: list[list] = []
@@ -367,4 +381,8 @@ def test_random_fan_out_matches_a_model(
                 assert flags == [row[1] for row in expected[key]], (step, key)
                 t.head = [loc for loc, _h, _b in items]
                 t.model = expected[key]
+        for t in queues.values():
+            if t.exact:
+                in_the_tail = t.model[len(t.model) - t.in_tail :] if t.in_tail else []
+                assert t.tail.nbytes == sum(len(b) for b, _r in in_the_tail), step
     _close_with_disk_bounded(store, seg, loop)

@@ -134,6 +134,11 @@ class DurabilityHooks:
         """Free a paged tail's messages (purge, delete); returns its held entries."""
         raise RuntimeError("messages were paged out but no store is attached")
 
+    def count_tail_bodies(self, tail: PagedTail) -> None:
+        """From now on let `tail.nbytes` be its bodies' bytes exactly (a policy gave
+        the queue x-max-length-bytes after it had paged)."""
+        raise RuntimeError("messages were paged out but no store is attached")
+
     def disk_backlogged(self) -> bool:
         """True when writes queue up faster than the disk takes them."""
         return False

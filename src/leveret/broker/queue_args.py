@@ -60,11 +60,11 @@ class QueueOptions:
     @property
     def pageable(self) -> bool:
         """True when the queue may keep messages as disk positions only. Message TTLs
-        are fine (the deadline is kept with the position), so is x-max-length (a
-        count), and so are priorities (each level pages on its own).
-        x-max-length-bytes counts body bytes, which a position does not know
-        exactly; deduplication needs every message as an object."""
-        return self.max_length_bytes is None and not self.deduplication
+        are fine (the deadline is kept with the position), so are length limits
+        (x-max-length-bytes makes the tail count its bodies' bytes exactly) and
+        priorities (each level pages on its own). Deduplication needs every
+        message's id, which a position does not know."""
+        return not self.deduplication
 
     @property
     def plain(self) -> bool:

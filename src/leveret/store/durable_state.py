@@ -263,7 +263,9 @@ class DurableState(DurabilityHooks):
         if may_page and (over_budget or queue.ready.n >= self.queue_ram_messages):
             tail = queue.tail_for(message)  # type: ignore[attr-defined]
             if tail is None:
-                tail = self.messages.paged_index(_store_key(queue, message))
+                # x-max-length-bytes counts bodies exactly: so must the tail.
+                exact = queue.options.max_length_bytes is not None  # type: ignore[attr-defined]
+                tail = self.messages.paged_index(_store_key(queue, message), exact)
                 queue.attach_tail(message, tail)  # type: ignore[attr-defined]
             # A TTL's deadline stays with the position (the queue's clock: opaque here).
             if shared is not None:
@@ -365,6 +367,9 @@ class DurableState(DurabilityHooks):
 
     def drop_tail(self, tail: Any) -> list[QueueEntry]:
         return self.messages.drop_paged(tail)
+
+    def count_tail_bodies(self, tail: Any) -> None:
+        self.messages.make_exact(tail)
 
     def _forget_bodies(self, entries: list[QueueEntry]) -> None:
         for entry in entries:
@@ -492,6 +497,8 @@ class DurableState(DurabilityHooks):
                         self.memory_used += size
                     queue.restore(message, location)
             if tail.n:
+                if queue.options.max_length_bytes is not None:
+                    self.messages.make_exact(tail)
                 queue.restore_tail(tail, level)
         return count
 

@@ -141,14 +141,17 @@ class SharedRecord:
     Each queue takes its slot as it enqueues the message (`take_slot`,
     `take_slot_paged`); a slot no queue takes is let go (`release_slot`)."""
 
-    __slots__ = ("segment", "offset", "size", "first", "qids")
+    __slots__ = ("segment", "offset", "size", "first", "qids", "extra")
 
-    def __init__(self, segment: int, offset: int, size: int, first: int, qids: list[int]) -> None:
+    def __init__(
+        self, segment: int, offset: int, size: int, first: int, qids: list[int], extra: int = 0
+    ) -> None:
         self.segment = segment
         self.offset = offset
         self.size = size
         self.first = first  # message id of slot 0; slot k has first + k
         self.qids = qids
+        self.extra = extra  # bytes beyond the fixed part that are not body: ids, header
 
 
 class TransientLocation(Location):
@@ -349,6 +352,15 @@ def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[byte
     rtype, _flags, n, _mid, hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)
     start = _PUB_HEAD if rtype == PUBLISH else _PUB_HEAD + 4 * n  # FANOUT: after the ids
     return bytes(record[start : start + hlen]), bytes(record[start + hlen :])
+
+
+def _record_extra(record: memoryview, size: int) -> int:
+    """What a PUBLISH or FANOUT record holds beyond its fixed part that is not body."""
+    if len(record) < _PUB_HEAD:
+        return 0
+    rtype, _flags, n, _mid, hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)
+    extra = hlen + (4 * n if rtype == FANOUT else 0)
+    return min(extra, max(0, size - _PUB_HEAD))
 
 
 def _fanout_qids(record: bytes | memoryview, off: int = 0) -> tuple[int, tuple[int, ...]]:
@@ -892,13 +904,34 @@ class MessageStore:
 
     # ---- paged tails -----------------------------------------------------------------
 
-    def paged_index(self, key: QueueKey) -> PagedIndex:
-        """The queue's paged tail, created empty on first use."""
+    def paged_index(self, key: QueueKey, exact: bool = False) -> PagedIndex:
+        """The queue's paged tail, created empty on first use; `exact`: one that
+        counts its bodies' bytes exactly (see PagedIndex)."""
         qid = self.queue_id(key)
         paged = self._paged.get(qid)
         if paged is None:
-            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
+            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD, exact)
+        elif exact and not paged.exact:
+            self.make_exact(paged)
         return paged
+
+    def make_exact(self, paged: PagedIndex) -> None:
+        """Let a tail count its bodies' bytes exactly: what each record holds beyond
+        its body is read from the record's fixed part (reading the tail's records
+        once, in stretches; for queues with x-max-length-bytes only)."""
+        if paged.exact:
+            return
+
+        def extras_of(run: Run) -> array:
+            extras = array("I", bytes(4 * run.start))
+            a = run.start
+            for _k, _off, size, record in self._read_positions(
+                run.seq, run.offs[a:], run.sizes[a:]
+            ):
+                extras.append(_record_extra(record, size))
+            return extras
+
+        paged.make_exact(extras_of)
 
     def publish_paged(
         self,
@@ -914,7 +947,7 @@ class MessageStore:
         the position (and `stamp`, if not 0) is kept in RAM (no Location, no index
         entry)."""
         seq, off, size, _mid = self._write_publish(paged.qid, header, body, on_durable, transient)
-        paged.append(seq, off, size, TRANSIENT if transient else 0, stamp)
+        paged.append(seq, off, size, TRANSIENT if transient else 0, stamp, len(header))
 
     def take_paged(self, paged: PagedIndex, limit: int, stamped: bool = False) -> list[Any]:
         """Up to `limit` messages from the front of a paged tail: held entries as they
@@ -1104,7 +1137,7 @@ class MessageStore:
             self._rolled(seq)
         # Each slot counts the whole record until its queue lets go of it.
         self._live[seq] = self._live.get(seq, 0) + size * n
-        return SharedRecord(seq, off, _size(size), first, qids)
+        return SharedRecord(seq, off, _size(size), first, qids, len(slots) + hlen)
 
     def take_slot(self, shared: SharedRecord, k: int) -> Location:
         """Slot `k` of a FANOUT record, as the Location its queue holds."""
@@ -1114,7 +1147,7 @@ class MessageStore:
 
     def take_slot_paged(self, shared: SharedRecord, paged: PagedIndex, stamp: float = 0.0) -> None:
         """A slot of a FANOUT record, kept in its queue's paged tail."""
-        paged.append(shared.segment, shared.offset, shared.size, 0, stamp)
+        paged.append(shared.segment, shared.offset, shared.size, 0, stamp, shared.extra)
 
     def release_slot(self, shared: SharedRecord, k: int) -> None:
         """Slot `k` that its queue did not take: acked at once, so no restart brings

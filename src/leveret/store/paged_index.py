@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import compress
 from typing import Any
 
@@ -34,7 +34,7 @@ TRANSIENT = 0x02  # written only to page a body out; recovery ignores it
 class Run:
     """Tail messages in one segment, at rising offsets; `start` skips those taken."""
 
-    __slots__ = ("seq", "offs", "sizes", "flags", "stamps", "start")
+    __slots__ = ("seq", "offs", "sizes", "flags", "stamps", "extras", "start")
 
     def __init__(
         self,
@@ -43,12 +43,16 @@ class Run:
         sizes: array | None = None,
         flags: bytearray | None = None,
         stamps: array | None = None,
+        extras: array | None = None,
     ) -> None:
         self.seq = seq
         self.offs = offs if offs is not None else array("I")
         self.sizes = sizes if sizes is not None else array("I")
         self.flags = flags  # None while every message's flags are 0
         self.stamps = stamps  # None while no message has a stamp (expiry time)
+        # Exact tails only: each record's bytes beyond the fixed part that are not
+        # body (routing, properties, a fan-out record's queue ids).
+        self.extras = extras
         self.start = 0
 
     def __len__(self) -> int:
@@ -71,13 +75,18 @@ class _Held:
 class PagedIndex:
     """One queue's paged tail, oldest first. `n` counts positions and held entries;
     `nbytes` is what the positions' bodies count for: each record's size less
-    `overhead` (its fixed part; routing and properties are still included)."""
+    `overhead` (its fixed part; routing and properties are still included).
 
-    __slots__ = ("qid", "overhead", "_items", "_by_seq", "n", "nbytes")
+    An *exact* tail (a queue with x-max-length-bytes, which counts body bytes as
+    RabbitMQ does) also keeps each record's `extra` bytes (4 a message), so that
+    its `nbytes` is the bodies' bytes exactly."""
 
-    def __init__(self, qid: int, overhead: int = 0) -> None:
+    __slots__ = ("qid", "overhead", "exact", "_items", "_by_seq", "n", "nbytes")
+
+    def __init__(self, qid: int, overhead: int = 0, exact: bool = False) -> None:
         self.qid = qid
         self.overhead = overhead
+        self.exact = exact
         self._items: deque[Run | _Held] = deque()
         self._by_seq: dict[int, list[Run]] = {}
         self.n = 0
@@ -88,15 +97,21 @@ class PagedIndex:
 
     # ---- filling ---------------------------------------------------------------------
 
-    def append(self, seq: int, off: int, size: int, flags: int = 0, stamp: float = 0.0) -> None:
+    def append(
+        self, seq: int, off: int, size: int, flags: int = 0, stamp: float = 0.0, extra: int = 0
+    ) -> None:
         """A message whose record is at (seq, off), `size` bytes long, joins the tail;
-        `stamp` (0: none) comes back with it from `popleft`."""
+        `stamp` (0: none) comes back with it from `popleft`; `extra` (what of the
+        record is neither the fixed part nor the body) counts only in exact tails."""
         items = self._items
         run = items[-1] if items else None
         if type(run) is not Run or run.seq != seq or (run.offs and off <= run.offs[-1]):
-            run = Run(seq)
+            run = Run(seq, extras=array("I") if self.exact else None)
             items.append(run)
             self._by_seq.setdefault(seq, []).append(run)
+        if run.extras is not None:
+            run.extras.append(extra)
+            self.nbytes -= extra
         if flags:
             if run.flags is None:
                 run.flags = bytearray(len(run.offs))
@@ -122,6 +137,8 @@ class PagedIndex:
         self._by_seq.setdefault(run.seq, []).append(run)
         self.n += len(run)
         self.nbytes += sum(run.sizes) - self.overhead * len(run)
+        if run.extras is not None:
+            self.nbytes -= sum(run.extras)
 
     def hold(self, entry: Any, size: int) -> None:
         """Keep an entry the queue could not page in its place, behind the rest;
@@ -161,6 +178,8 @@ class PagedIndex:
             taken = b - a
             self.n -= taken
             self.nbytes -= sum(sizes) - self.overhead * taken
+            if item.extras is not None:
+                self.nbytes += sum(item.extras[a:b])
             left -= taken
             if b == len(item.offs):
                 items.popleft()
@@ -205,6 +224,7 @@ class PagedIndex:
             cur: Run | None = None
             flags = run.flags
             stamps = run.stamps
+            extras = run.extras
             for i in range(run.start, len(run.offs)):
                 new_seq, new_off = moved[run.offs[i]]
                 if cur is None or cur.seq != new_seq:
@@ -212,6 +232,7 @@ class PagedIndex:
                         new_seq,
                         flags=bytearray() if flags is not None else None,
                         stamps=array("d") if stamps is not None else None,
+                        extras=array("I") if extras is not None else None,
                     )
                     pieces.append(cur)
                 cur.offs.append(new_off)
@@ -220,6 +241,8 @@ class PagedIndex:
                     cur.flags.append(flags[i])  # type: ignore[union-attr]
                 if stamps is not None:
                     cur.stamps.append(stamps[i])  # type: ignore[union-attr]
+                if extras is not None:
+                    cur.extras.append(extras[i])  # type: ignore[union-attr]
             at = _index_of(items, run)
             del items[at]
             for k, piece in enumerate(pieces):
@@ -242,9 +265,21 @@ class PagedIndex:
                         del run.flags[cut:]
                     if run.stamps is not None:
                         del run.stamps[cut:]
+                    if run.extras is not None:
+                        self.nbytes += sum(run.extras[cut:])
+                        del run.extras[cut:]
                     lost += gone
         self.n -= lost
         return lost
+
+    def make_exact(self, extras_of: Callable[[Run], array]) -> None:
+        """Count bodies exactly from now on: `extras_of(run)` gives a run's extras
+        (read from its records by the store) for every run that has none yet."""
+        self.exact = True
+        for item in self._items:
+            if type(item) is Run and item.extras is None:
+                item.extras = extras_of(item)
+                self.nbytes -= sum(item.extras[item.start :])
 
     def runs(self) -> Iterator[Run]:
         return (item for item in self._items if type(item) is Run and len(item))

@@ -346,6 +346,10 @@ class ClassicQueue(Queue):
             return ready
         return ready.level_for(message)  # type: ignore[union-attr]
 
+    def _ready_levels(self) -> list[ReadyMessages]:
+        ready = self.ready
+        return ready.levels if type(ready) is PriorityReadyMessages else [ready]  # type: ignore[union-attr,list-item]
+
     def tail_for(self, message: Message) -> PagedTail | None:
         """The paged tail `message` would join, if its level has one yet (the store asks)."""
         return self.level_of(message).tail
@@ -631,6 +635,11 @@ class ClassicQueue(Queue):
         self.pageable = options.pageable
         if options.message_ttl is not None:
             self.expiring = True
+        if options.max_length_bytes is not None and old.max_length_bytes is None:
+            # Paged tails counted record bytes: from now on they count bodies exactly.
+            for ready in self._ready_levels():
+                if ready.tail is not None:
+                    self.vhost.hooks.count_tail_bodies(ready.tail)
         if options.max_length is not None or options.max_length_bytes is not None:
             self._drop_head_over_limit()
         if options.expires != old.expires:
