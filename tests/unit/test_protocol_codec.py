@@ -34,7 +34,9 @@ def test_decode_publish_matches_pamqp(exchange, key, mandatory, immediate):
             exchange=exchange, routing_key=key, mandatory=mandatory, immediate=immediate
         )
     )
-    assert wire.decode_publish(payload) == (exchange, key, mandatory, immediate)
+    ex, rk = exchange.encode(), key.encode()
+    names = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+    assert wire.decode_publish(payload) == (exchange, key, mandatory, immediate, names)
 
 
 @pytest.mark.parametrize("tag,multiple", [(1, False), (2**63 - 1, True), (12345, True)])

@@ -392,7 +392,16 @@ class Return(Event):
 class Publish(Event):
     """Server role: basic.publish with its content."""
 
-    __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate", "header", "body")
+    __slots__ = (
+        "channel",
+        "exchange",
+        "routing_key",
+        "mandatory",
+        "immediate",
+        "names",
+        "header",
+        "body",
+    )
 
     def __init__(
         self,
@@ -401,6 +410,7 @@ class Publish(Event):
         routing_key: str,
         mandatory: bool,
         immediate: bool,
+        names: bytes,
         header: bytes,
         body: bytes,
     ) -> None:
@@ -409,6 +419,9 @@ class Publish(Event):
         self.routing_key = routing_key
         self.mandatory = mandatory
         self.immediate = immediate
+        # Exchange and routing key as the two short strings that arrived (see
+        # methods.decode_publish); deliveries reuse them.
+        self.names = names
         self.header = header
         self.body = body
 

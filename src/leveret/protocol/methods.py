@@ -111,22 +111,23 @@ def encode_method(method: Any, channel: int) -> bytes:
 # --- hot path ---------------------------------------------------------------
 
 
-def decode_publish(payload: bytes, start: int = 0) -> tuple[str, str, bool, bool]:
-    """basic.publish → (exchange, routing_key, mandatory, immediate) without pamqp.
+def decode_publish(payload: bytes, start: int = 0) -> tuple[str, str, bool, bool, bytes]:
+    """basic.publish → (exchange, routing_key, mandatory, immediate, names) without pamqp.
 
     `start` is where the payload begins in `payload` (a frame buffer, say).
+    `names` is the exchange and routing key as the two short strings that
+    arrived: a basic.deliver carries them again, so they are kept, not re-encoded.
     """
     try:
         pos = start + 6  # method index (4) + reserved short (2)
         n = payload[pos]
         exchange = payload[pos + 1 : pos + 1 + n].decode()
-        pos += 1 + n
-        n = payload[pos]
-        routing_key = payload[pos + 1 : pos + 1 + n].decode()
-        bits = payload[pos + 1 + n]
+        end = pos + 2 + n + payload[pos + 1 + n]
+        routing_key = payload[pos + 2 + n : end].decode()
+        bits = payload[end]
     except (IndexError, UnicodeDecodeError) as exc:
         raise FrameError(SYNTAX_ERROR, f"malformed Basic.Publish frame: {exc}") from None
-    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos:end]
 
 
 def decode_ack(payload: bytes) -> tuple[int, bool]:

@@ -212,7 +212,6 @@ class Channel(ModelMethods, PublishMethods):
         body = message.body
         if body is None or entry.location is not None:
             body = queue.delivery_body(entry)  # paged out, or durable: the store's part
-        frame_max = self.conn.frame_max
         deliver = wire.encode_deliver(
             n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
         )
@@ -233,7 +232,7 @@ class Channel(ModelMethods, PublishMethods):
                 ),
                 len(deliver) + len(header) + size + 16,
             )
-        elif size and size <= frame_max - 8:
+        elif size and size <= self.conn.core.frame_max - 8:
             # A large body goes out as it is (writev); the frames before it are joined.
             header = message.header
             self.conn.write_large(

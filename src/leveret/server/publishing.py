@@ -99,13 +99,16 @@ class PublishMethods:
         _class_id, _weight, _size, flags, delivery_mode = parse_header(header)
         if flags & FLAG_USER_ID:
             self._check_user_id(header)
+        name = exchange.name
         message = Message(
-            exchange.name,
+            name,
             event.routing_key,
             header,
             event.body,
             flags,
             delivery_mode == 2,
+            # The names as they arrived, unless the exchange was found under another.
+            event.names if name == event.exchange else None,
         )
         if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
             self._apply_special_properties(message, flags)

@@ -451,18 +451,24 @@ class ClassicQueue(Queue):
         check_expiry = check_expiry and self.expiring
         while ready.n and consumers:
             n = len(consumers)
-            start = self._rr
-            best = None
-            # Highest consumer priority wins; round-robin among equals.
-            for k in range(n):
-                c = consumers[(start + k) % n]
-                if c.active and c.can_take() and (best is None or c.priority > best.priority):
-                    best = c
-                    self._rr = (start + k + 1) % n
-                    if c.priority >= top:
-                        break  # nobody outranks this one
-            if best is None:
-                break
+            if n == 1:
+                # The common case, without the round-robin arithmetic.
+                best = consumers[0]
+                if not (best.active and best.can_take()):
+                    break
+            else:
+                start = self._rr
+                best = None
+                # Highest consumer priority wins; round-robin among equals.
+                for k in range(n):
+                    c = consumers[(start + k) % n]
+                    if c.active and c.can_take() and (best is None or c.priority > best.priority):
+                        best = c
+                        self._rr = (start + k + 1) % n
+                        if c.priority >= top:
+                            break  # nobody outranks this one
+                if best is None:
+                    break
             if check_expiry and self._drop_expired_head():
                 continue
             entry = ready.popleft()
