@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 from pamqp import commands, frame
+from pamqp.body import ContentBody as Body
 from pamqp.header import ContentHeader
 
 from leveret.protocol import methods as wire
@@ -63,6 +64,44 @@ def test_encode_deliver_matches_pamqp(redelivered):
             routing_key="rk.1",
         ),
         7,
+    )
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("redelivered,size", [(False, 1), (True, 4096), (False, 131064)])
+def test_deliver_head_matches_pamqp(redelivered, size):
+    """deliver_head + body + frame end is pamqp's deliver, header and body frames."""
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    properties = commands.Basic.Properties(content_type="text/plain", priority=3)
+    header = frame.marshal(ContentHeader(0, size, properties), 5)[7:-1]
+    ours = (
+        wire.deliver_head(
+            5,
+            wire.deliver_prefix("ctag.1"),
+            2**40,
+            redelivered,
+            wire.short_strings("", "ключ"),
+            header,
+            size,
+        )
+        + body
+        + b"\xce"
+    )
+    theirs = b"".join(
+        (
+            frame.marshal(
+                commands.Basic.Deliver(
+                    consumer_tag="ctag.1",
+                    delivery_tag=2**40,
+                    redelivered=redelivered,
+                    exchange="",
+                    routing_key="ключ",
+                ),
+                5,
+            ),
+            frame.marshal(ContentHeader(0, size, properties), 5),
+            frame.marshal(Body(body), 5),
+        )
     )
     assert ours == theirs
 

@@ -56,7 +56,7 @@ from leveret.protocol.constants import (
     TX_SELECT,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
-from leveret.protocol.frames import FRAME_HEAD, body_frames, header_frame
+from leveret.protocol.frames import body_frames, header_frame
 from leveret.server.model_methods import ModelMethods
 from leveret.server.publishing import FailureReporter, PublishMethods, Transaction
 
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.channel")
 
-pack_frame_head = FRAME_HEAD.pack
 # Bodies at least this large are written as they are (writev), not joined with the
 # rest of a loop turn's output: copying them costs more than the extra iovecs.
 LARGE_BODY = 1024
@@ -212,44 +211,29 @@ class Channel(ModelMethods, PublishMethods):
         body = message.body
         if body is None or entry.location is not None:
             body = queue.delivery_body(entry)  # paged out, or durable: the store's part
-        deliver = wire.encode_deliver(
-            n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
-        )
         size = len(body)
-        if 0 < size < LARGE_BODY:
-            # Deliver, header and body frames go out as pieces; the connection joins
-            # everything written in this loop turn once.
-            header = message.header
-            self.conn.write_parts(
-                (
-                    deliver,
-                    pack_frame_head(2, n, len(header)),
-                    header,
-                    b"\xce",
-                    pack_frame_head(3, n, size),
-                    body,
-                    b"\xce",
-                ),
-                len(deliver) + len(header) + size + 16,
+        if 0 < size <= self.conn.core.frame_max - 8:
+            # One join for everything before the body; the body goes out as it is.
+            head = wire.deliver_head(
+                n,
+                consumer.ctag_prefix,
+                tag,
+                entry.redelivered,
+                message.exchange_and_key,
+                message.header,
+                size,
             )
-        elif size and size <= self.conn.core.frame_max - 8:
-            # A large body goes out as it is (writev); the frames before it are joined.
-            header = message.header
-            self.conn.write_large(
-                b"".join(
-                    (
-                        deliver,
-                        pack_frame_head(2, n, len(header)),
-                        header,
-                        b"\xce",
-                        pack_frame_head(3, n, size),
-                    )
-                ),
-                body,
-                len(deliver) + len(header) + size + 16,
-            )
+            if size < LARGE_BODY:
+                # Joined with everything else written in this loop turn, once.
+                self.conn.write_parts((head, body, b"\xce"), len(head) + size + 1)
+            else:
+                # Written as it is (writev), not copied into the loop turn's join.
+                self.conn.write_large(head, body, len(head) + size + 1)
         else:
             # An empty body has no body frame at all; a long one takes several.
+            deliver = wire.encode_deliver(
+                n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
+            )
             self._send_content(deliver, message, body)
 
     # --- consumer acknowledgement timeout -----------------------------------
