@@ -516,3 +516,40 @@ def test_a_client_can_ack_deliveries_while_taking_them_before_a_channel_close():
     assert [type(e).__name__ for e in feed(server, client.data_to_send())] == [
         "ChannelCloseOk"
     ]  # the ack was dropped on the closing channel
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        struct.pack(">HHH", 60, 40, 0),  # nothing after the reserved short
+        struct.pack(">HHH", 60, 40, 0) + b"\x05ab",  # exchange runs past the frame
+        struct.pack(">HHH", 60, 40, 0) + b"\x00\x02q",  # routing key runs past the frame
+        struct.pack(">HHH", 60, 40, 0) + b"\x00\x01q",  # no bits octet
+    ],
+)
+def test_malformed_publish_with_its_content_is_a_syntax_error(payload):
+    """A truncated basic.publish arriving with its header and body in one read (the
+    fast path) is refused like one arriving alone: 502 with the method named."""
+    client, server = handshake()
+    n = open_channel(client, server)
+    header = struct.pack(">HHQH", 60, 0, 2, 0)
+    data = FRAME_HEAD.pack(1, n, len(payload)) + payload + b"\xce"
+    data += FRAME_HEAD.pack(2, n, len(header)) + header + b"\xce"
+    data += FRAME_HEAD.pack(3, n, 2) + b"hi" + b"\xce"
+    events = feed(server, data)
+    assert not any(isinstance(e, pc.Publish) for e in events)
+    close = pamqp_frame.unmarshal(server.data_to_send())[2]
+    assert isinstance(close, cmd.Connection.Close)
+    assert close.reply_code == k.SYNTAX_ERROR
+    assert "malformed Basic.Publish frame" in close.reply_text
+
+
+def test_publish_keeps_the_names_as_they_arrived():
+    client, server = handshake()
+    n = open_channel(client, server)
+    client.send_publish(n, "amq.topic", "ключ.1", b"body", EMPTY_PROPERTIES)
+    _, sev = pump(client, server)
+    (publish,) = sev
+    assert (publish.exchange, publish.routing_key) == ("amq.topic", "ключ.1")
+    key = "ключ.1".encode()
+    assert publish.names == b"\x09amq.topic" + bytes((len(key),)) + key

@@ -1092,8 +1092,31 @@ class Connection:
             except UnicodeDecodeError:
                 return 0
         else:
-            fields = wire.decode_publish(buf, pos + 7)
-            self._events.append(Publish(number, *fields, buf[hpos + 7 : hend], body))
+            # Inline basic.publish (methods.decode_publish, without the call): reserved
+            # short, exchange, routing key, bits.
+            p = pos + 13
+            q = p + 1 + buf[p]
+            if q >= end:
+                return 0
+            r = q + 1 + buf[q]
+            if r >= end:
+                return 0  # the frame-by-frame path reports a malformed frame
+            bits = buf[r]
+            try:
+                self._events.append(
+                    Publish(
+                        number,
+                        buf[p + 1 : q].decode(),
+                        buf[q + 1 : r].decode(),
+                        bits & 1 == 1,
+                        bits & 2 == 2,
+                        buf[p:r],
+                        buf[hpos + 7 : hend],
+                        body,
+                    )
+                )
+            except UnicodeDecodeError:
+                return 0
         return after
 
     def _frame(self, frame_type: int, number: int, payload: bytes) -> None:
