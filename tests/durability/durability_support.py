@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 import signal
 import socket
@@ -16,9 +17,11 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -67,6 +70,7 @@ class Broker:
         self.args = args
         self.proc: subprocess.Popen | None = None
         self._log_offset = 0
+        self.management: str | None = None  # the management API's base URL, if served
 
     @property
     def url(self) -> str:
@@ -219,6 +223,37 @@ class Brokers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def start_paging_broker(
+    brokers: Brokers, name: str, ram: int, data_dir: Path | None = None
+) -> Broker:
+    """A broker whose queues keep `ram` messages in RAM (--queue-ram-messages: the rest
+    page out) and that serves its management API at `broker.management`."""
+    mport = free_port()
+    extra = ("--queue-ram-messages", str(ram), "--management-port", str(mport))
+    broker = brokers.start(data_dir, name=name, extra=extra)
+    broker.management = f"http://127.0.0.1:{mport}"
+    return broker
+
+
+def management_request(
+    broker: Broker, method: str, path: str, body: dict | None = None
+) -> tuple[int, Any]:
+    """One call to the broker's management API as guest: (HTTP status, decoded JSON or
+    None). An error status raises urllib's HTTPError."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{broker.management}/api/{path}", data, method=method)
+    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        raw = response.read()
+        return response.status, (json.loads(raw) if raw else None)
+
+
+def queue_info(broker: Broker, name: str) -> dict:
+    """The management API's view of queue `name` in vhost /."""
+    return management_request(broker, "GET", f"queues/%2F/{name}")[1]
 
 
 # ---- bodies ----------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from leveret.testing import embedded_broker
 pytestmark = pytest.mark.leveret_only
 
 
-def test_publisher_paused_on_write_backlog_loses_nothing(tmp_path, monkeypatch):
-    # Every queued write counts as a backlog, so the pause/resume path runs constantly.
+def _count_disk_pauses(monkeypatch) -> list:
+    """Make every queued write a backlog (so publishers pause and resume constantly) and
+    return the list that each pause for the disk is appended to."""
     monkeypatch.setattr(durable_state, "DISK_BACKLOG", 0)
-    pauses = []
+    pauses: list = []
     real_wait = durable_state.DurableState.wait_for_disk
 
     def counting_wait(self, connection):
@@ -24,6 +25,11 @@ def test_publisher_paused_on_write_backlog_loses_nothing(tmp_path, monkeypatch):
         real_wait(self, connection)
 
     monkeypatch.setattr(durable_state.DurableState, "wait_for_disk", counting_wait)
+    return pauses
+
+
+def test_publisher_paused_on_write_backlog_loses_nothing(tmp_path, monkeypatch):
+    pauses = _count_disk_pauses(monkeypatch)
     with embedded_broker(persistence=True, data_dir=str(tmp_path)) as broker:
         conn = pika.BlockingConnection(pika.URLParameters(broker.url))
         ch = conn.channel()
@@ -49,15 +55,7 @@ def test_transient_messages_paged_to_disk_pause_their_publisher_too(tmp_path, mo
     """A long queue writes even transient messages to disk (its paged tail); without
     confirms nothing else slows their publisher, so the write backlog pauses it as it
     does for persistent ones. Nothing is lost, and the order holds."""
-    monkeypatch.setattr(durable_state, "DISK_BACKLOG", 0)
-    pauses = []
-    real_wait = durable_state.DurableState.wait_for_disk
-
-    def counting_wait(self, connection):
-        pauses.append(connection)
-        real_wait(self, connection)
-
-    monkeypatch.setattr(durable_state.DurableState, "wait_for_disk", counting_wait)
+    pauses = _count_disk_pauses(monkeypatch)
     with embedded_broker(
         persistence=True, data_dir=str(tmp_path), queue_ram_messages=100
     ) as broker:

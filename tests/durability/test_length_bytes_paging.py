@@ -6,14 +6,18 @@ pika, the management API."""
 
 from __future__ import annotations
 
-import json
 import random
-import urllib.request
 
 import pika
 import pika.exceptions
 import pytest
-from durability_support import Brokers, close_quietly, free_port, message_count
+from durability_support import (
+    Brokers,
+    close_quietly,
+    management_request,
+    message_count,
+    start_paging_broker,
+)
 
 pytestmark = [pytest.mark.leveret_only]
 
@@ -27,21 +31,11 @@ def brokers(tmp_path):
 
 
 def _start(brokers, name: str):
-    mport = free_port()
-    extra = ("--queue-ram-messages", str(RAM), "--management-port", str(mport))
-    broker = brokers.start(name=name, extra=extra)
-    broker.management = f"http://127.0.0.1:{mport}"
-    return broker
+    return start_paging_broker(brokers, name, RAM)
 
 
 def _api(broker, method: str, path: str, body: dict | None = None) -> dict | None:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{broker.management}/api/{path}", data, method=method)
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
+    return management_request(broker, method, path, body)[1]
 
 
 def _info(broker, name: str) -> dict:

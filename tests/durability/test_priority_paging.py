@@ -6,13 +6,17 @@ pika, the management API."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import urllib.request
 
 import pika
 import pytest
-from durability_support import Brokers, close_quietly, free_port, message_count
+from durability_support import (
+    Brokers,
+    close_quietly,
+    message_count,
+    queue_info,
+    start_paging_broker,
+)
 
 from leveret.store.definitions import encode_arguments
 
@@ -29,18 +33,7 @@ def brokers(tmp_path):
 
 
 def _start(brokers, name: str, data_dir=None):
-    mport = free_port()
-    extra = ("--queue-ram-messages", str(RAM), "--management-port", str(mport))
-    broker = brokers.start(name=name, extra=extra, data_dir=data_dir)
-    broker.management = f"http://127.0.0.1:{mport}"
-    return broker
-
-
-def _queue_info(broker, name: str) -> dict:
-    request = urllib.request.Request(f"{broker.management}/api/queues/%2F/{name}")
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+    return start_paging_broker(brokers, name, RAM, data_dir)
 
 
 def _priority(i: int) -> int:
@@ -80,7 +73,7 @@ def test_long_priority_queue_pages_and_keeps_its_order(brokers, restart):
     ch = conn.channel()
     ch.queue_declare("prio", durable=True, arguments={"x-max-priority": MAX})
     _publish(ch, "prio", count)
-    info = _queue_info(broker, "prio")
+    info = queue_info(broker, "prio")
     assert info["messages"] == count
     # All but the head are positions only, spread over the levels.
     assert info["messages_paged_out"] >= count - RAM
@@ -174,7 +167,7 @@ def test_priority_ttl_and_dead_lettering_still_apply_when_paged(brokers):
     }
     ch.queue_declare("prio.ttl", durable=True, arguments=arguments)
     _publish(ch, "prio.ttl", count)
-    assert _queue_info(broker, "prio.ttl")["messages_paged_out"] > 0
+    assert queue_info(broker, "prio.ttl")["messages_paged_out"] > 0
     deadline_count = 0
     for _ in range(200):  # bounded wait for the expiry; nothing about timing is asserted
         deadline_count = message_count(ch, "prio.dead")

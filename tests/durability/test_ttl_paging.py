@@ -4,9 +4,7 @@ in order, after a restart too. Real broker process, pika, the management API."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 
 import pika
 import pika.exceptions
@@ -16,9 +14,11 @@ from durability_support import (
     close_quietly,
     drain_queue,
     fast_publish,
-    free_port,
     make_body,
+    management_request,
     message_count,
+    queue_info,
+    start_paging_broker,
     tail,
 )
 
@@ -34,18 +34,7 @@ def brokers(tmp_path):
 
 
 def _start(brokers, name: str):
-    mport = free_port()
-    extra = ("--queue-ram-messages", str(RAM), "--management-port", str(mport))
-    broker = brokers.start(name=name, extra=extra)
-    broker.management = f"http://127.0.0.1:{mport}"
-    return broker
-
-
-def _queue_info(broker, name: str) -> dict:
-    request = urllib.request.Request(f"{broker.management}/api/queues/%2F/{name}")
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+    return start_paging_broker(brokers, name, RAM)
 
 
 def _wait_count(ch, queue: str, want: int, timeout: float = 60.0) -> int:
@@ -78,7 +67,7 @@ def test_long_ttl_queue_pages_and_dead_letters_in_order(brokers):
     ch.queue_declare("ttl.hour", durable=True, arguments={"x-message-ttl": 3_600_000})
     bodies = (make_body(str(i), 512) for i in range(count))
     assert fast_publish(broker.port, "ttl.hour", bodies, persistent=True) == count
-    info = _queue_info(broker, "ttl.hour")
+    info = queue_info(broker, "ttl.hour")
     assert (info["messages"], info["messages_paged_out"]) == (count, count - RAM), info
     assert info["messages_ready_ram"] == RAM, info
 
@@ -105,7 +94,7 @@ def test_per_message_expiration_pages_and_expires_at_the_head(brokers):
         ch.basic_publish("", "exp.long", b"short-%d" % i, short)
     for i in range(20):
         ch.basic_publish("", "exp.long", b"keep-%d" % i, keep)
-    assert _queue_info(broker, "exp.long")["messages_paged_out"] > 0
+    assert queue_info(broker, "exp.long")["messages_paged_out"] > 0
     assert _wait_count(ch, "exp.long", 20) == 20
     got = drain_queue(ch, "exp.long")
     assert [body for body, _r, _p in got] == [b"keep-%d" % i for i in range(20)]
@@ -127,7 +116,7 @@ def test_a_restarted_ttl_queue_keeps_its_tail_and_expires_it(brokers):
     conn = broker.connect()
     ch = conn.channel()
     assert message_count(ch, "ttl.restart") == count
-    info = _queue_info(broker, "ttl.restart")
+    info = queue_info(broker, "ttl.restart")
     assert info["messages_paged_out"] == count - RAM, info
     method, _props, body = ch.basic_get("ttl.restart", auto_ack=True)
     assert body == make_body("0", 256)
@@ -152,7 +141,7 @@ def test_a_long_max_length_queue_pages_and_drops_its_head(brokers):
     ch.queue_declare("maxlen.long", durable=True, arguments=arguments)
     bodies = (make_body(str(i), 300) for i in range(count))
     assert fast_publish(broker.port, "maxlen.long", bodies, persistent=True) == count
-    info = _queue_info(broker, "maxlen.long")
+    info = queue_info(broker, "maxlen.long")
     # Dropping the head reads the tail back 256 at a time (REFILL_BATCH).
     assert info["messages"] == limit and info["messages_paged_out"] >= limit - RAM - 256, info
     dead = drain_queue(ch, "maxlen.dead")
@@ -176,7 +165,7 @@ def test_a_long_max_length_queue_pages_and_drops_its_head(brokers):
         except pika.exceptions.NackError:
             nacked += 1
     assert nacked == 100
-    assert _queue_info(broker, "maxlen.reject")["messages_paged_out"] == limit - RAM
+    assert queue_info(broker, "maxlen.reject")["messages_paged_out"] == limit - RAM
     got = drain_queue(ch, "maxlen.reject")
     assert [b for b, _r, _p in got] == [b"r%d" % i for i in range(limit)]
     close_quietly(conn)
@@ -195,18 +184,15 @@ def test_a_ttl_policy_spares_paged_messages_queued_before_it(brokers):
     ch.queue_declare("pol.long", durable=True)
     bodies = (make_body(str(i), 100) for i in range(count))
     assert fast_publish(broker.port, "pol.long", bodies, persistent=True) == count
-    assert _queue_info(broker, "pol.long")["messages_paged_out"] == count - RAM
-    request = urllib.request.Request(
-        f"{broker.management}/api/policies/%2F/ttl-zero",
-        data=json.dumps(
-            {"pattern": "^pol\\.", "definition": {"message-ttl": 0}, "apply-to": "queues"}
-        ).encode(),
-        method="PUT",
-        headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=", "Content-Type": "application/json"},
+    assert queue_info(broker, "pol.long")["messages_paged_out"] == count - RAM
+    status, _ = management_request(
+        broker,
+        "PUT",
+        "policies/%2F/ttl-zero",
+        {"pattern": "^pol\\.", "definition": {"message-ttl": 0}, "apply-to": "queues"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status in (201, 204)
-    assert _queue_info(broker, "pol.long").get("policy") == "ttl-zero"
+    assert status in (201, 204)
+    assert queue_info(broker, "pol.long").get("policy") == "ttl-zero"
     got = drain_queue(ch, "pol.long")
     assert [b for b, _r, _p in got] == [make_body(str(i), 100) for i in range(count)]
     close_quietly(conn)
