@@ -21,6 +21,9 @@ Reply codes pinned against RabbitMQ 3.10.8 (texts shown for reference):
 * queue.declare on ch 0    -> 504 "CHANNEL_ERROR - unexpected method in connection state running"
 * garbage field table      -> 501 "FRAME_ERROR - cannot decode <<...>>"  (not 502)
 * truncated method payload -> 501 "FRAME_ERROR - cannot decode <<0>>"
+* truncated basic.ack      -> 501 "FRAME_ERROR - cannot decode <<0,0,0,7>>"
+* truncated basic.publish,
+  header and body behind it -> 501 "FRAME_ERROR - cannot decode <<0,0,0,2,113>>"
 * unknown class/method id  -> RabbitMQ drops the socket with no connection.close;
                               Leveret may instead send 503 COMMAND_INVALID / 540.
 """
@@ -119,6 +122,19 @@ CASES = {
     ),
     "truncated_method_payload": (
         lambda: raw_frame(1, 1, struct.pack(">I", commands.Queue.Declare.index) + b"\x00"),
+        {501},
+    ),
+    # The hot path's hand-written decoders answer as pamqp's and RabbitMQ do.
+    "truncated_basic_ack": (
+        lambda: raw_frame(1, 1, struct.pack(">HHI", 60, 80, 7)),
+        {501},
+    ),
+    "truncated_basic_publish_with_its_content": (
+        lambda: (
+            raw_frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x00\x02q")
+            + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1)
+            + frame.marshal(body.ContentBody(b"hi"), 1)
+        ),
         {501},
     ),
 }

@@ -118,11 +118,13 @@ def test_encode_confirm_matches_pamqp(multiple, nack):
     assert ours == theirs
 
 
-def test_truncated_publish_is_a_syntax_error():
+def test_truncated_publish_is_a_frame_error():
+    """As RabbitMQ: 501 FRAME_ERROR "cannot decode", like pamqp-decoded methods."""
     payload = _payload(commands.Basic.Publish(exchange="ex", routing_key="key"))
     with pytest.raises(FrameError) as info:
         wire.decode_publish(payload[:8])
-    assert info.value.code == 502
+    assert info.value.code == 501
+    assert "cannot decode Basic.Publish frame" in info.value.reply_text
 
 
 def test_header_scan_finds_delivery_mode_after_headers():

@@ -527,9 +527,10 @@ def test_a_client_can_ack_deliveries_while_taking_them_before_a_channel_close():
         struct.pack(">HHH", 60, 40, 0) + b"\x00\x01q",  # no bits octet
     ],
 )
-def test_malformed_publish_with_its_content_is_a_syntax_error(payload):
+def test_malformed_publish_with_its_content_is_a_frame_error(payload):
     """A truncated basic.publish arriving with its header and body in one read (the
-    fast path) is refused like one arriving alone: 502 with the method named."""
+    fast path) is refused like one arriving alone, and as RabbitMQ refuses it: 501
+    FRAME_ERROR "cannot decode", with the method named."""
     client, server = handshake()
     n = open_channel(client, server)
     header = struct.pack(">HHQH", 60, 0, 2, 0)
@@ -540,8 +541,8 @@ def test_malformed_publish_with_its_content_is_a_syntax_error(payload):
     assert not any(isinstance(e, pc.Publish) for e in events)
     close = pamqp_frame.unmarshal(server.data_to_send())[2]
     assert isinstance(close, cmd.Connection.Close)
-    assert close.reply_code == k.SYNTAX_ERROR
-    assert "malformed Basic.Publish frame" in close.reply_text
+    assert close.reply_code == k.FRAME_ERROR
+    assert "cannot decode Basic.Publish frame" in close.reply_text
 
 
 def test_publish_keeps_the_names_as_they_arrived():

@@ -898,7 +898,8 @@ class Connection:
                                 yield from events
                                 events.clear()
                                 continue
-                        elif index == BASIC_ACK and self.state == OPEN:
+                        elif index == BASIC_ACK and size >= 13 and self.state == OPEN:
+                            # (A shorter ack takes the general path, which reports it.)
                             tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
                             pos = end + 1
                             yield Ack(number, tag, bits & 1 == 1)

@@ -51,11 +51,20 @@ def method_name(index: int) -> str:
     return cls.name if cls is not None else f"method {index >> 16}.{index & 0xFFFF}"
 
 
+def undecodable(name: str, exc: BaseException) -> FrameError:
+    """The error for a method frame whose fields cannot be decoded (truncated, a length
+    running past the frame, bad UTF-8): RabbitMQ answers 501 FRAME_ERROR "cannot
+    decode", not 502, for the generic and the hand-written decoders alike."""
+    return FrameError(FRAME_ERROR, f"cannot decode {name} frame: {exc}")
+
+
 def decode_method(payload: bytes) -> Any:
     """A pamqp method object for a method frame payload.
 
-    Raises FrameError (502 SYNTAX_ERROR) when the payload cannot be decoded;
-    the text names the method so the client author knows which frame was bad.
+    Raises FrameError (502 SYNTAX_ERROR) for a payload too short to name a method or
+    naming an unknown one, and 501 FRAME_ERROR (`undecodable`) when the named method's
+    fields cannot be decoded; the text names the method so the client author knows
+    which frame was bad.
     """
     if len(payload) < 4:
         raise FrameError(SYNTAX_ERROR, f"method frame of {len(payload)} bytes is too short")
@@ -78,8 +87,7 @@ def decode_method(payload: bytes) -> Any:
         KeyError,
         OverflowError,
     ) as exc:
-        # RabbitMQ answers an undecodable method with 501 FRAME_ERROR, not 502.
-        raise FrameError(FRAME_ERROR, f"cannot decode {cls.name} frame: {exc}") from None
+        raise undecodable(cls.name, exc) from None
     return method
 
 
@@ -127,7 +135,7 @@ def decode_publish(payload: bytes, start: int = 0) -> tuple[str, str, bool, bool
         routing_key = payload[pos + 2 + n : end].decode()
         bits = payload[end]
     except (IndexError, UnicodeDecodeError) as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Publish frame: {exc}") from None
+        raise undecodable("Basic.Publish", exc) from None
     return exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos:end]
 
 
@@ -136,7 +144,7 @@ def decode_ack(payload: bytes) -> tuple[int, bool]:
     try:
         tag, bits = _ACK.unpack_from(payload, 4)
     except struct.error as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Ack frame: {exc}") from None
+        raise undecodable("Basic.Ack", exc) from None
     return tag, bool(bits & 1)
 
 
@@ -252,7 +260,7 @@ def decode_deliver(payload: bytes, start: int = 0) -> tuple[str, int, bool, str,
         n = payload[pos]
         routing_key = payload[pos + 1 : pos + 1 + n].decode()
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Deliver frame: {exc}") from None
+        raise undecodable("Basic.Deliver", exc) from None
     return consumer_tag, delivery_tag, bool(redelivered), exchange, routing_key
 
 
@@ -269,7 +277,7 @@ def decode_get_ok(payload: bytes) -> tuple[int, bool, str, str, int]:
         pos += 1 + n
         message_count = _GET_OK_COUNT.unpack_from(payload, pos)[0]
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.GetOk frame: {exc}") from None
+        raise undecodable("Basic.GetOk", exc) from None
     return delivery_tag, bool(redelivered), exchange, routing_key, message_count
 
 
@@ -284,7 +292,7 @@ def decode_return(payload: bytes) -> tuple[int, str, str, str]:
             values.append(payload[pos + 1 : pos + 1 + n].decode(errors="replace"))
             pos += 1 + n
     except (IndexError, struct.error) as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Return frame: {exc}") from None
+        raise undecodable("Basic.Return", exc) from None
     return code, values[0], values[1], values[2]
 
 
@@ -293,7 +301,7 @@ def decode_nack(payload: bytes) -> tuple[int, bool, bool]:
     try:
         tag, bits = _ACK.unpack_from(payload, 4)
     except struct.error as exc:
-        raise FrameError(SYNTAX_ERROR, f"malformed Basic.Nack frame: {exc}") from None
+        raise undecodable("Basic.Nack", exc) from None
     return tag, bool(bits & 1), bool(bits & 2)
 
 
