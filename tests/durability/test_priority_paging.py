@@ -93,6 +93,10 @@ def test_long_priority_queue_pages_and_keeps_its_order(brokers, restart):
         ch.basic_ack(tag)
     for tag, _body in taken[20:]:
         ch.basic_nack(tag, requeue=True)
+    # ACKs are written after their replies: a confirmed publish behind them (the log
+    # keeps order; the channel is in confirm mode) puts them on disk before a SIGKILL.
+    ch.queue_declare("fence", durable=True)
+    ch.basic_publish("", "fence", b"fence", pika.BasicProperties(delivery_mode=2))
     close_quietly(conn)
     if restart == "sigterm":
         broker.restart()
