@@ -17,12 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 
 from leveret.store.errors import StoreError, StoreWriteError
+from leveret.store.summaries import summary_path, write_file
 
 log = logging.getLogger("leveret.store")
 
 OnDurable = Callable[[BaseException | None], None]
-# One write: (segment seq, offset in the segment, byte chunks to write there).
+# One write: (segment seq, offset in the segment, byte chunks to write there). With
+# offset SUMMARY_OP the chunks are the segment's summary (see store.summaries): it is
+# written to its own file once everything before it in the batch is synced.
 WriteOp = tuple[int, int, Sequence[bytes]]
+SUMMARY_OP = -1
 
 FSYNC_MODES = ("always", "batch", "never")
 
@@ -234,6 +238,7 @@ class GroupCommitter:
         # First offset written per segment since the last sync: where to truncate on failure.
         firsts: dict[int, int] = {}
         barriers: list[threading.Event] = []
+        sealed: list[tuple[int, Sequence[bytes]]] = []  # summaries to write once synced
         # Stream fsyncs do not depend on this store's writes: all of them run,
         # even when a write below fails.
         syncs = [(arg, cb) for kind, arg, cb in batch if kind == _SYNC]
@@ -241,6 +246,9 @@ class GroupCommitter:
             for i, (kind, arg, _cb) in enumerate(batch):
                 if kind == _WRITE:
                     for seq, off, chunk in arg:  # type: ignore[attr-defined]
+                        if off < 0:
+                            sealed.append((seq, chunk))
+                            continue
                         if seq != run_seq or not parts:
                             if parts:
                                 self._flush(run_seq, run_start, parts, dirty)
@@ -262,6 +270,7 @@ class GroupCommitter:
                     self._sync(dirty)
                     firsts.clear()
                     durable = i
+                    sealed = [item for item in sealed if item[0] != arg]
                     self._unlink(arg)  # type: ignore[arg-type]
                     run_seq = -1
                     durable = i + 1
@@ -273,6 +282,8 @@ class GroupCommitter:
                 self._flush(run_seq, run_start, parts, dirty)
             self._sync(dirty)
             durable = len(batch)
+            for seq, chunks in sealed:
+                self._write_summary(seq, chunks)
         except OSError as exc:
             self._fail(batch, durable, firsts, exc)
         self.batches += 1
@@ -346,12 +357,28 @@ class GroupCommitter:
             self.syncs += 1
         return calls
 
+    def _write_summary(self, seq: int, chunks: Sequence[bytes]) -> None:
+        """A summary is only a shortcut for recovery: failing to write one costs the
+        next crash recovery a walk of this segment, nothing else."""
+        try:
+            write_file(summary_path(self.directory, seq), chunks)
+        except OSError as exc:
+            log.warning("store: summary of segment %d not written (%s)", seq, exc)
+
     def _unlink(self, seq: int) -> None:
         if self.unlinks_disabled:
             return
         fd = self._fds.pop(seq, None)
         if fd is not None:
             os.close(fd)
+        try:
+            # The summary first: a crash in between leaves a segment without one
+            # (walked on recovery), never a summary without its segment.
+            os.unlink(summary_path(self.directory, seq))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("store: could not delete the summary of segment %d (%s)", seq, exc)
         try:
             os.unlink(segment_path(self.directory, seq))
             if self.mode != "never":

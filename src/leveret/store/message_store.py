@@ -1,30 +1,7 @@
 """Persistent message store: queue messages as records in a SegmentLog.
 
-Record types (payloads, little-endian, after the segment record prefix):
-
-    PUBLISH   u32 queue id, u64 message id, u32 header length, header bytes, body bytes
-    FANOUT    u32 n, u64 first message id, u32 header length, n x u32 queue ids,
-              header bytes, body bytes: one persistent message routed to n durable
-              queues, its body written once; the k-th queue's copy has message id
-              first + k (segment format version 3)
-    ACK       u32 queue id, u64 message id, u64 segment that held the PUBLISH
-    DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH
-    PURGE     u32 queue id, u64 lowest id, u64 highest id, u16 n, n x u64 segments
-    REFS      (flags: ACK or DELIVERED) u32 queue id, u64 segment that held the
-              PUBLISHes, u32 n, n x u64 message ids: one loop turn's ACKs (or
-              DELIVEREDs) of one queue's messages in one segment, in one record
-              (segment format version 2)
-
-A PURGE drops, in one record, a queue's messages with ids in [lowest, highest]: a
-purged paged tail (its ids are not in RAM, and they are all newer than anything
-the queue holds as objects). It names the segments those messages were in.
-
-A FANOUT record is one message for several queues: each queue holds its position
-(its own Location or paged-tail entry, with its own message id), is acked on its
-own, and counts the record's full size in its segment's live bytes. The record is
-dead once every queue has let go of it, and compaction moves it once for all of
-them. A segment of fan-out records is therefore compacted later than its live
-bytes alone would say, never deleted too early.
+The record formats are in `records`, and the scan that rebuilds queues after a
+crash is in `recovery`.
 
 Message ids are assigned here, unique across the store and increasing, so sorting by id
 gives publish order even after compaction moved records around. ACK/DELIVERED name the
@@ -41,18 +18,42 @@ import asyncio
 import logging
 import os
 import struct
-import sys
 import zlib
 from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from leveret.store import clean_index
+from leveret.store import clean_index, summaries
 from leveret.store.committer import GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreError, StoreFormatError
 from leveret.store.files import write_atomic
-from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run, live_run
+from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run
+from leveret.store.records import (
+    ACK,
+    BIG_ENDIAN,
+    DELIVERED,
+    FANOUT,
+    FLAG_TRANSIENT,
+    IDS_AT,
+    PUB_FIXED,
+    PUB_HEAD,
+    PUB_IDS,
+    PUBLISH,
+    PURGE,
+    PURGE_BODY,
+    REF_BODY,
+    REF_IDS,
+    REFS,
+    REFS_BODY,
+    REFS_IDS,
+    REFS_MAX,
+    fanout_qids,
+    intact,
+    purge_fields,
+    record_extra,
+    record_mid,
+)
+from leveret.store.recovery import Build, RecoveryCancelled, Scan, assemble
 from leveret.store.segments import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -62,6 +63,7 @@ from leveret.store.segments import (
     SegmentLog,
     iter_records,
 )
+from leveret.store.summaries import Columns, Summary
 
 log = logging.getLogger("leveret.store")
 
@@ -70,35 +72,13 @@ log = logging.getLogger("leveret.store")
 # back from recovery in its own order (the model decides what a level means).
 QueueKey = tuple[str, str] | tuple[str, str, int]
 
-PUBLISH = 1
-ACK = 2
-DELIVERED = 3
-PURGE = 4
-REFS = 5
-FANOUT = 6
-
 # Recent segments are not compacted: with consumers keeping up, their stragglers are
 # acked moments later and the whole file is simply deleted, with nothing copied.
 COMPACT_GRACE = 2
 
 READ_SPAN = 4 * 1024 * 1024  # most bytes take_paged reads at once
 
-FLAG_TRANSIENT = 0x01  # written only to page a body out of RAM; recovery ignores it
 _PAGED = 0  # compaction's tag for a PUBLISH kept in a paged tail (not a record type)
-
-_PUB_FIXED = struct.Struct("<BBIQI")  # type, flags, queue id, message id, header length
-_PUB_HEAD = PREFIX_SIZE + _PUB_FIXED.size
-_PUB_IDS = struct.Struct("<IQ")  # queue id, message id (at record offset + 10)
-_REF_BODY = struct.Struct("<BBIQQ")  # type, flags, queue id, message id, target segment
-_REF_IDS = struct.Struct("<IQQ")
-_IDS_AT = PREFIX_SIZE + 2
-_PURGE_BODY = struct.Struct("<BBIQQH")  # type, flags, queue id, lowest id, highest id, n
-_PURGE_IDS = struct.Struct("<IQQH")
-_REFS_BODY = struct.Struct("<BBIQI")  # type, kind (ACK/DELIVERED), queue id, target, n
-_REFS_IDS = struct.Struct("<IQI")
-_REFS_MAX = 8192  # message ids in one REFS record (64 KB)
-_BIG_ENDIAN = sys.byteorder == "big"  # records are little-endian; array("Q") is native
-_REFS_AT = _IDS_AT + _REFS_IDS.size  # where a REFS record's message ids start
 
 
 class Location:
@@ -127,7 +107,7 @@ class Location:
     def body_estimate(self) -> int:
         """The body's size, over by the routing and properties stored with it; what a
         queue counts for a message it keeps as this location alone."""
-        return self.size - _PUB_HEAD
+        return self.size - PUB_HEAD
 
     def __repr__(self) -> str:
         return (
@@ -333,14 +313,6 @@ class QueueIds:
             self._fd = -1
 
 
-def _intact(record: memoryview, size: int) -> bool:
-    """The record is all there and its CRC matches."""
-    return (
-        len(record) == size
-        and zlib.crc32(record[PREFIX_SIZE:]) == RECORD_PREFIX.unpack_from(record)[1]
-    )
-
-
 def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
     """(header bytes, body) of one PUBLISH or FANOUT record; with `check`, its CRC
     verified first."""
@@ -349,24 +321,9 @@ def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[byte
         or zlib.crc32(record[PREFIX_SIZE:]) != RECORD_PREFIX.unpack_from(record)[1]
     ):
         raise StoreError(f"stored message {loc!r} is corrupt")
-    rtype, _flags, n, _mid, hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)
-    start = _PUB_HEAD if rtype == PUBLISH else _PUB_HEAD + 4 * n  # FANOUT: after the ids
+    rtype, _flags, n, _mid, hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)
+    start = PUB_HEAD if rtype == PUBLISH else PUB_HEAD + 4 * n  # FANOUT: after the ids
     return bytes(record[start : start + hlen]), bytes(record[start + hlen :])
-
-
-def _record_extra(record: memoryview, size: int) -> int:
-    """What a PUBLISH or FANOUT record holds beyond its fixed part that is not body."""
-    if len(record) < _PUB_HEAD:
-        return 0
-    rtype, _flags, n, _mid, hlen = _PUB_FIXED.unpack_from(record, PREFIX_SIZE)
-    extra = hlen + (4 * n if rtype == FANOUT else 0)
-    return min(extra, max(0, size - _PUB_HEAD))
-
-
-def _fanout_qids(record: bytes | memoryview, off: int = 0) -> tuple[int, tuple[int, ...]]:
-    """(first message id, queue ids) of the FANOUT record at `off`."""
-    n, first = _PUB_IDS.unpack_from(record, off + _IDS_AT)
-    return first, struct.unpack_from(f"<{n}I", record, off + _PUB_HEAD)
 
 
 def _live_slots_only(record: memoryview, holders: list[tuple[int, Any]]) -> memoryview | bytes:
@@ -374,195 +331,20 @@ def _live_slots_only(record: memoryview, holders: list[tuple[int, Any]]) -> memo
     queue id 0 (never assigned), because the ACKs or PURGE that cancelled them name
     the old segment, not the copy; a scan would otherwise bring them back."""
     kept = {h.queue_id if kind == PUBLISH else h[0] for kind, h in holders}
-    _first, qids = _fanout_qids(record)
+    _first, qids = fanout_qids(record)
     if len(kept) == len(qids):
         return record
     out = bytearray(record)
-    struct.pack_into(f"<{len(qids)}I", out, _PUB_HEAD, *(q if q in kept else 0 for q in qids))
+    struct.pack_into(f"<{len(qids)}I", out, PUB_HEAD, *(q if q in kept else 0 for q in qids))
     RECORD_PREFIX.pack_into(out, 0, len(out) - PREFIX_SIZE, zlib.crc32(out[PREFIX_SIZE:]))
     return out
-
-
-def _record_mid(record: bytes | memoryview, qid: int) -> int:
-    """The message id that queue `qid` has in a PUBLISH or FANOUT record."""
-    if record[PREFIX_SIZE] == FANOUT:
-        first, qids = _fanout_qids(record)
-        return first + qids.index(qid)
-    return _PUB_IDS.unpack_from(record, _IDS_AT)[1]
-
-
-# ---- recovery's columns -----------------------------------------------------------------
-
-
-class _Build:
-    """Recovery's record of one queue's PUBLISHes in one segment, as columns.
-
-    Ids rise with file order except for compaction copies (`ordered` goes False);
-    ACKs zero the size, DELIVEREDs set a flag.
-    """
-
-    __slots__ = ("mids", "offs", "sizes", "flags", "dead", "ordered", "_pos", "_pos_n")
-
-    def __init__(self) -> None:
-        self.mids = array("Q")
-        self.offs = array("I")
-        self.sizes = array("I")
-        self.flags: bytearray | None = None
-        self.dead = 0
-        self.ordered = True
-        self._pos: dict[int, int] = {}
-        self._pos_n = 0
-
-    def find(self, mid: int) -> int:
-        mids = self.mids
-        if self.ordered:
-            i = bisect_left(mids, mid)
-            return i if i < len(mids) and mids[i] == mid else -1
-        if self._pos_n != len(mids):
-            self._pos = {m: i for i, m in enumerate(mids)}
-            self._pos_n = len(mids)
-        return self._pos.get(mid, -1)
-
-    def kill_range(self, lo: int, hi: int) -> int:
-        """A PURGE: zero the sizes of records with ids in [lo, hi]; the bytes freed."""
-        mids = self.mids
-        sizes = self.sizes
-        if self.ordered:
-            span = range(bisect_left(mids, lo), bisect_left(mids, hi + 1))
-        else:
-            span = range(len(mids))
-        freed = 0
-        for i in span:
-            size = sizes[i]
-            if size and lo <= mids[i] <= hi:
-                sizes[i] = 0
-                self.dead += 1
-                freed += size
-        return freed
-
-    def mark(self, i: int, flag: int) -> None:
-        flags = self.flags
-        if flags is None:
-            flags = self.flags = bytearray(len(self.mids))
-        elif len(flags) < len(self.mids):
-            flags.extend(bytes(len(self.mids) - len(flags)))
-        flags[i] |= flag
-
-    def full_flags(self) -> bytearray | None:
-        flags = self.flags
-        if flags is not None and len(flags) < len(self.mids):
-            flags.extend(bytes(len(self.mids) - len(flags)))
-        return flags
-
-
-def _note_publish(cur: dict[int, _Build], qid: int, mid: int, off: int, size: int) -> None:
-    """The scan found queue `qid`'s copy of a message in the current segment. (The
-    scan's PUBLISH branch does the same inline: it runs once per record.)"""
-    b = cur.get(qid)
-    if b is None:
-        b = cur[qid] = _Build()
-    elif mid <= b.mids[-1]:
-        b.ordered = False
-    b.mids.append(mid)
-    b.offs.append(off)
-    b.sizes.append(size)
-
-
-def _target(
-    builds: dict[int, dict[int, _Build]],
-    deps: dict[int, set[int]],
-    seq: int,
-    qid: int,
-    target: int,
-) -> _Build | None:
-    """During the scan of segment `seq`, a record settles queue `qid`'s messages in
-    segment `target` (ACKs, DELIVEREDs, a PURGE): note that `seq` pins `target`, and
-    return the build it settles, if that segment is still there."""
-    if target != seq:
-        deps.setdefault(seq, set()).add(target)
-    tb = builds.get(target)
-    return tb.get(qid) if tb is not None else None
-
-
-def _freed(live: dict[int, int], seq: int, target: int, freed: int) -> int:
-    """Bytes freed in `target`: off its live count, or returned when it is the
-    segment being scanned (whose count the caller is still adding up)."""
-    if target == seq:
-        return freed
-    live[target] -= freed
-    return 0
-
-
-def _apply_refs(b: _Build, kind: int, mids: array | tuple[int, ...]) -> int:
-    """A REFS record during the scan: ACKs zero sizes, DELIVEREDs set the flag.
-    Returns the PUBLISH bytes the ACKs freed."""
-    freed = 0
-    for mid in mids:
-        i = b.find(mid)
-        if i < 0:
-            continue
-        if kind == ACK:
-            size = b.sizes[i]
-            if size:
-                b.sizes[i] = 0
-                b.dead += 1
-                freed += size
-        elif kind == DELIVERED:
-            b.mark(i, REDELIVERED)
-    return freed
 
 
 def _msg_id(loc: Location) -> int:
     return loc.msg_id
 
 
-def _purge_fields(data: bytes | memoryview, off: int) -> tuple[int, int, int, list[int]]:
-    qid, lo, hi, n = _PURGE_IDS.unpack_from(data, off + _IDS_AT)
-    at = off + PREFIX_SIZE + _PURGE_BODY.size
-    return qid, lo, hi, list(struct.unpack_from(f"<{n}Q", data, at))
-
-
-def _assemble(paged: PagedIndex, parts: list[tuple[int, _Build]], live: dict[int, int]) -> None:
-    """Fill a queue's paged tail from its recovered columns, in publish order.
-
-    Segments hold a queue's records in id order unless compaction copied some
-    (then a copy and, after a crash, its original may both be on disk): only
-    then are the ids sorted, keeping the newest copy of each message.
-    """
-    parts.sort(key=lambda p: p[0])
-    last = 0
-    ordered = True
-    for _seq, b in parts:
-        if not b.ordered or (b.mids and b.mids[0] <= last):
-            ordered = False
-            break
-        if b.mids:
-            last = b.mids[-1]
-    if ordered:
-        for seq, b in parts:
-            paged.append_run(live_run(seq, b.offs, b.sizes, b.full_flags(), b.dead))
-        return
-    rows = []
-    for seq, b in parts:
-        flags = b.full_flags()
-        for i, mid in enumerate(b.mids):
-            rows.append((mid, seq, b.offs[i], b.sizes[i], flags[i] if flags is not None else 0))
-    rows.sort()
-    n = len(rows)
-    for k, (mid, seq, off, size, flag) in enumerate(rows):
-        if k + 1 < n and rows[k + 1][0] == mid:
-            # An older copy: the newer one decides; this record is no longer live.
-            if size:
-                live[seq] -= size
-            nxt = rows[k + 1]
-            rows[k + 1] = (mid, nxt[1], nxt[2], nxt[3], nxt[4] | flag)
-            continue
-        if size:
-            paged.append(seq, off, size, flag)
-
-
-class RecoveryCancelled(Exception):
-    """The broker stopped while `recover` was scanning (a shutdown, not a failure)."""
+__all__ = ["COMPACT_GRACE", "Location", "MessageStore", "QueueKey", "RecoveryCancelled"]
 
 
 # ---- the store ---------------------------------------------------------------------------
@@ -606,9 +388,16 @@ class MessageStore:
         self._active = 0
         self._next_mid = 1
         self._clean_path = os.path.join(self.directory, "clean.idx")
+        # How the last recovery learnt each segment (for logs, tests and benchmarks).
+        self.recovered_from: dict[str, int] = {}
         self._recovered = False
         # (ACK or DELIVERED, queue id, target segment) -> message ids, until the flush
         self._refs: dict[tuple[int, int, int], array] = {}
+        # What the active segment holds, noted as records are appended: written as
+        # the segment's summary when it is sealed (see `summaries`). False while it
+        # misses records appended before this process (then no summary is written).
+        self._sealing = Summary()
+        self._sealing_whole = True
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -642,6 +431,7 @@ class MessageStore:
             self.directory, self.committer, self.segment_size, on_resync=self._on_resync
         )
         self._log.before_flush = self._write_refs
+        self._log.on_seal = self._seal
         self._log.check_format()
 
     def recover(self, cancelled: Callable[[], bool] | None = None) -> dict[QueueKey, PagedIndex]:
@@ -660,96 +450,42 @@ class MessageStore:
             if lg.adopt(clean.sizes, clean.last_crc):
                 return self._open_clean(clean)
             log.warning("clean-shutdown index does not match the segment files; scanning")
-        known = self._queues.keys
-        builds: dict[int, dict[int, _Build]] = {}  # segment -> queue id -> its records
-        deps: dict[int, set[int]] = {}
+        scan = Scan(lg, self._queues.keys, self._live)  # type: ignore[arg-type]
+        scan.run(cancelled)
+        self._next_mid = scan.next_mid
         live = self._live
-        next_mid = 1
-        pub_ids = _PUB_IDS.unpack_from
-        ref_ids = _REF_IDS.unpack_from
-        refs_ids = _REFS_IDS.unpack_from
-        at = _IDS_AT
-        for seq, data, records in lg.scan():
-            if cancelled is not None and cancelled():
-                raise RecoveryCancelled(f"recovery of {self.directory} was cancelled")
-            cur: dict[int, _Build] = {}
-            builds[seq] = cur
-            seg_live = 0
-            for off, end, rtype, flags in records:
-                if rtype == PUBLISH:
-                    qid, mid = pub_ids(data, off + at)
-                    if mid >= next_mid:
-                        next_mid = mid + 1
-                    if flags & FLAG_TRANSIENT or qid not in known:
-                        continue
-                    b = cur.get(qid)
-                    if b is None:
-                        b = cur[qid] = _Build()
-                    elif mid <= b.mids[-1]:
-                        b.ordered = False  # a compaction copy among newer records
-                    b.mids.append(mid)
-                    b.offs.append(off)
-                    b.sizes.append(end - off)
-                    seg_live += end - off
-                elif rtype == FANOUT:
-                    first, qids = _fanout_qids(data, off)
-                    if first + len(qids) > next_mid:
-                        next_mid = first + len(qids)
-                    size = end - off
-                    for k, qid in enumerate(qids):
-                        if qid in known:
-                            _note_publish(cur, qid, first + k, off, size)
-                            seg_live += size
-                elif rtype == REFS:
-                    qid, target, n = refs_ids(data, off + at)
-                    start = off + _REFS_AT
-                    mids = array("Q", data[start : start + 8 * n])
-                    if _BIG_ENDIAN:
-                        mids.byteswap()
-                    top = max(mids, default=0)
-                    if top >= next_mid:
-                        next_mid = top + 1
-                    b = _target(builds, deps, seq, qid, target)
-                    if b is not None:
-                        seg_live -= _freed(live, seq, target, _apply_refs(b, flags, mids))
-                elif rtype == PURGE:
-                    qid, lo, hi, targets = _purge_fields(data, off)
-                    for target in targets:
-                        b = _target(builds, deps, seq, qid, target)
-                        if b is not None:
-                            seg_live -= _freed(live, seq, target, b.kill_range(lo, hi))
-                else:
-                    qid, mid, target = ref_ids(data, off + at)
-                    if mid >= next_mid:
-                        next_mid = mid + 1
-                    b = _target(builds, deps, seq, qid, target)
-                    if b is not None:
-                        seg_live -= _freed(live, seq, target, _apply_refs(b, rtype, (mid,)))
-            live[seq] = seg_live
-        self._next_mid = next_mid
         for seq in lg.segment_sizes():
             live.setdefault(seq, 0)
         result: dict[QueueKey, PagedIndex] = {}
         count = 0
-        for qid, key in known.items():
-            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
-            parts = [(seq, q[qid]) for seq, q in builds.items() if qid in q]
-            _assemble(paged, parts, live)
+        per_queue: dict[int, list[tuple[int, Build]]] = {}
+        for seq, cur in scan.builds.items():
+            for qid, b in cur.items():
+                per_queue.setdefault(qid, []).append((seq, b))
+        for qid, key in self._queues.keys.items():
+            paged = self._paged[qid] = PagedIndex(qid, PUB_HEAD)
+            assemble(paged, per_queue.get(qid, []), live)
             count += len(paged)
             result[key] = paged
-        del builds
-        for seq, targets in deps.items():
+        del per_queue
+        scan.builds.clear()
+        for seq, targets in scan.deps.items():
             for t in targets:
                 if lg.exists(t):
                     self._add_dep(seq, t)
         self._active = lg.active
+        self._seed_summary(scan.last)
+        self.recovered_from = {"summaries": scan.summarised, "walked": scan.walked}
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
         log.info(
-            "message store %s: recovered %d messages in %d queues from %d segments",
+            "message store %s: recovered %d messages in %d queues from %d segments "
+            "(%d from their summaries, %d walked)",
             self.directory,
             count,
             len(result),
             len(lg.segment_sizes()),
+            scan.summarised,
+            scan.walked,
         )
         return result
 
@@ -763,7 +499,7 @@ class MessageStore:
         result: dict[QueueKey, PagedIndex] = {}
         count = 0
         for qid, key in self._queues.keys.items():
-            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD)
+            paged = self._paged[qid] = PagedIndex(qid, PUB_HEAD)
             for seq, offs, sizes, flags in clean.queues.get(qid, ()):
                 paged.append_run(Run(seq, offs, sizes, flags))
                 live[seq] += sum(sizes)
@@ -774,6 +510,18 @@ class MessageStore:
             if lg.exists(seq) and lg.exists(target):
                 self._add_dep(seq, target)
         self._active = lg.active
+        found = None
+        if lg.active and lg.active_header is not None:
+            loaded = summaries.load(
+                self.directory,
+                lg.active,
+                lg.size_of(lg.active),
+                zlib.crc32(lg.active_header),
+                Columns,
+            )
+            if loaded is not None:
+                found = (lg.active, loaded)
+        self._seed_summary(found)
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
         log.info(
             "message store %s: %d messages in %d queues from the clean-shutdown index",
@@ -852,6 +600,7 @@ class MessageStore:
             ):
                 try:
                     self._save_clean()
+                    self._save_active_summary()
                 except OSError as exc:
                     log.error("clean-shutdown index not written (%s); the next start scans", exc)
         if self._log is not None:
@@ -910,7 +659,7 @@ class MessageStore:
         qid = self.queue_id(key)
         paged = self._paged.get(qid)
         if paged is None:
-            paged = self._paged[qid] = PagedIndex(qid, _PUB_HEAD, exact)
+            paged = self._paged[qid] = PagedIndex(qid, PUB_HEAD, exact)
         elif exact and not paged.exact:
             self.make_exact(paged)
         return paged
@@ -928,7 +677,7 @@ class MessageStore:
             for _k, _off, size, record in self._read_positions(
                 run.seq, run.offs[a:], run.sizes[a:]
             ):
-                extras.append(_record_extra(record, size))
+                extras.append(record_extra(record, size))
             return extras
 
         paged.make_exact(extras_of)
@@ -962,14 +711,14 @@ class MessageStore:
                 continue
             seq, offs, sizes, flags, stamps = item
             for k, off, size, record in self._read_positions(seq, offs, sizes):
-                if not _intact(record, size):
+                if not intact(record, size):
                     self._drop_corrupt(paged.qid, seq, off, size)
                     continue
                 if record[PREFIX_SIZE] == PUBLISH:
-                    qid, mid = _PUB_IDS.unpack_from(record, _IDS_AT)
+                    qid, mid = PUB_IDS.unpack_from(record, IDS_AT)
                 else:
                     qid = paged.qid
-                    mid = _record_mid(record, qid)
+                    mid = record_mid(record, qid)
                 flag = flags[k] if flags is not None else 0
                 cls = TransientLocation if flag & TRANSIENT else Location
                 loc = cls(seq, off, _size(size), qid, mid)
@@ -1009,18 +758,18 @@ class MessageStore:
             lg = self._log
             assert lg is not None
             first = runs[0]
-            lo = _record_mid(
+            lo = record_mid(
                 lg.read(first.seq, first.offs[first.start], first.sizes[first.start]), paged.qid
             )
             targets = sorted({run.seq for run in runs})
             # Their bytes are dead from here: a reclaim that the append below may start
             # (by rolling the log) must see them so, since the tail no longer names them.
             freed = self._free_runs(runs)
-            body = _PURGE_BODY.pack(PURGE, 0, paged.qid, lo, self._next_mid - 1, len(targets))
+            body = PURGE_BODY.pack(PURGE, 0, paged.qid, lo, self._next_mid - 1, len(targets))
             body += struct.pack(f"<{len(targets)}Q", *targets)
-            seq, _off = lg.append(
-                (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), PREFIX_SIZE + len(body)
-            )
+            seq, off = lg.reserve(PREFIX_SIZE + len(body))
+            self._sealing.others.append(off)  # for the segment's summary
+            lg.write_at(seq, off, (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body))
             if seq != self._active:
                 self._rolled(seq)
             for target in targets:
@@ -1094,13 +843,24 @@ class MessageStore:
         mid = self._next_mid
         self._next_mid = mid + 1
         hlen = len(header)
-        size = _PUB_HEAD + hlen + len(body)
-        fixed = _PUB_FIXED.pack(PUBLISH, FLAG_TRANSIENT if transient else 0, qid, mid, hlen)
+        size = PUB_HEAD + hlen + len(body)
+        fixed = PUB_FIXED.pack(PUBLISH, FLAG_TRANSIENT if transient else 0, qid, mid, hlen)
         crc = zlib.crc32(body, zlib.crc32(header, zlib.crc32(fixed)))
         lg = self._log
         assert lg is not None
-        seq, off = lg.append(
-            (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), size, on_durable
+        seq, off = lg.reserve(size)
+        if not transient:
+            # For the segment's summary: three appends, so that recovery after a
+            # crash can load this segment's positions instead of walking its records.
+            # (Between reserve and write_at: the write may flush, and the flush roll.)
+            cols = self._sealing.queues.get(qid)
+            if cols is None:
+                cols = self._sealing.columns(qid)
+            cols.mids.append(mid)
+            cols.offs.append(off)
+            cols.sizes.append(size)
+        lg.write_at(
+            seq, off, (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, header, body), on_durable
         )
         if seq != self._active:
             self._rolled(seq)
@@ -1122,17 +882,16 @@ class MessageStore:
         first = self._next_mid
         self._next_mid = first + n
         hlen = len(header)
-        fixed = _PUB_FIXED.pack(FANOUT, 0, n, first, hlen)
+        fixed = PUB_FIXED.pack(FANOUT, 0, n, first, hlen)
         slots = struct.pack(f"<{n}I", *qids)
-        size = _PUB_HEAD + len(slots) + hlen + len(body)
+        size = PUB_HEAD + len(slots) + hlen + len(body)
         crc = zlib.crc32(body, zlib.crc32(header, zlib.crc32(slots, zlib.crc32(fixed))))
         lg = self._log
         assert lg is not None
-        seq, off = lg.append(
-            (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, slots, header, body),
-            size,
-            on_durable,
-        )
+        seq, off = lg.reserve(size)
+        self._sealing.fanouts.append(off)  # for the segment's summary: one note for all
+        parts = (RECORD_PREFIX.pack(size - PREFIX_SIZE, crc), fixed, slots, header, body)
+        lg.write_at(seq, off, parts, on_durable)
         if seq != self._active:
             self._rolled(seq)
         # Each slot counts the whole record until its queue lets go of it.
@@ -1223,17 +982,17 @@ class MessageStore:
 
     def _append_refs(self, lg: SegmentLog, refs: dict[tuple[int, int, int], array]) -> None:
         for (rtype, qid, target), mids in refs.items():
-            for start in range(0, len(mids), _REFS_MAX):
-                chunk = mids[start : start + _REFS_MAX]
+            for start in range(0, len(mids), REFS_MAX):
+                chunk = mids[start : start + REFS_MAX]
                 if len(chunk) == 1:
-                    body = _REF_BODY.pack(rtype, 0, qid, chunk[0], target)
+                    body = REF_BODY.pack(rtype, 0, qid, chunk[0], target)
                 else:
-                    if _BIG_ENDIAN:
+                    if BIG_ENDIAN:
                         chunk.byteswap()
-                    body = _REFS_BODY.pack(REFS, rtype, qid, target, len(chunk)) + chunk.tobytes()
-                seq, _off = lg.append(
-                    (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body), PREFIX_SIZE + len(body)
-                )
+                    body = REFS_BODY.pack(REFS, rtype, qid, target, len(chunk)) + chunk.tobytes()
+                seq, off = lg.reserve(PREFIX_SIZE + len(body))
+                self._sealing.others.append(off)  # for the segment's summary
+                lg.write_at(seq, off, (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body))
                 if seq != self._active:
                     self._rolled(seq)
                 if seq != target and lg.exists(target):
@@ -1329,13 +1088,13 @@ class MessageStore:
         result = ScanResult()
         for off, end, rtype, _flags in iter_records(data, HEADER_SIZE, result):
             if rtype == PUBLISH:
-                qid, mid = _PUB_IDS.unpack_from(data, off + _IDS_AT)
+                qid, mid = PUB_IDS.unpack_from(data, off + IDS_AT)
                 holder = self._holder(seq, off, qid, mid)
                 if holder is None:
                     continue
                 moves.append((holder[0], off, end, holder[1]))
             elif rtype == FANOUT:
-                first, qids = _fanout_qids(data, off)
+                first, qids = fanout_qids(data, off)
                 holders = [
                     h
                     for k, qid in enumerate(qids)
@@ -1345,17 +1104,17 @@ class MessageStore:
                     continue
                 moves.append((FANOUT, off, end, holders))
             elif rtype == REFS:
-                target = _REFS_IDS.unpack_from(data, off + _IDS_AT)[1]
+                target = REFS_IDS.unpack_from(data, off + IDS_AT)[1]
                 if target == seq or not exists(target):
                     continue
                 moves.append((REFS, off, end, target))
             elif rtype == PURGE:
-                targets = [t for t in _purge_fields(data, off)[3] if t != seq and exists(t)]
+                targets = [t for t in purge_fields(data, off)[3] if t != seq and exists(t)]
                 if not targets:
                     continue
                 moves.append((PURGE, off, end, targets))
             else:
-                _qid, mid, target = _REF_IDS.unpack_from(data, off + _IDS_AT)
+                _qid, mid, target = REF_IDS.unpack_from(data, off + IDS_AT)
                 if target == seq or not exists(target):
                     continue
                 if rtype == DELIVERED:
@@ -1380,7 +1139,9 @@ class MessageStore:
         for rtype, off, end, what in moves:
             n = end - off
             record = view[off:end] if rtype != FANOUT else _live_slots_only(view[off:end], what)
-            new_seq, new_off = lg.append((record,), n)
+            new_seq, new_off = lg.reserve(n)
+            self._note_copy(record, new_off, n)  # for the segment's summary
+            lg.write_at(new_seq, new_off, (record,))  # type: ignore[arg-type]
             if new_seq != self._active:
                 self._rolled(new_seq)
             if rtype == PUBLISH or rtype == _PAGED or rtype == FANOUT:
@@ -1408,6 +1169,60 @@ class MessageStore:
             paged[qid].relocate(seq, moved)
         self._retire(seq)
         log.debug("compacted segment %d: moved %d records (%d bytes)", seq, len(moves), total)
+
+    def _note_copy(self, record: memoryview | bytes, off: int, size: int) -> None:
+        """A record compaction copied into the active segment, for its summary (the
+        same facts a walk would find in it)."""
+        sealing = self._sealing
+        rtype = record[PREFIX_SIZE]
+        if rtype == PUBLISH:
+            if not record[PREFIX_SIZE + 1] & FLAG_TRANSIENT:
+                qid, mid = PUB_IDS.unpack_from(record, IDS_AT)
+                sealing.columns(qid).note(mid, off, size)
+        elif rtype == FANOUT:
+            sealing.fanouts.append(off)
+        else:
+            sealing.others.append(off)
+
+    # ---- segment summaries -----------------------------------------------------------
+
+    def _seal(self, seq: int, size: int, header: bytes) -> list[Any] | None:
+        """The log sealed segment `seq`: its summary, which the writer thread writes
+        once the segment is synced (None if this process did not see all of it)."""
+        summary, whole = self._sealing, self._sealing_whole
+        self._sealing = Summary()
+        self._sealing_whole = True
+        if not whole:
+            return None
+        summary.top_mid = self._next_mid - 1
+        return summaries.encode(seq, size, zlib.crc32(header), summary)
+
+    def _seed_summary(self, found: tuple[int, Summary] | None) -> None:
+        """After recovery: go on noting the active segment into the summary found
+        for it, so it is whole when sealed; without one, none is written for it."""
+        lg = self._log
+        assert lg is not None
+        self._sealing = Summary()
+        self._sealing_whole = True
+        if not lg.active:
+            return  # the first append starts a new segment
+        if found is not None and found[0] == lg.active:
+            self._sealing = found[1]
+        else:
+            self._sealing_whole = False
+
+    def _save_active_summary(self) -> None:
+        """At a clean stop: the active segment's summary as it stands, so the next
+        start (from the clean-shutdown index) can go on noting into it."""
+        lg = self._log
+        assert lg is not None
+        if not lg.active or lg.active_header is None or not self._sealing_whole:
+            return
+        self._sealing.top_mid = self._next_mid - 1
+        parts = summaries.encode(
+            lg.active, lg.size_of(lg.active), zlib.crc32(lg.active_header), self._sealing
+        )
+        summaries.write_file(summaries.summary_path(self.directory, lg.active), parts)
 
     def _holder(self, seq: int, off: int, qid: int, mid: int) -> tuple[int, Any] | None:
         """Who still holds queue `qid`'s copy (message `mid`) of the record at (seq,
@@ -1440,6 +1255,8 @@ class MessageStore:
             for s in [s for s in self._live if s > fseq]:
                 del self._live[s]
         self._active = 0
+        self._sealing = Summary()  # the segment it noted is abandoned, unsealed
+        self._sealing_whole = True
         if self.committer.failed_unlinks or self.committer.unlinks_disabled:
             # A deletion that depended on the failed writes did not happen; deleting
             # anything else now could leave acked messages without their ACKs.

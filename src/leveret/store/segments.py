@@ -26,8 +26,9 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-from leveret.store.committer import GroupCommitter, OnDurable, segment_path
+from leveret.store.committer import SUMMARY_OP, GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreFormatError
 
 log = logging.getLogger("leveret.store")
@@ -156,20 +157,44 @@ class SegmentLog:
         self._local_cbs: list[OnDurable] = []
         self._flush_scheduled = False
         self.before_flush: Callable[[], None] | None = None
+        # Called when the active segment is sealed (the log rolls past it) with its
+        # seq, size and header; what it returns is written by the writer thread, as
+        # that segment's summary, once the segment is synced (see store.summaries).
+        self.on_seal: Callable[[int, int, bytes], Sequence[Any] | None] | None = None
+        self.active_header: bytes | None = None  # of the active segment, as written
 
     # ---- startup ---------------------------------------------------------------------
 
-    def scan(self) -> Iterator[tuple[int, bytes, Iterator[tuple[int, int, int, int]]]]:
-        """Yield (seq, data, records) per segment, oldest first; consume `records` fully.
+    def scan(
+        self, summarised: Callable[[int], int | None] | None = None
+    ) -> Iterator[tuple[int, bytes | None, Iterator[tuple[int, int, int, int]], ScanResult]]:
+        """Yield (seq, data, records, result) per segment, oldest first; consume `records`
+        fully, after which `result` says where the segment's intact records end.
 
-        After each segment the stop reason is logged; the last segment's torn tail is
-        truncated so that new appends start on a clean record boundary.
+        `summarised(seq)` is asked first: a size means the caller trusts its summary
+        of the segment (of exactly that size), which is then not read: it comes with
+        data None and no records. After each segment read, the stop reason is logged;
+        the last segment's torn tail is truncated so that new appends start on a
+        clean record boundary.
         """
         seqs = list_segments(self.directory)
         version = SEGMENT_FORMAT_VERSION
+        header = b""
         for i, seq in enumerate(seqs):
             last = i == len(seqs) - 1
             path = segment_path(self.directory, seq)
+            size = summarised(seq) if summarised is not None else None
+            if size is not None:
+                with open(path, "rb") as f:
+                    header = f.read(HEADER_SIZE)
+                version = SEGMENT_HEADER.unpack_from(header)[1]
+                if version not in READABLE_FORMAT_VERSIONS:
+                    raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
+                result = ScanResult()
+                result.end = self._sizes[seq] = size
+                self.committer.mark_written(seq, size)
+                yield seq, None, iter(()), result
+                continue
             with open(path, "rb") as f:
                 data = f.read()
             if len(data) < HEADER_SIZE or data[:4] != SEGMENT_MAGIC:
@@ -178,8 +203,9 @@ class SegmentLog:
                 )
                 if last:
                     # Nothing in it can be read; start it over so appends land cleanly.
+                    header = encode_header(seq)
                     with open(path, "wb") as f:
-                        f.write(encode_header(seq))
+                        f.write(header)
                         f.flush()
                         os.fsync(f.fileno())
                     self._sizes[seq] = HEADER_SIZE
@@ -188,12 +214,13 @@ class SegmentLog:
                 else:
                     self._sizes[seq] = len(data)
                 continue
+            header = data[:HEADER_SIZE]
             _magic, version, hsize, _hseq, _base, _created = SEGMENT_HEADER.unpack_from(data)
             if version not in READABLE_FORMAT_VERSIONS:
                 raise StoreFormatError(f"segment {path}", version, SEGMENT_FORMAT_VERSION)
             result = ScanResult()
             records = iter_records(data, hsize, result)
-            yield seq, data, records
+            yield seq, data, records, result
             for _ in records:  # in case the consumer stopped early
                 pass
             if result.error is not None:
@@ -214,12 +241,25 @@ class SegmentLog:
             self._sizes[seq] = result.end
             self.committer.mark_written(seq, result.end)
         if seqs:
-            self._take_active(seqs[-1], version)
+            self._take_active(seqs[-1], version, header)
 
-    def _take_active(self, seq: int, version: int) -> None:
+    def peek(self, seq: int) -> tuple[bytes, int] | None:
+        """(header bytes, file size) of a segment on disk, or None if it has neither."""
+        try:
+            with open(segment_path(self.directory, seq), "rb") as f:
+                header = f.read(HEADER_SIZE)
+                size = os.fstat(f.fileno()).st_size
+        except OSError:
+            return None
+        if len(header) < HEADER_SIZE or header[:4] != SEGMENT_MAGIC:
+            return None
+        return header, size
+
+    def _take_active(self, seq: int, version: int, header: bytes) -> None:
         """Append to the newest segment, unless an older format wrote it: then the
         next append starts a new one (a segment holds records of its own version)."""
         self.active = seq if version == SEGMENT_FORMAT_VERSION else 0
+        self.active_header = header if self.active else None
         self._tail = self._sizes[seq]
 
     def check_format(self) -> None:
@@ -265,7 +305,7 @@ class SegmentLog:
         for seq in seqs:
             self._sizes[seq] = sizes[seq]
             self.committer.mark_written(seq, sizes[seq])
-        self._take_active(seqs[-1], version)
+        self._take_active(seqs[-1], version, head[:HEADER_SIZE])
         return True
 
     # ---- appending -------------------------------------------------------------------
@@ -291,6 +331,25 @@ class SegmentLog:
         seq, off = self.reserve(nbytes)
         self._queue_op((seq, off, parts), on_durable)
         return seq, off
+
+    def write_at(
+        self, seq: int, off: int, parts: Sequence[bytes], on_durable: OnDurable | None = None
+    ) -> None:
+        """Queue the record for a place `reserve` gave. Split from `append` for a
+        caller that must note the place before anything else is appended: without a
+        loop, queueing flushes at once, and a flush may append (and roll).
+
+        The hot path of persistent publishing: `_queue_op` inlined."""
+        self._local_ops.append((seq, off, parts))
+        if on_durable is not None:
+            self._local_cbs.append(on_durable)
+        if not self._flush_scheduled:
+            loop = self.committer.loop
+            if loop is None:
+                self.flush_pending()
+            else:
+                self._flush_scheduled = True
+                loop.call_soon(self.flush_pending)
 
     # Records are handed to the writer thread once per event-loop turn, not one by
     # one: a lock round-trip and a list entry per record cost the loop (which shares
@@ -347,11 +406,20 @@ class SegmentLog:
         self.committer.submit(ops, on_durable, self._gen)
 
     def _roll(self) -> None:
+        old = self.active
+        summary = None
+        if old and self.on_seal is not None and self.active_header is not None:
+            summary = self.on_seal(old, self._tail, self.active_header)
         seq = max(self.active, max(self._sizes, default=0)) + 1
         header = encode_header(seq)
         self.active = seq
+        self.active_header = header
         self._tail = HEADER_SIZE
         self._sizes[seq] = HEADER_SIZE
+        if summary is not None:
+            # Not through _queue_op: without a loop that flushes at once, and the
+            # flush's before_flush may append (to the new segment, so only now).
+            self._local_ops.append((old, SUMMARY_OP, summary))
         self._queue_op((seq, 0, (header,)), None)
 
     def _resync(self) -> None:
@@ -368,6 +436,7 @@ class SegmentLog:
                 else:
                     self._sizes[seq] = off
         self.active = 0  # next reserve rolls to a fresh segment
+        self.active_header = None
         if self.on_resync is not None:
             self.on_resync(failed)
 
