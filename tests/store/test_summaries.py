@@ -17,29 +17,12 @@ from array import array
 from pathlib import Path
 
 import pytest
+from store_support import recovered_state
 
 from leveret.store import MessageStore
 from leveret.store.summaries import Columns, Summary, encode, load, summary_path, write_file
 
 QUEUES = [("/", f"q{i}") for i in range(4)]
-
-
-def _state(store: MessageStore, recovered: dict) -> dict:
-    """Everything recovery decided, in comparable form."""
-    queues = {}
-    for key, paged in sorted(recovered.items()):
-        rows = []
-        for item in paged.export():
-            seq, offs, sizes, flags = item
-            for k in range(len(offs)):
-                rows.append((seq, offs[k], sizes[k], flags[k] if flags is not None else 0))
-        queues[key] = rows
-    return {
-        "queues": queues,
-        "next_mid": store._next_mid,
-        "live": {s: n for s, n in store._live.items()},
-        "deps": {s: sorted(t) for s, t in store._deps.items() if t},
-    }
 
 
 def _workload(path: Path, seed: int, steps: int, segment_size: int) -> None:
@@ -90,18 +73,6 @@ def _workload(path: Path, seed: int, steps: int, segment_size: int) -> None:
     (path / "msgs" / "clean.idx").unlink(missing_ok=True)
 
 
-def _recover(path: Path, segment_size: int) -> tuple[dict, dict]:
-    """Recover, and stop before the store reclaims anything (which would change
-    the data dir under the next comparison)."""
-    store = MessageStore(str(path), segment_size=segment_size)
-    store.prepare()
-    recovered = store.recover()
-    state = _state(store, recovered)
-    how = dict(store.recovered_from)
-    store._log.committer.close()  # type: ignore[union-attr]  # no clean index, no writes
-    return state, how
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recovery_from_summaries_equals_walking_every_record(tmp_path: Path, seed: int) -> None:
     seg = 4096
@@ -111,15 +82,15 @@ def test_recovery_from_summaries_equals_walking_every_record(tmp_path: Path, see
     assert len(sums) > 20, "the workload should seal many segments"
     for f in sums:
         f.unlink()
-    walked, how_b = _recover(tmp_path / "b", seg)
-    summarised, how_a = _recover(tmp_path / "a", seg)
+    walked, how_b = recovered_state(tmp_path / "b", seg)
+    summarised, how_a = recovered_state(tmp_path / "a", seg)
     assert how_b["summaries"] == 0 and how_b["walked"] > 20
     assert how_a["walked"] == 1, "only the newest segment is walked"
     assert how_a["summaries"] == how_b["walked"] - 1
     assert sum(len(rows) for rows in walked["queues"].values()) > 50
     assert summarised == walked
     # The walk wrote the summaries it lacked: the next recovery of b uses them.
-    again, how_again = _recover(tmp_path / "b", seg)
+    again, how_again = recovered_state(tmp_path / "b", seg)
     assert how_again == how_a
     assert again == walked
 
