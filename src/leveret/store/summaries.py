@@ -60,22 +60,25 @@ _BIG_ENDIAN = sys.byteorder == "big"
 
 
 class Columns:
-    """One queue's PUBLISH copies in one segment, in file order."""
+    """One queue's PUBLISH copies in one segment, in file order. A loaded summary's
+    consecutive ids may be a `range` (see `load`); `uniform` is then the one size
+    all copies have, if the file said so (0: not known)."""
 
-    __slots__ = ("mids", "offs", "sizes", "ordered")
+    __slots__ = ("mids", "offs", "sizes", "ordered", "uniform")
 
     def __init__(self) -> None:
-        self.mids = array("Q")
+        self.mids: array | range = array("Q")
         self.offs = array("I")
         self.sizes = array("I")
         self.ordered = True
+        self.uniform = 0
 
     def note(self, mid: int, off: int, size: int) -> None:
         """Add one copy (slow path: the store's publish inlines this)."""
         mids = self.mids
         if mids and mid <= mids[-1]:
             self.ordered = False
-        mids.append(mid)
+        mids.append(mid)  # type: ignore[union-attr]
         self.offs.append(off)
         self.sizes.append(size)
 
@@ -151,7 +154,7 @@ def encode(seq: int, size: int, head_crc: int, summary: Summary) -> list[bytes |
         if n and sizes.count(sizes[0]) == n:
             form |= UNIFORM
         parts.append(_QUEUE.pack(qid, n, form))
-        parts.append(_U64.pack(mids[0]) if form & CONSECUTIVE and n else _le(mids))
+        parts.append(_U64.pack(mids[0]) if form & CONSECUTIVE and n else _le(mids))  # type: ignore[arg-type]
         parts.append(_le(offs))
         parts.append(_U32.pack(sizes[0]) if form & UNIFORM else _le(sizes))
     parts.append(_le(summary.others))
@@ -191,10 +194,12 @@ def load(
     size: int,
     head_crc: int,
     factory: type[C] = Columns,  # type: ignore[assignment]
+    lazy: bool = False,
 ) -> Summary | None:
     """The summary of segment `seq`, its columns made by `factory`, or None when
     there is none that matches the segment as it is (`size` bytes, header CRC
-    `head_crc`)."""
+    `head_crc`). With `lazy`, consecutive ids come as a `range` (read-only: for
+    recovery, which only looks ids up), not an array of 8 bytes each."""
     path = summary_path(directory, seq)
     try:
         with open(path, "rb") as f:
@@ -205,13 +210,15 @@ def load(
         log.warning("segment summary %s unreadable (%s); walking the segment", path, exc)
         return None
     try:
-        return _parse(data, seq, size, head_crc, factory)
+        return _parse(data, seq, size, head_crc, factory, lazy)
     except (ValueError, struct.error) as exc:
         log.warning("segment summary %s not used (%s); walking the segment", path, exc)
         return None
 
 
-def _parse(data: bytes, seq: int, size: int, head_crc: int, factory: type[C]) -> Summary:
+def _parse(
+    data: bytes, seq: int, size: int, head_crc: int, factory: type[C], lazy: bool
+) -> Summary:
     if len(data) < _HEAD.size + 4:
         raise ValueError("truncated")
     if zlib.crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
@@ -233,12 +240,16 @@ def _parse(data: bytes, seq: int, size: int, head_crc: int, factory: type[C]) ->
         if form & CONSECUTIVE:
             (first,) = _U64.unpack_from(data, pos)
             pos += 8
-            cols.mids = array("Q", range(first, first + n))
+            ids = range(first, first + n)
+            cols.mids = ids if lazy else array("Q", ids)
         else:
-            pos = _take(cols.mids, data, pos, n)
+            mids = array("Q")
+            pos = _take(mids, data, pos, n)
+            cols.mids = mids
         pos = _take(cols.offs, data, pos, n)
         if form & UNIFORM:
             cols.sizes = array("I", _U32.unpack_from(data, pos)) * n
+            cols.uniform = cols.sizes[0] if n else 0
             pos += 4
         else:
             pos = _take(cols.sizes, data, pos, n)
