@@ -117,7 +117,9 @@ def test_a_restarted_ttl_queue_keeps_its_tail_and_expires_it(brokers):
     ch = conn.channel()
     assert message_count(ch, "ttl.restart") == count
     info = queue_info(broker, "ttl.restart")
-    assert info["messages_paged_out"] == count - RAM, info
+    # A restart reads no message: at most the one batch (REFILL_BATCH, 256) the
+    # expiry timer reads to see the oldest message's deadline.
+    assert count - 256 <= info["messages_paged_out"] <= count, info
     method, _props, body = ch.basic_get("ttl.restart", auto_ack=True)
     assert body == make_body("0", 256)
     assert _wait_count(ch, "ttl.restart", 0) == 0

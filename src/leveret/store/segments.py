@@ -337,19 +337,8 @@ class SegmentLog:
     ) -> None:
         """Queue the record for a place `reserve` gave. Split from `append` for a
         caller that must note the place before anything else is appended: without a
-        loop, queueing flushes at once, and a flush may append (and roll).
-
-        The hot path of persistent publishing: `_queue_op` inlined."""
-        self._local_ops.append((seq, off, parts))
-        if on_durable is not None:
-            self._local_cbs.append(on_durable)
-        if not self._flush_scheduled:
-            loop = self.committer.loop
-            if loop is None:
-                self.flush_pending()
-            else:
-                self._flush_scheduled = True
-                loop.call_soon(self.flush_pending)
+        loop, queueing flushes at once, and a flush may append (and roll)."""
+        self._queue_op((seq, off, parts), on_durable)
 
     # Records are handed to the writer thread once per event-loop turn, not one by
     # one: a lock round-trip and a list entry per record cost the loop (which shares
