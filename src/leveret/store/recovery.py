@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from leveret.store import summaries
+from leveret.store.committer import segment_path
 from leveret.store.paged_index import REDELIVERED, PagedIndex, live_run
 from leveret.store.records import (
     ACK,
@@ -43,6 +44,7 @@ from leveret.store.records import (
     REFS_AT,
     REFS_IDS,
     fanout_qids,
+    intact,
     purge_fields,
 )
 from leveret.store.segments import (
@@ -419,21 +421,19 @@ def assemble(paged: PagedIndex, parts: list[tuple[int, Build]], live: dict[int, 
 
 
 def _read(directory: str, seq: int) -> bytes:
-    with open(os.path.join(directory, f"{seq:016d}.seg"), "rb") as f:
+    with open(segment_path(directory, seq), "rb") as f:
         return f.read()
 
 
 def _intact_at(data: bytes, offsets: array) -> bool:
     """Every record at these offsets is whole and matches its CRC."""
     view = memoryview(data)
-    n = len(data)
     try:
         for off in offsets:
-            if off + PREFIX_SIZE > n:
+            if off + PREFIX_SIZE > len(data):
                 return False
-            length, crc = RECORD_PREFIX.unpack_from(data, off)
-            body = off + PREFIX_SIZE
-            if body + length > n or zlib.crc32(view[body : body + length]) != crc:
+            size = PREFIX_SIZE + RECORD_PREFIX.unpack_from(data, off)[0]
+            if not intact(view[off : off + size], size):
                 return False
         return True
     finally:
@@ -443,7 +443,7 @@ def _intact_at(data: bytes, offsets: array) -> bool:
 def _write_summary(directory: str, seq: int, data: bytes, summary: Summary) -> None:
     """After walking a sealed segment, save its summary so the next recovery need
     not walk it. The segment is synced first: a summary never outlives its data."""
-    path = os.path.join(directory, f"{seq:016d}.seg")
+    path = segment_path(directory, seq)
     try:
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -124,10 +124,6 @@ def summary_path(directory: str, seq: int) -> str:
     return os.path.join(directory, f"{seq:016d}.sum")
 
 
-def header_crc(header: bytes) -> int:
-    return zlib.crc32(header)
-
-
 def encode(seq: int, size: int, head_crc: int, summary: Summary) -> list[bytes | array]:
     """The file's parts, trailer excluded (`write_file` adds it). Arrays are passed
     through, not copied: the caller hands over a summary it no longer appends to."""
