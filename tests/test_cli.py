@@ -12,6 +12,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from serverproc import server_argv
+
 pytestmark = pytest.mark.leveret_only
 
 
@@ -41,10 +43,7 @@ def server(tmp_path):
     port = _free_port()
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "leveret",
-            "server",
+            *server_argv(),
             "--port",
             str(port),
             "--data-dir",
@@ -132,7 +131,7 @@ def test_data_dir_is_created(server, tmp_path):
 )
 def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--data-dir", str(tmp_path / "d"), *args],
+        [*server_argv(), "--data-dir", str(tmp_path / "d"), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -149,10 +148,7 @@ def test_port_in_use_is_reported(tmp_path):
         port = taken.getsockname()[1]
         proc = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "leveret",
-                "server",
+                *server_argv(),
                 "--port",
                 str(port),
                 "--data-dir",

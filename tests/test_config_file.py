@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pika
@@ -13,6 +12,7 @@ import pytest
 
 from leveret.config import Listener
 from leveret.config_file import ConfigFileError, load
+from serverproc import server_argv
 
 pytestmark = pytest.mark.leveret_only
 
@@ -97,7 +97,7 @@ def _free_port() -> int:
 
 def _serve(*args: str):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", *args],
+        [*server_argv(), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -160,7 +160,7 @@ def test_a_flag_overrides_the_file(tmp_path):
 def test_a_bad_file_stops_the_start_without_a_traceback(tmp_path):
     path = _write(tmp_path, "hearbeat = 5\n")
     result = subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--config", str(path)],
+        [*server_argv(), "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

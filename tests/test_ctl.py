@@ -20,6 +20,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from serverproc import server_argv
+
 pytestmark = pytest.mark.leveret_only
 
 # guest/guest as RabbitMQ 3.10 exported it; vhost and permissions in its format.
@@ -74,7 +76,7 @@ class Server:
         self.log_path = os.path.join(os.path.dirname(self.data_dir), f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--port", str(self.port),
+            [*server_argv(), "--port", str(self.port),
              "--data-dir", self.data_dir, "--management-port", str(self.management_port),
              "--prometheus-port", "0", *extra],
             stdout=self.log, stderr=subprocess.STDOUT,
@@ -281,7 +283,7 @@ def test_a_bad_definitions_file_stops_the_start(tmp_path):
     path = tmp_path / "defs.json"
     path.write_text('{"users": [{"name": "x", "password_hash": "@@"}]}')
     proc = subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--port", str(_free_port()),
+        [*server_argv(), "--port", str(_free_port()),
          "--data-dir", str(tmp_path / "d"), "--load-definitions", str(path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 
 import pika
@@ -12,6 +11,7 @@ import pytest
 
 from leveret.config import Listener, ServerConfig
 from leveret.testing import EmbeddedBroker
+from serverproc import server_argv
 
 pytestmark = pytest.mark.leveret_only
 
@@ -71,7 +71,7 @@ def _wait_port(proc, family, host, port):
 def test_cli_host_ipv6(tmp_path, host):
     port = _free_port(socket.AF_INET6, "::1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--host", host, "--port", str(port),
+        [*server_argv(), "--host", host, "--port", str(port),
          "--data-dir", str(tmp_path / "d")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -87,7 +87,7 @@ def test_cli_host_ipv6(tmp_path, host):
 def test_cli_repeated_listen(tmp_path):
     p4, p6 = _free_port(), _free_port(socket.AF_INET6, "::1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--listen", f"127.0.0.1:{p4}",
+        [*server_argv(), "--listen", f"127.0.0.1:{p4}",
          "--listen", f"[::1]:{p6}", "--data-dir", str(tmp_path / "d")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -110,7 +110,7 @@ def test_second_listener_in_use_fails_and_releases_the_first(tmp_path):
         busy = taken.getsockname()[1]
         free = _free_port()
         proc = subprocess.run(
-            [sys.executable, "-m", "leveret", "server", "--listen", f"127.0.0.1:{free}",
+            [*server_argv(), "--listen", f"127.0.0.1:{free}",
              "--listen", f"127.0.0.1:{busy}", "--data-dir", str(tmp_path / "d")],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip

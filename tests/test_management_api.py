@@ -20,6 +20,7 @@ from access_setup import RABBITMQ_API, unique
 from conftest import EXTERNAL_URL
 from leveret.config import ServerConfig
 from leveret.testing import embedded_broker
+from serverproc import server_argv
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,6 @@ def test_exchanges_definitions_and_health(api):
 def test_the_cli_serves_the_api_on_its_port(tmp_path):
     import socket
     import subprocess
-    import sys
 
     ports = []
     for _ in range(2):
@@ -171,7 +171,7 @@ def test_the_cli_serves_the_api_on_its_port(tmp_path):
             ports.append(s.getsockname()[1])
     amqp_port, http_port = ports
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(amqp_port),
+        [*server_argv(), "--port", str(amqp_port),
          "--management-port", str(http_port), "--data-dir", str(tmp_path / "d")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leveret.config import ServerConfig
 from leveret.testing import embedded_broker
+from serverproc import server_argv
 
 RABBITMQ_METRICS = "http://127.0.0.1:15693/metrics"
 
@@ -206,7 +206,7 @@ def test_the_cli_serves_metrics_on_its_port_and_0_turns_them_off(tmp_path):
             ports.append(s.getsockname()[1])
     amqp_port, metrics_port = ports
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(amqp_port),
+        [*server_argv(), "--port", str(amqp_port),
          "--management-port", "0", "--prometheus-port", str(metrics_port),
          "--data-dir", str(tmp_path / "d")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -13,13 +13,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 
 import pika
 import pika.exceptions
 import pytest
+
+from serverproc import server_argv
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -275,7 +276,7 @@ def _free_port() -> int:
 
 def _start(data_dir, port):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir],
+        [*server_argv(), "--port", str(port), "--data-dir", data_dir],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -10,7 +10,6 @@ import asyncio
 import socket
 import ssl
 import subprocess
-import sys
 import time
 
 import aio_pika
@@ -23,6 +22,7 @@ from clienthelp import run
 from leveret.client import connect as leveret_connect
 from leveret.config import ServerConfig
 from leveret.testing import embedded_broker
+from serverproc import server_argv
 
 pytestmark = pytest.mark.leveret_only
 
@@ -214,7 +214,7 @@ def test_sasl_external_logs_in_as_the_certificate_cn(pki):
 
 def _server(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--port", "0", *args],
+        [*server_argv(), "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -240,7 +240,7 @@ def test_cli_amqps_listener(pki, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--listen", f"amqps://127.0.0.1:{port}",
+        [*server_argv(), "--listen", f"amqps://127.0.0.1:{port}",
          "--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
          "--data-dir", str(tmp_path / "d")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

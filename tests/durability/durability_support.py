@@ -26,6 +26,8 @@ from typing import Any
 import pika
 import pytest
 
+from serverproc import server_argv
+
 START_TIMEOUT = 60.0
 RECOVERED_LINE = re.compile(r"recovered \d+ messages in")
 
@@ -83,10 +85,7 @@ class Broker:
 
     def command(self) -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "leveret",
-            "server",
+            *server_argv(),
             "--port",
             str(self.port),
             "--data-dir",

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from serverproc import server_argv
+
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "peers"
 
@@ -144,7 +146,7 @@ def leveret_broker() -> Iterator[tuple[str, int]]:
     port = _free_port()
     with tempfile.TemporaryDirectory() as data:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data],
+            [*server_argv(), "--port", str(port), "--data-dir", data],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -17,6 +17,7 @@ import pika
 import pytest
 
 from leveret.testing import embedded_broker
+from serverproc import server_argv
 
 
 def params(url: str) -> pika.URLParameters:
@@ -149,15 +150,11 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         import socket
         import subprocess
-        import sys
 
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "leveret",
-                    "server",
+                    *server_argv(),
                     "--port",
                     str(self.port),
                     "--data-dir",
