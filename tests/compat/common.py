@@ -114,9 +114,9 @@ def masked(
     """`value` with volatile leaves replaced by VOLATILE and known run-specific strings by
     their variable names.
 
-    `volatile` holds field names (`uptime`: any field of that name, at any depth) or
-    dotted paths with `*` and `[]` (`listeners[].port`, `*.rate`) matched against the
-    field's path. `variables` maps a name to a value seen in this run (the node name, a
+    `volatile` holds field names, with `*` if need be (`uptime`, `io_*`: any field of
+    that name at any depth), or paths with `.` or `[]` (`listeners[].port`,
+    `*.exchange_types[].description`) matched against the field's path. `variables` maps a name to a value seen in this run (the node name, a
     connection's name with its ephemeral port): every string equal to or containing it
     has it replaced by `{name}`, so two runs compare equal.
     """
@@ -141,10 +141,10 @@ def masked(
 
 def _is_volatile(key: str, path: str, volatile: tuple[str, ...]) -> bool:
     for rule in volatile:
-        if "." in rule or "[" in rule or "*" in rule:
+        if "." in rule or "[" in rule:
             if fnmatch.fnmatchcase(path, rule):
                 return True
-        elif rule == key:
+        elif fnmatch.fnmatchcase(key, rule):
             return True
     return False
 

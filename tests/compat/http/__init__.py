@@ -1,0 +1,1 @@
+"""The management HTTP API's recorded cases (see cases.py, runner.py, record.py)."""

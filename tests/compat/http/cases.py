@@ -1,0 +1,1327 @@
+"""The table of management API requests, run against RabbitMQ (recorded) and Leveret.
+
+One function per group of RabbitMQ 3.10's API reference (deps/rabbitmq_management/
+priv/www/api/index.html at v3.10.8); each returns its cases. The generators below
+give every endpoint the same treatment: success; a missing object and a missing
+vhost; a body that is not JSON, without each required field, with each field of a
+wrong type; a user without the needed tag and one without permissions in the vhost;
+and, for lists, the listing parameters (page, page_size, name, use_regex, sort,
+sort_reverse, columns).
+
+The shared state (runner.Target.prepare): vhost `compat` with queues q1, q2 (3
+messages), q-args, q-consumed (a consumer), exchanges x-direct, x-topic, x-fanout,
+x-headers, four bindings, policy p1, operator policy op1, a max-queues limit, users
+compat-mgmt (management), compat-monitor (monitoring), compat-policy (policymaker),
+compat-notag (no tags), compat-noperm (management, no permissions), compat-readonly
+(management, may only read), and an AMQP connection named compat-conn with two
+channels. Cases that change something (`writes=True`) work on objects of their own.
+To add a group: write a function returning cases and add it to GROUPS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runner import NOBODY, VHOST, Case, Raw, Req
+
+V = VHOST
+NOT_JSON = Raw(b"{not json")
+
+#: stand-ins of a wrong JSON type for a field of each type
+WRONG = {"string": 5, "boolean": "maybe", "object": "text", "array": 5, "integer": "many"}
+
+
+def listing(
+    group: str, path: str, *, users: bool = True, sort: str = "name", name: str = "q"
+) -> list[Case]:
+    """A list endpoint with each listing parameter, good and bad."""
+    cases = [Case(f"{group}.list", "GET", path)]
+    if users:
+        cases += [
+            Case(f"{group}.list.as_management", "GET", path, user="compat-mgmt"),
+            Case(f"{group}.list.as_monitoring", "GET", path, user="compat-monitor"),
+            Case(f"{group}.list.as_no_permissions", "GET", path, user="compat-noperm"),
+            Case(f"{group}.list.as_no_tag", "GET", path, user="compat-notag"),
+        ]
+    for suffix, query in {
+        "page": {"page": "1", "page_size": "2"},
+        "page2": {"page": "2", "page_size": "2"},
+        "name": {"page": "1", "name": name},
+        "name_upper": {"page": "1", "name": name.upper()},
+        "regex": {"page": "1", "name": f"^{name}", "use_regex": "true"},
+        "bad_regex": {"page": "1", "name": "[", "use_regex": "true"},
+        "name_without_page": {"name": name},
+        "sort": {"sort": sort},
+        "sort_reverse": {"sort": sort, "sort_reverse": "true"},
+        "columns": {"columns": f"{sort},vhost"},
+        "page0": {"page": "0"},
+        "page_out_of_range": {"page": "99"},
+        "page_size_too_big": {"page": "1", "page_size": "501"},
+        "page_not_a_number": {"page": "x"},
+    }.items():
+        cases.append(Case(f"{group}.list.{suffix}", "GET", path, query=query))
+    return cases
+
+
+def get(
+    group: str,
+    path: str,
+    *,
+    missing: str | None = None,
+    missing_vhost: str | None = None,
+    users: bool = True,
+) -> list[Case]:
+    """A GET of one object: success, missing object, missing vhost, each kind of user."""
+    cases = [Case(f"{group}.get", "GET", path)]
+    if missing:
+        cases.append(Case(f"{group}.get.missing", "GET", missing))
+    if missing_vhost:
+        cases.append(Case(f"{group}.get.missing_vhost", "GET", missing_vhost))
+    if users:
+        for suffix, user in (
+            ("as_management", "compat-mgmt"),
+            ("as_monitoring", "compat-monitor"),
+            ("as_no_permissions", "compat-noperm"),
+            ("as_no_tag", "compat-notag"),
+        ):
+            cases.append(Case(f"{group}.get.{suffix}", "GET", path, user=user))
+    return cases
+
+
+def body_cases(
+    group: str,
+    method: str,
+    path: str,
+    good: dict[str, Any],
+    *,
+    required: tuple[str, ...] = (),
+    types: dict[str, str] | None = None,
+    setup: list[Req] | None = None,
+    cleanup: list[Req] | None = None,
+    users: tuple[str, ...] = ("compat-mgmt", "compat-noperm", "compat-notag"),
+    missing_vhost: str | None = None,
+    empty: bool = True,
+) -> list[Case]:
+    """A PUT or POST with a body: success, not JSON, {} , each required field left out,
+    each field of a wrong type, a missing vhost, users without tag or permissions."""
+    setup, cleanup = setup or [], cleanup or []
+
+    def case(suffix: str, body: Any, user: str = "guest", where: str = path) -> Case:
+        return Case(
+            f"{group}.{suffix}",
+            method,
+            where,
+            body,
+            user,
+            setup=list(setup),
+            cleanup=list(cleanup),
+            writes=True,
+        )
+
+    cases = [case("ok", good), case("not_json", NOT_JSON)]
+    if empty:
+        cases.append(case("empty_object", {}))
+    for key in required:
+        cases.append(case(f"without_{key}", {k: v for k, v in good.items() if k != key}))
+    for key, kind in (types or {}).items():
+        cases.append(case(f"wrong_type_{key}", {**good, key: WRONG[kind]}))
+    if missing_vhost:
+        cases.append(case("missing_vhost", good, where=missing_vhost))
+    for user in users:
+        cases.append(case(f"as_{user.removeprefix('compat-')}", good, user))
+    return cases
+
+
+def delete(
+    group: str,
+    path: str,
+    *,
+    setup: list[Req],
+    missing: str | None = None,
+    missing_vhost: str | None = None,
+    cleanup: list[Req] | None = None,
+    users: tuple[str, ...] = ("compat-mgmt", "compat-noperm", "compat-notag"),
+    query: dict[str, str] | None = None,
+) -> list[Case]:
+    cleanup = cleanup or []
+    cases = [
+        Case(
+            f"{group}.delete",
+            "DELETE",
+            path,
+            setup=setup,
+            cleanup=cleanup,
+            writes=True,
+            query=query or {},
+        )
+    ]
+    if missing:
+        cases.append(Case(f"{group}.delete.missing", "DELETE", missing, writes=True))
+    if missing_vhost:
+        cases.append(Case(f"{group}.delete.missing_vhost", "DELETE", missing_vhost, writes=True))
+    for user in users:
+        cases.append(
+            Case(
+                f"{group}.delete.as_{user.removeprefix('compat-')}",
+                "DELETE",
+                path,
+                user=user,
+                setup=setup,
+                cleanup=cleanup,
+                writes=True,
+            )
+        )
+    return cases
+
+
+# --- groups ------------------------------------------------------------------------------
+
+
+def overview() -> list[Case]:
+    cases = get("overview", "/api/overview")
+    cases += [
+        Case("overview.get.bad_password", "GET", "/api/overview", user="guest:wrong"),
+        Case("overview.get.unknown_user", "GET", "/api/overview", user="compat-nobody:x"),
+        Case("overview.post", "POST", "/api/overview", {}),
+        Case("whoami.get", "GET", "/api/whoami"),
+        Case("whoami.get.as_management", "GET", "/api/whoami", user="compat-mgmt"),
+        Case("whoami.get.as_no_tag", "GET", "/api/whoami", user="compat-notag"),
+        Case("cluster_name.get", "GET", "/api/cluster-name", volatile=("name",)),
+        Case(
+            "cluster_name.get.as_management",
+            "GET",
+            "/api/cluster-name",
+            user="compat-mgmt",
+            volatile=("name",),
+        ),
+        Case("extensions.get", "GET", "/api/extensions"),
+        Case("unknown_path.get", "GET", "/api/no-such-thing"),
+        Case("unknown_path.get.deep", "GET", "/api/queues/compat/q1/no/such/thing"),
+        Case("unknown_path.delete", "DELETE", "/api/no-such-thing"),
+        Case("unknown_path.unauthenticated", "GET", "/api/no-such-thing", user="guest:wrong"),
+    ]
+    return cases
+
+
+def nodes() -> list[Case]:
+    return [
+        *listing("nodes", "/api/nodes", name="refrabbit"),
+        *get("nodes", "/api/nodes/{node}", missing="/api/nodes/rabbit@nowhere"),
+    ]
+
+
+def definitions() -> list[Case]:
+    cases = get("definitions", "/api/definitions")
+    cases += get(
+        "definitions.vhost", f"/api/definitions/{V}", missing_vhost="/api/definitions/compat-nope"
+    )
+    cases += body_cases(
+        "definitions.post",
+        "POST",
+        "/api/definitions",
+        {"vhosts": [{"name": "compat-tmp"}]},
+        types={"vhosts": "array", "users": "array", "queues": "array"},
+        cleanup=[Req("DELETE", "/api/vhosts/compat-tmp")],
+    )
+    cases += body_cases(
+        "definitions.vhost.post",
+        "POST",
+        f"/api/definitions/{V}",
+        {"queues": [{"name": "q-def", "durable": True, "auto_delete": False, "arguments": {}}]},
+        types={"queues": "array", "exchanges": "array"},
+        cleanup=[Req("DELETE", f"/api/queues/{V}/q-def")],
+        missing_vhost="/api/definitions/compat-nope",
+    )
+    return cases
+
+
+def connections() -> list[Case]:
+    cases = listing("connections", "/api/connections", name="127")
+    cases += listing("vhost_connections", f"/api/vhosts/{V}/connections", users=False, name="127")
+    cases += [
+        Case("vhost_connections.list.missing_vhost", "GET", "/api/vhosts/compat-nope/connections")
+    ]
+    cases += get("connections", "/api/connections/{conn}", missing="/api/connections/nope")
+    cases += get(
+        "connection_channels",
+        "/api/connections/{conn}/channels",
+        missing="/api/connections/nope/channels",
+    )
+    cases += listing("connection_channels", "/api/connections/{conn}/channels", users=False)
+    cases += get(
+        "user_connections",
+        "/api/connections/username/guest",
+        missing="/api/connections/username/compat-nobody",
+    )
+    cases += [
+        Case(
+            "user_connections.get.own",
+            "GET",
+            "/api/connections/username/compat-mgmt",
+            user="compat-mgmt",
+        ),
+        Case("connections.delete.missing", "DELETE", "/api/connections/nope", writes=True),
+        Case(
+            "connections.delete",
+            "DELETE",
+            "/api/connections/{conn_compat-monitor}",
+            setup=[Req("AMQP", "", user="compat-monitor")],
+            writes=True,
+        ),
+        Case(
+            "connections.delete.as_management",
+            "DELETE",
+            "/api/connections/{conn_compat-policy}",
+            setup=[Req("AMQP", "", user="compat-policy")],
+            user="compat-mgmt",
+            writes=True,
+        ),
+        Case(
+            "connections.delete.own",
+            "DELETE",
+            "/api/connections/{conn_compat-readonly}",
+            setup=[Req("AMQP", "", user="compat-readonly")],
+            user="compat-readonly",
+            writes=True,
+        ),
+        Case(
+            "user_connections.delete",
+            "DELETE",
+            "/api/connections/username/compat-mgmt",
+            setup=[Req("AMQP", "", user="compat-mgmt")],
+            writes=True,
+        ),
+        Case(
+            "user_connections.delete.as_management",
+            "DELETE",
+            "/api/connections/username/guest",
+            user="compat-mgmt",
+            writes=True,
+        ),
+    ]
+    return cases
+
+
+def channels() -> list[Case]:
+    cases = listing("channels", "/api/channels", name="127")
+    cases += listing("vhost_channels", f"/api/vhosts/{V}/channels", users=False, name="127")
+    cases += [Case("vhost_channels.list.missing_vhost", "GET", "/api/vhosts/compat-nope/channels")]
+    cases += get("channels", "/api/channels/{channel1}", missing="/api/channels/nope")
+    cases += [Case("channels.get.second", "GET", "/api/channels/{channel2}")]
+    return cases
+
+
+def consumers() -> list[Case]:
+    cases = listing("consumers", "/api/consumers", sort="consumer_tag", name="q")
+    cases += listing("vhost_consumers", f"/api/consumers/{V}", users=False, sort="consumer_tag")
+    cases += [Case("vhost_consumers.list.missing_vhost", "GET", "/api/consumers/compat-nope")]
+    return cases
+
+
+def exchanges() -> list[Case]:
+    x = f"/api/exchanges/{V}"
+    fresh = [Req("DELETE", f"{x}/x-new")]
+    cases = listing("exchanges", "/api/exchanges", name="x-")
+    cases += listing("vhost_exchanges", x, users=False, name="x-")
+    cases += [Case("vhost_exchanges.list.missing_vhost", "GET", "/api/exchanges/compat-nope")]
+    for name in ("x-direct", "x-topic", "x-headers", "amq.default", "amq.topic"):
+        cases += get(
+            f"exchanges.{name}",
+            f"{x}/{name}",
+            users=name == "x-direct",
+            missing=f"{x}/x-nope" if name == "x-direct" else None,
+            missing_vhost="/api/exchanges/compat-nope/x-direct" if name == "x-direct" else None,
+        )
+    cases += [Case("exchanges.get.as_readonly", "GET", f"{x}/x-direct", user="compat-readonly")]
+    for side in ("source", "destination"):
+        cases += listing(
+            f"exchange_bindings_{side}",
+            f"{x}/x-direct/bindings/{side}",
+            users=False,
+            sort="routing_key",
+            name="k",
+        )
+        cases += get(
+            f"exchange_bindings_{side}",
+            f"{x}/x-fanout/bindings/{side}",
+            missing=f"{x}/x-nope/bindings/{side}",
+            missing_vhost=f"/api/exchanges/compat-nope/x-direct/bindings/{side}",
+        )
+    cases += body_cases(
+        "exchanges.put",
+        "PUT",
+        f"{x}/x-new",
+        {
+            "type": "topic",
+            "durable": True,
+            "auto_delete": False,
+            "internal": False,
+            "arguments": {"alternate-exchange": "x-direct"},
+        },
+        types={
+            "type": "string",
+            "durable": "boolean",
+            "auto_delete": "boolean",
+            "internal": "boolean",
+            "arguments": "object",
+        },
+        cleanup=fresh,
+        missing_vhost="/api/exchanges/compat-nope/x-new",
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    cases += [
+        Case(
+            "exchanges.put.string_booleans",
+            "PUT",
+            f"{x}/x-new",
+            {"type": "direct", "durable": "true", "auto_delete": "false", "internal": "false"},
+            cleanup=fresh,
+            writes=True,
+        ),
+        Case(
+            "exchanges.put.unknown_type",
+            "PUT",
+            f"{x}/x-new",
+            {"type": "x-nope"},
+            cleanup=fresh,
+            writes=True,
+        ),
+        Case("exchanges.put.inequivalent", "PUT", f"{x}/x-direct", {"type": "fanout"}, writes=True),
+        Case(
+            "exchanges.put.same_again",
+            "PUT",
+            f"{x}/x-direct",
+            {"type": "direct", "durable": True},
+            writes=True,
+        ),
+        Case(
+            "exchanges.put.amq_prefix",
+            "PUT",
+            f"{x}/amq.compat",
+            {"type": "direct"},
+            cleanup=[Req("DELETE", f"{x}/amq.compat")],
+            writes=True,
+        ),
+        Case("exchanges.put.default", "PUT", f"{x}/amq.default", {"type": "direct"}, writes=True),
+        Case(
+            "exchanges.delete.if_unused_in_use",
+            "DELETE",
+            f"{x}/x-direct",
+            query={"if-unused": "true"},
+            writes=True,
+        ),
+        Case("exchanges.delete.default", "DELETE", f"{x}/amq.default", writes=True),
+        Case("exchanges.delete.amq_direct", "DELETE", f"{x}/amq.direct", writes=True),
+    ]
+    make = [Req("PUT", f"{x}/x-del", {"type": "direct"})]
+    cases += delete(
+        "exchanges",
+        f"{x}/x-del",
+        setup=make,
+        missing=f"{x}/x-nope",
+        missing_vhost="/api/exchanges/compat-nope/x-del",
+        cleanup=[Req("DELETE", f"{x}/x-del")],
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    pub = [
+        Req("PUT", f"/api/queues/{V}/q-pub", {}),
+        Req("POST", f"/api/bindings/{V}/e/x-direct/q/q-pub", {"routing_key": "pub"}),
+    ]
+    cases += body_cases(
+        "exchanges.publish",
+        "POST",
+        f"{x}/x-direct/publish",
+        {
+            "properties": {"delivery_mode": 2, "headers": {"h": 1}},
+            "routing_key": "pub",
+            "payload": "hello",
+            "payload_encoding": "string",
+        },
+        required=("properties", "routing_key", "payload", "payload_encoding"),
+        types={
+            "properties": "object",
+            "routing_key": "string",
+            "payload": "string",
+            "payload_encoding": "string",
+        },
+        setup=pub,
+        cleanup=[Req("DELETE", f"/api/queues/{V}/q-pub")],
+        missing_vhost="/api/exchanges/compat-nope/x-direct/publish",
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    good = {
+        "properties": {},
+        "routing_key": "nowhere",
+        "payload": "aGk=",
+        "payload_encoding": "base64",
+    }
+    cases += [
+        Case(
+            "exchanges.publish.unroutable_base64",
+            "POST",
+            f"{x}/x-direct/publish",
+            good,
+            writes=True,
+        ),
+        Case(
+            "exchanges.publish.missing_exchange", "POST", f"{x}/x-nope/publish", good, writes=True
+        ),
+        Case(
+            "exchanges.publish.bad_encoding",
+            "POST",
+            f"{x}/x-direct/publish",
+            {**good, "payload_encoding": "utf-16"},
+            writes=True,
+        ),
+        Case(
+            "exchanges.publish.bad_base64",
+            "POST",
+            f"{x}/x-direct/publish",
+            {**good, "payload": "!!!"},
+            writes=True,
+        ),
+        Case(
+            "exchanges.publish.bad_property",
+            "POST",
+            f"{x}/x-direct/publish",
+            {**good, "properties": {"delivery_mode": "x"}},
+            writes=True,
+        ),
+        Case(
+            "exchanges.publish.unknown_property",
+            "POST",
+            f"{x}/x-direct/publish",
+            {**good, "properties": {"nope": 1}},
+            writes=True,
+        ),
+        Case(
+            "exchanges.publish.default_exchange",
+            "POST",
+            f"{x}/amq.default/publish",
+            {**good, "routing_key": "q-nope"},
+            writes=True,
+        ),
+    ]
+    return cases
+
+
+def queues() -> list[Case]:
+    q = f"/api/queues/{V}"
+    fresh = [Req("DELETE", f"{q}/q-new")]
+    cases = listing("queues", "/api/queues")
+    cases += listing("vhost_queues", q, users=False)
+    cases += [Case("vhost_queues.list.missing_vhost", "GET", "/api/queues/compat-nope")]
+    for name in ("q1", "q2", "q-args", "q-consumed"):
+        cases += get(
+            f"queues.{name}",
+            f"{q}/{name}",
+            users=name == "q1",
+            missing=f"{q}/q-nope" if name == "q1" else None,
+            missing_vhost="/api/queues/compat-nope/q1" if name == "q1" else None,
+        )
+    cases += [Case("queues.get.as_readonly", "GET", f"{q}/q1", user="compat-readonly")]
+    cases += listing("queue_bindings", f"{q}/q1/bindings", users=False, sort="source", name="x")
+    cases += get(
+        "queue_bindings",
+        f"{q}/q1/bindings",
+        missing=f"{q}/q-nope/bindings",
+        missing_vhost="/api/queues/compat-nope/q1/bindings",
+    )
+    cases += body_cases(
+        "queues.put",
+        "PUT",
+        f"{q}/q-new",
+        {"durable": True, "auto_delete": False, "arguments": {"x-message-ttl": 1000}},
+        types={"durable": "boolean", "auto_delete": "boolean", "arguments": "object"},
+        cleanup=fresh,
+        missing_vhost="/api/queues/compat-nope/q-new",
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    cases += [
+        Case(
+            "queues.put.string_booleans",
+            "PUT",
+            f"{q}/q-new",
+            {"durable": "false", "auto_delete": "true"},
+            cleanup=fresh,
+            writes=True,
+        ),
+        Case(
+            "queues.put.bad_argument",
+            "PUT",
+            f"{q}/q-new",
+            {"arguments": {"x-max-length": "ten"}},
+            cleanup=fresh,
+            writes=True,
+        ),
+        Case("queues.put.inequivalent", "PUT", f"{q}/q1", {"durable": False}, writes=True),
+        Case("queues.put.same_again", "PUT", f"{q}/q1", {"durable": True}, writes=True),
+        Case("queues.put.amq_prefix", "PUT", f"{q}/amq.compat", {}, writes=True),
+        Case(
+            "queues.put.quorum_not_durable",
+            "PUT",
+            f"{q}/q-new",
+            {"durable": False, "arguments": {"x-queue-type": "quorum"}},
+            cleanup=fresh,
+            writes=True,
+        ),
+    ]
+    make = [Req("PUT", f"{q}/q-del", {"durable": False})]
+    full = [
+        *make,
+        Req(
+            "POST",
+            "/api/exchanges/compat/amq.default/publish",
+            {
+                "properties": {},
+                "routing_key": "q-del",
+                "payload": "x",
+                "payload_encoding": "string",
+            },
+        ),
+    ]
+    gone = [Req("DELETE", f"{q}/q-del")]
+    cases += delete(
+        "queues",
+        f"{q}/q-del",
+        setup=make,
+        missing=f"{q}/q-nope",
+        missing_vhost="/api/queues/compat-nope/q-del",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    cases += [
+        Case(
+            "queues.delete.if_empty_not_empty",
+            "DELETE",
+            f"{q}/q-del",
+            query={"if-empty": "true"},
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.delete.if_empty_empty",
+            "DELETE",
+            f"{q}/q-del",
+            query={"if-empty": "true"},
+            setup=make,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.delete.if_unused_in_use",
+            "DELETE",
+            f"{q}/q-consumed",
+            query={"if-unused": "true"},
+            writes=True,
+        ),
+    ]
+    cases += delete(
+        "queues.contents",
+        f"{q}/q-del/contents",
+        setup=full,
+        missing=f"{q}/q-nope/contents",
+        missing_vhost="/api/queues/compat-nope/q-del/contents",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-noperm", "compat-readonly"),
+    )
+    cases += body_cases(
+        "queues.get_messages",
+        "POST",
+        f"{q}/q-del/get",
+        {"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000},
+        required=("count", "ackmode", "encoding"),
+        types={
+            "count": "integer",
+            "ackmode": "string",
+            "encoding": "string",
+            "truncate": "integer",
+        },
+        setup=full,
+        cleanup=gone,
+        missing_vhost="/api/queues/compat-nope/q-del/get",
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    get_body = {"count": 5, "ackmode": "ack_requeue_false", "encoding": "base64"}
+    cases += [
+        Case(
+            "queues.get_messages.base64_ack",
+            "POST",
+            f"{q}/q-del/get",
+            get_body,
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.get_messages.reject",
+            "POST",
+            f"{q}/q-del/get",
+            {**get_body, "ackmode": "reject_requeue_true", "encoding": "auto"},
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.get_messages.truncate",
+            "POST",
+            f"{q}/q-del/get",
+            {**get_body, "truncate": 0},
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.get_messages.bad_ackmode",
+            "POST",
+            f"{q}/q-del/get",
+            {**get_body, "ackmode": "keep"},
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.get_messages.bad_encoding",
+            "POST",
+            f"{q}/q-del/get",
+            {**get_body, "encoding": "utf-16"},
+            setup=full,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "queues.get_messages.empty_queue",
+            "POST",
+            f"{q}/q-del/get",
+            get_body,
+            setup=make,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case("queues.get_messages.missing", "POST", f"{q}/q-nope/get", get_body, writes=True),
+    ]
+    return cases
+
+
+def bindings() -> list[Case]:
+    b = f"/api/bindings/{V}"
+    cases = listing("bindings", "/api/bindings", sort="source", name="x")
+    cases += listing("vhost_bindings", b, users=False, sort="source", name="x")
+    cases += [Case("vhost_bindings.list.missing_vhost", "GET", "/api/bindings/compat-nope")]
+    cases += get(
+        "bindings_eq",
+        f"{b}/e/x-direct/q/q1",
+        missing=f"{b}/e/x-direct/q/q-nope",
+        missing_vhost="/api/bindings/compat-nope/e/x-direct/q/q1",
+    )
+    cases += [Case("bindings_eq.get.missing_source", "GET", f"{b}/e/x-nope/q/q1")]
+    cases += get(
+        "bindings_ee", f"{b}/e/x-direct/e/x-fanout", users=False, missing=f"{b}/e/x-direct/e/x-nope"
+    )
+    cases += get(
+        "binding_eq",
+        f"{b}/e/x-direct/q/q1/k1",
+        missing=f"{b}/e/x-direct/q/q1/k-nope",
+        missing_vhost="/api/bindings/compat-nope/e/x-direct/q/q1/k1",
+    )
+    cases += [
+        Case("binding_eq.get.with_arguments", "GET", f"{b}/e/x-headers/q/q1/{{props_args}}"),
+        Case("binding_eq.get.missing_queue", "GET", f"{b}/e/x-direct/q/q-nope/k1"),
+        Case("binding_ee.get", "GET", f"{b}/e/x-direct/e/x-fanout/k2"),
+        Case("binding_ee.get.missing", "GET", f"{b}/e/x-direct/e/x-fanout/k-nope"),
+    ]
+    undo = [Req("DELETE", f"{b}/e/x-topic/q/q1/new.key")]
+    cases += body_cases(
+        "bindings_eq.post",
+        "POST",
+        f"{b}/e/x-topic/q/q1",
+        {"routing_key": "new.key", "arguments": {}},
+        types={"routing_key": "string", "arguments": "object"},
+        cleanup=undo,
+        missing_vhost="/api/bindings/compat-nope/e/x-topic/q/q1",
+        users=("compat-mgmt", "compat-noperm", "compat-notag", "compat-readonly"),
+    )
+    cases += [
+        Case(
+            "bindings_eq.post.missing_queue",
+            "POST",
+            f"{b}/e/x-topic/q/q-nope",
+            {"routing_key": "k"},
+            writes=True,
+        ),
+        Case(
+            "bindings_eq.post.missing_exchange",
+            "POST",
+            f"{b}/e/x-nope/q/q1",
+            {"routing_key": "k"},
+            writes=True,
+        ),
+        Case(
+            "bindings_eq.post.default_exchange",
+            "POST",
+            f"{b}/e/amq.default/q/q1",
+            {"routing_key": "k"},
+            writes=True,
+        ),
+        Case(
+            "bindings_ee.post",
+            "POST",
+            f"{b}/e/x-topic/e/x-fanout",
+            {"routing_key": "e.k"},
+            cleanup=[Req("DELETE", f"{b}/e/x-topic/e/x-fanout/e.k")],
+            writes=True,
+        ),
+    ]
+    make = [Req("POST", f"{b}/e/x-topic/q/q1", {"routing_key": "del.key"})]
+    cases += delete(
+        "binding_eq",
+        f"{b}/e/x-topic/q/q1/del.key",
+        setup=make,
+        missing=f"{b}/e/x-topic/q/q1/k-nope",
+        missing_vhost="/api/bindings/compat-nope/e/x-topic/q/q1/del.key",
+        cleanup=[Req("DELETE", f"{b}/e/x-topic/q/q1/del.key")],
+        users=("compat-mgmt", "compat-noperm", "compat-readonly"),
+    )
+    cases += delete(
+        "binding_ee",
+        f"{b}/e/x-topic/e/x-fanout/del.key",
+        setup=[Req("POST", f"{b}/e/x-topic/e/x-fanout", {"routing_key": "del.key"})],
+        missing=f"{b}/e/x-topic/e/x-fanout/k-nope",
+        cleanup=[Req("DELETE", f"{b}/e/x-topic/e/x-fanout/del.key")],
+        users=(),
+    )
+    return cases
+
+
+def vhosts() -> list[Case]:
+    cases = listing("vhosts", "/api/vhosts", name="comp")
+    cases += get("vhosts", f"/api/vhosts/{V}", missing="/api/vhosts/compat-nope")
+    cases += [Case("vhosts.get.default", "GET", "/api/vhosts/%2F", volatile=("message_stats",))]
+    for what in ("permissions", "topic-permissions"):
+        cases += get(
+            f"vhost_{what}", f"/api/vhosts/{V}/{what}", missing=f"/api/vhosts/compat-nope/{what}"
+        )
+        cases += listing(
+            f"vhost_{what}", f"/api/vhosts/{V}/{what}", users=False, sort="user", name="compat"
+        )
+    gone = [Req("DELETE", "/api/vhosts/compat-new")]
+    cases += body_cases(
+        "vhosts.put",
+        "PUT",
+        "/api/vhosts/compat-new",
+        {"description": "new one", "tags": "t1,t2", "tracing": False},
+        types={"description": "string", "tags": "string", "tracing": "boolean"},
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor", "compat-notag"),
+    )
+    cases += [
+        Case("vhosts.put.no_body", "PUT", "/api/vhosts/compat-new", cleanup=gone, writes=True),
+        Case(
+            "vhosts.put.tags_list",
+            "PUT",
+            "/api/vhosts/compat-new",
+            {"tags": ["t1"]},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "vhosts.put.again",
+            "PUT",
+            f"/api/vhosts/{V}",
+            {"description": "compat vhost"},
+            writes=True,
+        ),
+        Case(
+            "vhosts.put.grants_creator",
+            "GET",
+            "/api/permissions/compat-new/guest",
+            setup=[Req("PUT", "/api/vhosts/compat-new", {})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "vhosts.put.creator_can_use",
+            "PUT",
+            "/api/queues/compat-new/q",
+            {"durable": False},
+            setup=[Req("PUT", "/api/vhosts/compat-new", {})],
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    cases += delete(
+        "vhosts",
+        "/api/vhosts/compat-new",
+        setup=[Req("PUT", "/api/vhosts/compat-new", {})],
+        missing="/api/vhosts/compat-nope",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor"),
+    )
+    return cases
+
+
+def users() -> list[Case]:
+    cases = listing("users", "/api/users", name="compat")
+    cases += get("users", "/api/users/compat-mgmt", missing="/api/users/compat-nobody")
+    cases += [Case("users.get.own", "GET", "/api/users/compat-mgmt", user="compat-mgmt")]
+    cases += listing(
+        "users_without_permissions", "/api/users/without-permissions", users=False, name="compat"
+    )
+    cases += [
+        Case(
+            "users_without_permissions.list.as_management",
+            "GET",
+            "/api/users/without-permissions",
+            user="compat-mgmt",
+        )
+    ]
+    for what in ("permissions", "topic-permissions"):
+        cases += get(
+            f"user_{what}",
+            f"/api/users/compat-mgmt/{what}",
+            missing=f"/api/users/compat-nobody/{what}",
+        )
+        cases += listing(
+            f"user_{what}",
+            f"/api/users/compat-mgmt/{what}",
+            users=False,
+            sort="vhost",
+            name="compat",
+        )
+    gone = [Req("DELETE", "/api/users/compat-new")]
+    cases += body_cases(
+        "users.put",
+        "PUT",
+        "/api/users/compat-new",
+        {"password": "secret", "tags": "management"},
+        types={"password": "string", "tags": "string"},
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor"),
+    )
+    cases += [
+        Case(
+            "users.put.hash",
+            "PUT",
+            "/api/users/compat-new",
+            {
+                "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": "",
+            },
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.bad_hash",
+            "PUT",
+            "/api/users/compat-new",
+            {"password_hash": "not base64!", "tags": ""},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.bad_algorithm",
+            "PUT",
+            "/api/users/compat-new",
+            {
+                "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
+                "hashing_algorithm": "nope",
+                "tags": "",
+            },
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.tags_list",
+            "PUT",
+            "/api/users/compat-new",
+            {"password": "x", "tags": ["management", "monitoring"]},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.both",
+            "PUT",
+            "/api/users/compat-new",
+            {"password": "x", "password_hash": "", "tags": ""},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.update_tags_only",
+            "PUT",
+            "/api/users/compat-new",
+            {"tags": "monitoring"},
+            setup=[Req("PUT", "/api/users/compat-new", {"password": "x", "tags": ""})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.own_password",
+            "PUT",
+            "/api/users/compat-mgmt",
+            {"password": "changed", "tags": "management"},
+            user="compat-mgmt",
+            writes=True,
+        ),
+    ]
+    make = [Req("PUT", "/api/users/compat-new", {"password": "x", "tags": ""})]
+    cases += delete(
+        "users",
+        "/api/users/compat-new",
+        setup=make,
+        missing="/api/users/compat-nobody",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor"),
+    )
+    bulk = [Req("PUT", f"/api/users/compat-bulk{i}", {"password": "x", "tags": ""}) for i in (1, 2)]
+    bulk_gone = [Req("DELETE", f"/api/users/compat-bulk{i}") for i in (1, 2)]
+    cases += body_cases(
+        "users.bulk_delete",
+        "POST",
+        "/api/users/bulk-delete",
+        {"users": ["compat-bulk1", "compat-bulk2"]},
+        required=("users",),
+        types={"users": "array"},
+        setup=bulk,
+        cleanup=bulk_gone,
+        users=("compat-mgmt",),
+        empty=False,
+    )
+    cases += [
+        Case(
+            "users.bulk_delete.unknown",
+            "POST",
+            "/api/users/bulk-delete",
+            {"users": ["compat-bulk1", "compat-nobody", "compat-bulk2"]},
+            setup=bulk,
+            cleanup=bulk_gone,
+            writes=True,
+        ),
+        Case(
+            "users.bulk_delete.names_not_strings",
+            "POST",
+            "/api/users/bulk-delete",
+            {"users": [1, 2]},
+            writes=True,
+        ),
+    ]
+    return cases
+
+
+def permissions() -> list[Case]:
+    p = f"/api/permissions/{V}"
+    cases = listing("permissions", "/api/permissions", sort="user", name="compat")
+    cases += get(
+        "permissions",
+        f"{p}/compat-mgmt",
+        missing=f"{p}/compat-noperm",
+        missing_vhost="/api/permissions/compat-nope/compat-mgmt",
+    )
+    cases += [Case("permissions.get.missing_user", "GET", f"{p}/compat-nobody")]
+    make = [Req("PUT", "/api/users/compat-new", {"password": "x", "tags": ""})]
+    gone = [Req("DELETE", "/api/users/compat-new")]
+    cases += body_cases(
+        "permissions.put",
+        "PUT",
+        f"{p}/compat-new",
+        {"configure": ".*", "write": "^a", "read": ""},
+        required=("configure", "write", "read"),
+        types={"configure": "string", "write": "string", "read": "string"},
+        setup=make,
+        cleanup=gone,
+        missing_vhost="/api/permissions/compat-nope/compat-new",
+        users=("compat-mgmt", "compat-monitor"),
+    )
+    cases += [
+        Case(
+            "permissions.put.missing_user",
+            "PUT",
+            f"{p}/compat-nobody",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+            writes=True,
+        ),
+        Case(
+            "permissions.put.bad_regex",
+            "PUT",
+            f"{p}/compat-new",
+            {"configure": "(", "write": ".*", "read": ".*"},
+            setup=make,
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    with_perm = [*make, Req("PUT", f"{p}/compat-new", {"configure": "", "write": "", "read": ""})]
+    cases += delete(
+        "permissions",
+        f"{p}/compat-new",
+        setup=with_perm,
+        missing=f"{p}/compat-noperm",
+        missing_vhost="/api/permissions/compat-nope/compat-mgmt",
+        cleanup=gone,
+        users=("compat-mgmt",),
+    )
+    return cases
+
+
+def topic_permissions() -> list[Case]:
+    p = f"/api/topic-permissions/{V}"
+    cases = listing("topic_permissions", "/api/topic-permissions", sort="user", name="compat")
+    cases += get(
+        "topic_permissions",
+        f"{p}/compat-mgmt",
+        missing=f"{p}/compat-noperm",
+        missing_vhost="/api/topic-permissions/compat-nope/compat-mgmt",
+    )
+    cases += [Case("topic_permissions.get.missing_user", "GET", f"{p}/compat-nobody")]
+    make = [Req("PUT", "/api/users/compat-new", {"password": "x", "tags": ""})]
+    gone = [Req("DELETE", "/api/users/compat-new")]
+    cases += body_cases(
+        "topic_permissions.put",
+        "PUT",
+        f"{p}/compat-new",
+        {"exchange": "x-topic", "write": "^a", "read": ".*"},
+        required=("exchange", "write", "read"),
+        types={"exchange": "string", "write": "string", "read": "string"},
+        setup=make,
+        cleanup=gone,
+        missing_vhost="/api/topic-permissions/compat-nope/compat-new",
+        users=("compat-mgmt",),
+    )
+    with_perm = [
+        *make,
+        Req("PUT", f"{p}/compat-new", {"exchange": "x-topic", "write": "", "read": ""}),
+    ]
+    cases += delete(
+        "topic_permissions",
+        f"{p}/compat-new",
+        setup=with_perm,
+        missing=f"{p}/compat-noperm",
+        cleanup=gone,
+        users=("compat-mgmt",),
+    )
+    cases += [
+        Case(
+            "topic_permissions.delete.one_exchange",
+            "DELETE",
+            f"{p}/compat-new",
+            query={"exchange": "x-topic"},
+            setup=with_perm,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "topic_permissions.delete.other_exchange",
+            "DELETE",
+            f"{p}/compat-new",
+            query={"exchange": "x-other"},
+            setup=with_perm,
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    return cases
+
+
+def policies() -> list[Case]:
+    cases: list[Case] = []
+    for kind, name in (("policies", "p1"), ("operator-policies", "op1")):
+        g = kind.replace("-", "_")
+        p = f"/api/{kind}/{V}"
+        cases += listing(g, f"/api/{kind}", name="p")
+        cases += listing(f"vhost_{g}", p, users=False, name="p")
+        cases += [Case(f"vhost_{g}.list.missing_vhost", "GET", f"/api/{kind}/compat-nope")]
+        cases += get(
+            g, f"{p}/{name}", missing=f"{p}/p-nope", missing_vhost=f"/api/{kind}/compat-nope/{name}"
+        )
+        gone = [Req("DELETE", f"{p}/p-new")]
+        cases += body_cases(
+            f"{g}.put",
+            "PUT",
+            f"{p}/p-new",
+            {
+                "pattern": "^zz",
+                "definition": {"max-length": 5},
+                "priority": 1,
+                "apply-to": "queues",
+            },
+            required=("pattern", "definition"),
+            types={
+                "pattern": "string",
+                "definition": "object",
+                "priority": "integer",
+                "apply-to": "string",
+            },
+            cleanup=gone,
+            missing_vhost=f"/api/{kind}/compat-nope/p-new",
+            users=("compat-mgmt", "compat-policy", "compat-monitor"),
+        )
+        cases += [
+            Case(
+                f"{g}.put.bad_apply_to",
+                "PUT",
+                f"{p}/p-new",
+                {"pattern": "x", "definition": {"max-length": 5}, "apply-to": "nope"},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"{g}.put.bad_definition",
+                "PUT",
+                f"{p}/p-new",
+                {"pattern": "x", "definition": {"max-length": "five"}},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"{g}.put.unknown_key",
+                "PUT",
+                f"{p}/p-new",
+                {"pattern": "x", "definition": {"no-such-key": 1}},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"{g}.put.bad_pattern",
+                "PUT",
+                f"{p}/p-new",
+                {"pattern": "(", "definition": {"max-length": 5}},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"{g}.put.priority_string",
+                "PUT",
+                f"{p}/p-new",
+                {"pattern": "x", "definition": {"max-length": 5}, "priority": "3"},
+                cleanup=gone,
+                writes=True,
+            ),
+        ]
+        make = [Req("PUT", f"{p}/p-new", {"pattern": "^zz", "definition": {"max-length": 5}})]
+        cases += delete(
+            g,
+            f"{p}/p-new",
+            setup=make,
+            missing=f"{p}/p-nope",
+            missing_vhost=f"/api/{kind}/compat-nope/p-new",
+            cleanup=gone,
+            users=("compat-mgmt", "compat-policy"),
+        )
+    return cases
+
+
+def vhost_limits() -> list[Case]:
+    p = f"/api/vhost-limits/{V}"
+    cases = listing("vhost_limits", "/api/vhost-limits", sort="vhost", name="comp")
+    cases += get("vhost_limits", p, missing_vhost="/api/vhost-limits/compat-nope")
+    gone = [Req("DELETE", f"{p}/max-connections")]
+    cases += body_cases(
+        "vhost_limits.put",
+        "PUT",
+        f"{p}/max-connections",
+        {"value": 50},
+        required=("value",),
+        types={"value": "integer"},
+        cleanup=gone,
+        missing_vhost="/api/vhost-limits/compat-nope/max-connections",
+        users=("compat-mgmt", "compat-monitor"),
+        empty=False,
+    )
+    cases += [
+        Case(
+            "vhost_limits.put.unknown_limit", "PUT", f"{p}/max-nothing", {"value": 5}, writes=True
+        ),
+        Case(
+            "vhost_limits.put.negative",
+            "PUT",
+            f"{p}/max-connections",
+            {"value": -1},
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    make = [Req("PUT", f"{p}/max-connections", {"value": 50})]
+    cases += delete(
+        "vhost_limits",
+        f"{p}/max-connections",
+        setup=make,
+        missing=f"{p}/max-nothing",
+        missing_vhost="/api/vhost-limits/compat-nope/max-connections",
+        cleanup=gone,
+        users=("compat-mgmt",),
+    )
+    cases += [Case("vhost_limits.delete.not_set", "DELETE", f"{p}/max-connections", writes=True)]
+    return cases
+
+
+def health() -> list[Case]:
+    h = "/api/health/checks"
+    cases: list[Case] = []
+    for name, check in (
+        ("alarms", "alarms"),
+        ("local-alarms", "local-alarms"),
+        ("virtual-hosts", "virtual-hosts"),
+        ("node-is-quorum-critical", "node-is-quorum-critical"),
+        ("node-is-mirror-sync-critical", "node-is-mirror-sync-critical"),
+        ("port-listener", "port-listener/{amqp_port}"),
+        ("protocol-listener", "protocol-listener/amqp"),
+        ("protocol-listener.amqp091", "protocol-listener/amqp091"),
+        ("certificate-expiration", "certificate-expiration/1/months"),
+    ):
+        cases += get(f"health.{name}", f"{h}/{check}", users=name == "alarms")
+    cases += [
+        Case("health.port-listener.closed", "GET", f"{h}/port-listener/1"),
+        Case("health.port-listener.not_a_number", "GET", f"{h}/port-listener/x"),
+        Case("health.protocol-listener.closed", "GET", f"{h}/protocol-listener/stomp"),
+        Case("health.protocol-listener.unknown", "GET", f"{h}/protocol-listener/nope"),
+        Case("health.certificate-expiration.weeks", "GET", f"{h}/certificate-expiration/2/weeks"),
+        Case(
+            "health.certificate-expiration.bad_unit",
+            "GET",
+            f"{h}/certificate-expiration/1/fortnights",
+        ),
+        Case(
+            "health.certificate-expiration.bad_number", "GET", f"{h}/certificate-expiration/x/days"
+        ),
+        Case("health.unknown_check", "GET", f"{h}/nope"),
+        *get(
+            "aliveness", f"/api/aliveness-test/{V}", missing_vhost="/api/aliveness-test/compat-nope"
+        ),
+        Case(
+            "aliveness.get.as_readonly", "GET", f"/api/aliveness-test/{V}", user="compat-readonly"
+        ),
+    ]
+    return cases
+
+
+GROUPS = [
+    overview,
+    nodes,
+    definitions,
+    connections,
+    channels,
+    consumers,
+    exchanges,
+    queues,
+    bindings,
+    vhosts,
+    users,
+    permissions,
+    topic_permissions,
+    policies,
+    vhost_limits,
+    health,
+]
+
+
+def all_cases() -> list[Case]:
+    cases = [case for group in GROUPS for case in group()]
+    names = [c.name for c in cases]
+    duplicates = {n for n in names if names.count(n) > 1}
+    assert not duplicates, f"case names used twice: {sorted(duplicates)}"
+    return cases
+
+
+__all__ = ["NOBODY", "all_cases"]
