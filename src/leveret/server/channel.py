@@ -161,9 +161,17 @@ class Channel(ModelMethods, PublishMethods):
         self.conn.write(b"".join(parts))
 
     def close_with_error(self, exc: AMQPError) -> None:
-        """Channel exception: tell the client, drop our state, wait for close-ok."""
+        """Channel exception: tell the client, drop our state, wait for close-ok.
+
+        Confirms that are ready go out first: once our channel.close is sent,
+        nothing else may follow on this channel (amqplib forgets the channel when
+        it answers close-ok and throws on any later frame for it).  Confirms still
+        waiting for the disk are dropped, as RabbitMQ drops them.
+        """
         if self.closing:
             return
+        if self.confirm_mode:
+            self.conn.confirms_written(self)
         self.conn.close_channel(self, exc)
         self.closing = True
         self.cleanup()
@@ -501,6 +509,10 @@ class Channel(ModelMethods, PublishMethods):
             self._ack_timer = None
         self.deliverable = False
         self.tx = None
+        # Nothing may follow the channel's close (or close-ok) on it: confirms not
+        # sent yet are dropped, as RabbitMQ drops them once a channel is closing.
+        self.conn.forget_confirms(self)
+        self.confirm_waiting.clear()
         self._stop_direct_reply()
         for consumer in list(self.consumers.values()):
             queue = consumer.queue

@@ -516,15 +516,30 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush)
 
+    def confirms_written(self, channel: Channel) -> None:
+        """Queue the channel's ready confirms now, ahead of what comes next (its
+        channel.close on an error), instead of at the end of the loop turn."""
+        if channel in self._confirm_channels:
+            self._confirm_channels.discard(channel)
+            channel.flush_confirms()
+
+    def forget_confirms(self, channel: Channel) -> None:
+        """The channel is closed: its confirms not written yet are never sent."""
+        self._confirm_channels.discard(channel)
+
+    def _flush_confirms(self) -> None:
+        channels = self._confirm_channels
+        if channels:
+            self._confirm_channels = set()
+            for channel in channels:
+                channel.flush_confirms()
+
     def _flush(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
         if self._confirm_channels:
-            channels = self._confirm_channels
-            self._confirm_channels = set()
-            for channel in channels:
-                channel.flush_confirms()
+            self._flush_confirms()
         out = self._out
         if out and self.transport is not None and self.state != "closed":
             if self._out_large:
@@ -743,8 +758,10 @@ class AMQPConnection(asyncio.BufferedProtocol):
         """The core found the client's bytes broken and queued connection.close."""
         log.warning("closing connection %s: %s", self.peer, exc.reply_text)
         handshake_done = self.state == "opened"
-        self._flush()
+        # The core queued connection.close already: confirms not yet written stay
+        # unsent (teardown forgets them), since nothing may follow the close.
         self._teardown()
+        self._flush()
         self.state = "closing"
         if drop or not handshake_done:
             self._linger()
@@ -766,6 +783,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
             return
         handshake_done = self.state == "opened"
         self.state = "closing"
+        self._flush_confirms()  # ready confirms go out before connection.close
         self.core.close(code, text, class_id, method_id)
         self._flush()
         self._teardown()

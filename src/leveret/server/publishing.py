@@ -306,8 +306,11 @@ class PublishMethods:
         """Send one basic.ack (multiple) for every confirm that has become ready.
 
         Called once per loop turn by the connection, so a burst of publishes
-        costs one ack frame, not one per message.
+        costs one ack frame, not one per message.  Never once the channel is
+        closing: no frame may follow its channel.close or close-ok.
         """
+        if self.closing:
+            return
         waiting = self.confirm_waiting
         upto = self.confirmed_upto
         out = []
