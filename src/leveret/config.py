@@ -78,6 +78,13 @@ class ServerConfig:
     # RabbitMQ's default watermark is 40% of RAM.
     memory_high_watermark: int = field(default_factory=lambda: _default_memory_budget() * 8 // 5)
     disk_free_limit: int = 50 * 1024 * 1024  # bytes free under data_dir, as RabbitMQ
+    # This broker's name to other brokers (RabbitMQ's cluster_name): the server
+    # property, shovels' shovelled-by, federation's loop detection. None: a name made
+    # on the first start and kept in the data dir ("leveret-<6 hex>@<host>").
+    cluster_name: str | None = None
+    # Static shovels (the config file's [shovels.NAME] tables), name → definition
+    # with the keys of a dynamic shovel's value; they run in vhost "/".
+    shovels: dict[str, dict] = field(default_factory=dict)
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

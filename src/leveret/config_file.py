@@ -19,6 +19,12 @@ reason; flags given on the command line override the file (cli.py).
     [tls]
     cert = "server.pem"
     key = "server.key"
+
+    [shovels.drain-orders]        # a static shovel, keys as a dynamic shovel's value
+    src-uri = "amqp://guest:guest@old-broker"
+    src-queue = "orders"
+    dest-uri = "amqp://"
+    dest-queue = "orders"
 """
 
 from __future__ import annotations
@@ -75,6 +81,9 @@ def load(path: str) -> dict[str, Any]:
         if key == "listeners":
             values["listeners"] = _listeners(path, value)
             continue
+        if key == "shovels":
+            values["shovels"] = _shovels(path, value)
+            continue
         if key == "log_level":
             values[key] = _check(path, key, value, str)
             continue
@@ -125,6 +134,21 @@ def _listeners(path: str, items: Any) -> list[Listener]:
             raise ConfigFileError(f"{path}: {where}.kind must be 'amqp' or 'amqps', got {kind!r}")
         listeners.append(Listener(host, port, kind))
     return listeners
+
+
+def _shovels(path: str, table: Any) -> dict[str, dict[str, Any]]:
+    """Static shovels: [shovels.NAME] tables with a dynamic shovel's keys, checked as one."""
+    from leveret.links import validation
+
+    if not isinstance(table, dict):
+        raise ConfigFileError(f"{path}: key 'shovels' must be a table of tables ([shovels.NAME])")
+    out = {}
+    for name, value in table.items():
+        problems = validation.shovel(None, "/", name, value)
+        if problems:
+            raise ConfigFileError(f"{path}: shovel '{name}': " + "; ".join(problems))
+        out[name] = dict(value)
+    return out
 
 
 def _check(path: str, key: str, value: Any, expected: Any, port: bool = False) -> Any:

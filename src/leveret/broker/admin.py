@@ -152,6 +152,7 @@ class Admin:
                 self.hooks.exchange_deleted(exchange)
             exchange.router.detach()
         self.hooks.vhost_deleted(name)
+        self.broker.parameters.vhost_deleted(name)
         for key in [k for k in self.access.permissions if k[1] == name]:
             self._drop_permission(*key)
         for key in [k for k in self.access.topic_permissions if k[1] == name]:

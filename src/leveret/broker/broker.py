@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any, Protocol
 
+from leveret import links
 from leveret.auth.users import AccessControl
 from leveret.broker.admin import Admin
 from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.durability import DurabilityHooks
+from leveret.broker.parameters import RuntimeParameters
 from leveret.broker.vhost import VirtualHost
 from leveret.config import ServerConfig
 
@@ -40,6 +44,21 @@ class Broker:
         self.channels_opened = 0
         self.admin = Admin(self)
         self.admin.load()
+        # Shovels and federation upstreams (leveret.links acts on them).
+        records = self.hooks.catalog_load() or {}
+        self.parameters = RuntimeParameters(self)
+        links.register(self)
+        self.parameters.load(records)
+        self.cluster_name = config.cluster_name or self._cluster_name(records)
+
+    def _cluster_name(self, records: dict[str, Any]) -> str:
+        """Made once and kept: other brokers tell this one apart by it (federation)."""
+        stored = records.get("cluster", {}).get("name")
+        if stored is not None:
+            return stored["name"]
+        name = f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
+        self.hooks.catalog_put("cluster", "name", {"name": name})
+        return name
 
     def authenticate(self, username: str, password: str) -> bool:
         return self.access.authenticate(username, password) is not None

@@ -92,6 +92,10 @@ OPERATOR_KEYS = (
 # Settings where the lowest of argument, policy and operator policy wins (RabbitMQ's min).
 LOWEST_WINS = (*OPERATOR_KEYS, "max-age", "stream-max-segment-size-bytes")
 APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "streams")
+# Keys that other parts of Leveret act on (federation's upstream keys), each with a
+# check of the whole definition, as RabbitMQ's plugins register policy validators;
+# leveret.links.register() adds them when a Broker is made.
+EXTRA_KEYS: dict[str, Callable[[dict[str, Any]], str | None]] = {}
 
 
 def _show(value: Any) -> str:
@@ -138,14 +142,20 @@ class Policy:
             raise fail(f"definition should be an object but was {_show(self.definition)}")
         if not self.definition:
             raise fail("no policy provided")
-        allowed = OPERATOR_KEYS if self.operator else (*QUEUE_KEYS, *EXCHANGE_KEYS)
+        allowed = OPERATOR_KEYS if self.operator else (*QUEUE_KEYS, *EXCHANGE_KEYS, *EXTRA_KEYS)
         unknown = [key for key in self.definition if key not in allowed]
         if unknown:
             names = ", ".join(f"'{key}'" for key in unknown)
             verb = "is not a recognised" if len(unknown) == 1 else "are not recognised"
             noun = f"{what} setting" + ("" if len(unknown) == 1 else "s")
             raise fail(f"{names} {verb} {noun}; known: " + ", ".join(allowed))
+        for check_all in {EXTRA_KEYS[k] for k in self.definition if k in EXTRA_KEYS}:
+            reason = check_all(self.definition)
+            if reason is not None:
+                raise fail(reason)
         for key, value in self.definition.items():
+            if key in EXTRA_KEYS:
+                continue
             check = QUEUE_KEYS[key][1] if key in QUEUE_KEYS else EXCHANGE_KEYS[key]
             reason = check(value)
             if reason is not None:

@@ -826,6 +826,57 @@ class Channel:
             for listener in self._confirm_listeners:
                 listener(tag, multiple, nack)
 
+    def publish_nowait(
+        self,
+        body: bytes,
+        routing_key: str = "",
+        exchange: str = "",
+        *,
+        header: bytes | None = None,
+        properties: BasicProperties | None = None,
+    ) -> asyncio.Future[None] | None:
+        """Send one publish now and return the future of its confirm (None without confirms).
+
+        For pipelines that forward messages (leveret.links' shovels and
+        federation): nothing is awaited, yet on a confirm channel the publish
+        is tracked like publish()'s, so after a reconnect it is sent again
+        and its future settles with that copy's confirm (MessageNacked,
+        ConnectionClosed or Unconfirmed when it fails). `header` is a content
+        header payload as a received Message carries it (`message.raw_header`),
+        sent on as its bytes; else `properties`. Check can_publish first (or
+        await wait_publishable()): ChannelClosed or ConnectionLost otherwise.
+        """
+        self._check_closed()
+        conn = self.connection
+        core = conn._core
+        if core is None or self._state != _OPEN or conn._state != "open":
+            raise ConnectionLost("the connection is not open")
+        n = self.number
+        key = (exchange, routing_key, False)
+        method = self._publish_frames.get(key)
+        if method is None:
+            method = wire.encode_publish(n, exchange, routing_key, False)
+            if len(self._publish_frames) > 1000:
+                self._publish_frames.clear()
+            self._publish_frames[key] = method
+        if header is not None:
+            props = header[12:]  # past class id, weight and body size
+        else:
+            props = properties.encode() if properties is not None else EMPTY_PROPERTIES
+        parts = [method, content_header_frame(n, len(body), props)]
+        if body:
+            parts += body_frames(n, body, conn.frame_max)
+        frames = b"".join(parts)
+        core.send_publish_frames(n, frames)
+        conn._flush_soon()
+        if not self.confirms:
+            return None
+        fut: asyncio.Future[None] = conn._loop.create_future()
+        self._seq += 1
+        self._unconfirmed[self._seq] = _Pending(frames, fut, None, 0, None)
+        self._order.append(self._seq)
+        return fut
+
     # --- the low-level publishing API (load generators, batch writers) ------------------
 
     def add_confirm_listener(self, listener: Any) -> None:

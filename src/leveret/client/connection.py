@@ -303,12 +303,13 @@ class Connection:
         ctx, sni = p.ssl_for(host)
         where = f"{host}:{port}"
         try:
-            await asyncio.wait_for(
-                self._loop.create_connection(
+            if p.connector is not None:
+                opening = p.connector(lambda: link, host, port)
+            else:
+                opening = self._loop.create_connection(
                     lambda: link, host, port, ssl=ctx, server_hostname=sni
-                ),
-                p.connect_timeout,
-            )
+                )
+            await asyncio.wait_for(opening, p.connect_timeout)
         except TimeoutError:
             raise ConnectError(
                 f"cannot connect to {where}: timed out after {p.connect_timeout:g} s"

@@ -98,6 +98,12 @@ class Message:
         return self.properties.headers or {}
 
     @property
+    def raw_header(self) -> bytes | None:
+        """The content header payload as it arrived (class, weight, body size, flags,
+        properties), for forwarding a message unchanged (Channel.publish_nowait)."""
+        return self._header
+
+    @property
     def message_id(self) -> str | None:
         return self.properties.message_id
 

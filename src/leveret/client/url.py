@@ -10,6 +10,7 @@ Every query option is checked: a misspelt one is an error, not silently ignored.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -40,6 +41,10 @@ class ConnectionParameters:
     verify: bool = True
     server_hostname: str | None = None
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
+    # Opens the transport instead of a TCP connection: an async callable
+    # (protocol_factory, host, port) -> (transport, protocol). leveret.links uses
+    # it to reach the broker it runs in without a socket (leveret.links.direct).
+    connector: Callable[..., Awaitable[Any]] | None = field(default=None, compare=False)
 
     def ssl_for(self, host: str) -> tuple[ssl.SSLContext | None, str | None]:
         """The SSL context and SNI name for one host (None, None without TLS)."""

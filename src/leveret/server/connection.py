@@ -115,7 +115,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
                 "platform": f"Python {platform.python_version()}",
                 "information": "A RabbitMQ-compatible AMQP 0-9-1 broker written in Python",
                 "capabilities": SERVER_CAPABILITIES,
-                "cluster_name": "leveret",
+                "cluster_name": server.broker.cluster_name,
             },
             mechanisms=" ".join(MECHANISMS),
             frame_max=config.frame_max,
@@ -166,6 +166,10 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self._gated = server.recovering
         self._held: tuple[pc.Event, Iterator[pc.Event]] | None = None
         self._told_blocked = False
+        # A leveret.links connection from inside this broker (links/direct.py), and
+        # whether it is RabbitMQ's trusted direct user "none" (any vhost, no checks).
+        self.direct: dict[str, Any] | None = None
+        self.trusted = False
 
     @property
     def name(self) -> str:
@@ -194,6 +198,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER)  # type: ignore[attr-defined]
         self.peer_cn = certificate_cn(transport.get_extra_info("peercert"))
+        self.direct = transport.get_extra_info("leveret_direct")
         if self.peer_cn is not None:  # a verified client certificate: offer EXTERNAL
             self.core.mechanisms = " ".join((*MECHANISMS, "EXTERNAL"))
         self._last_recv = self._last_send = self.loop.time()
@@ -604,6 +609,11 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if mechanism == "EXTERNAL" and self.peer_cn is not None:
             self._login_external(self.peer_cn)
             return
+        if self.direct is not None and self.direct["trusted"]:
+            self.user, self.trusted, self.impersonator = "none", True, True
+            self.state = "tune-ok"
+            self.core.accept_login()
+            return
         if mechanism not in MECHANISMS:
             raise ConnectionError_(
                 ACCESS_REFUSED,
@@ -617,7 +627,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if username is not None:
             user = self.broker.access.authenticate(username, event.password or "")
         reason = "wrong password or unknown user"
-        if user is not None and user.name in self.config.loopback_users:
+        if user is not None and user.name in self.config.loopback_users and self.direct is None:
             host = self.peer.rpartition(":")[0]
             if not is_loopback(host):
                 user, reason = None, f"user '{username}' can only connect via localhost"
@@ -684,7 +694,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found", 10, 40)
         user = self.user or ""
-        if self.broker.access.permission(user, name) is None:
+        if not self.trusted and self.broker.access.permission(user, name) is None:
             raise ConnectionError_(
                 NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
             )
@@ -812,6 +822,8 @@ class AMQPConnection(asyncio.BufferedProtocol):
 
     def access_changed(self) -> None:
         """Look up this user's permissions and tags again (they were changed)."""
+        if self.trusted:
+            return  # no guard: RabbitMQ's direct user "none" may do anything
         access = self.broker.access
         user = self.user or ""
         perm = access.permission(user, self.vhost.name)

@@ -46,6 +46,7 @@ class Server:
         self.control: ControlSocket | None = None
         self.management: Any = None  # leveret.management.app.ManagementServer when running
         self.prometheus: Any = None  # leveret.management.prometheus.PrometheusServer
+        self.links: Any = None  # leveret.links.manager.LinkManager once started
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
@@ -148,6 +149,10 @@ class Server:
             await self.control.start()
         if self.recovering:
             self.recovery = self.loop.create_task(self._recover())
+        from leveret.links.manager import LinkManager
+
+        self.links = LinkManager(self)  # shovels and federation (they wait for recovery)
+        await self.links.start()
         log.info("Leveret started in %.3f s", time.monotonic() - started)
         if wait_for_recovery and self.recovery is not None:
             try:
@@ -215,6 +220,8 @@ class Server:
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self.links is not None:
+            await self.links.stop()
         if self.recovery is not None and not self.recovery.done():
             self._cancel_recovery.set()  # the scan stops at its next segment
             await asyncio.wait([self.recovery])

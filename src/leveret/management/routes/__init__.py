@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from leveret.management.routes import access, messages, overview, policies, runtime, topology
+from leveret.management.routes import (
+    access,
+    links,
+    messages,
+    overview,
+    policies,
+    runtime,
+    topology,
+)
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (overview, access, topology, messages, runtime, policies):
+    for module in (overview, access, topology, messages, runtime, policies, links):
         module.add_routes(app.router)
