@@ -61,6 +61,18 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "list_exchanges": ("list exchanges", (), True),
     "list_bindings": ("list bindings", (), True),
     "list_connections": ("list client connections", (), False),
+    # Runtime parameters: shovels and federation (leveret.links), as rabbitmqctl's.
+    "set_parameter": (
+        "set a runtime parameter, e.g. shovel NAME '{\"src-uri\": ...}'",
+        ("component", "name", "value"),
+        True,
+    ),
+    "clear_parameter": ("remove a runtime parameter", ("component", "name"), True),
+    "list_parameters": ("list runtime parameters in a vhost", (), True),
+    "shovel_status": ("the state of every shovel", (), False),
+    "restart_shovel": ("restart a shovel", ("name",), True),
+    "delete_shovel": ("delete a dynamic shovel", ("name",), True),
+    "federation_status": ("the state of every federation link", (), False),
     "export_definitions": ("write definitions JSON to FILE ('-' for stdout)", ("file",), False),
     "import_definitions": ("import a definitions JSON file ('-' for stdin)", ("file",), False),
 }
@@ -238,6 +250,15 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         "list_bindings",
     ):
         return c, {"vhost": vhost}
+    if c == "set_parameter":
+        value = _json_arg(args.value, "value")
+        return c, {"vhost": vhost, "component": args.component, "name": args.name, "value": value}
+    if c == "clear_parameter":
+        return c, {"vhost": vhost, "component": args.component, "name": args.name}
+    if c == "list_parameters":
+        return c, {"vhost": vhost}
+    if c in ("restart_shovel", "delete_shovel"):
+        return c, {"vhost": vhost, "name": args.name}
     if c == "export_definitions":
         return c, {"vhost": args.only_vhost}
     if c == "import_definitions":

@@ -15,6 +15,7 @@ all of a vhost's limits); those are not atomic against a concurrent change.
 from __future__ import annotations
 
 import base64
+import html
 import http.client
 import json
 import urllib.error
@@ -399,6 +400,50 @@ class HttpControl:
                 }
             )
         return sorted(rows, key=lambda r: r["name"])
+
+    # --- runtime parameters, shovels, federation (leveret.links) ---------------
+
+    def op_set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
+        self._vhost(vhost)
+        path = f"/parameters/{_q(component)}/{_q(vhost)}/{_q(name)}"
+        try:
+            self.request("PUT", path, {"value": value})
+        except ApiError as exc:  # RabbitMQ's API escapes < and > in these texts
+            raise ApiError(exc.status, html.unescape(exc.reason)) from None
+
+    def op_clear_parameter(self, vhost: str, component: str, name: str) -> None:
+        self._vhost(vhost)
+        self._delete(
+            f"/parameters/{_q(component)}/{_q(vhost)}/{_q(name)}",
+            lambda: f"no parameter {component}/{vhost}/{name}",
+        )
+
+    def op_list_parameters(self, vhost: str) -> list[dict[str, Any]]:
+        self._vhost(vhost)
+        rows = self.request("GET", "/parameters")
+        return [
+            {"component": p["component"], "name": p["name"], "value": p["value"]}
+            for p in sorted(rows, key=lambda p: (p["component"], p["name"]))
+            if p["vhost"] == vhost
+        ]
+
+    def op_shovel_status(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/shovels")
+
+    def op_restart_shovel(self, vhost: str, name: str) -> None:
+        self._delete(
+            f"/shovels/vhost/{_q(vhost)}/{_q(name)}/restart",
+            lambda: f"shovel '{name}' in vhost '{vhost}' does not exist",
+        )
+
+    def op_delete_shovel(self, vhost: str, name: str) -> None:
+        self._delete(
+            f"/shovels/vhost/{_q(vhost)}/{_q(name)}",
+            lambda: f"shovel '{name}' in vhost '{vhost}' does not exist",
+        )
+
+    def op_federation_status(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/federation-links")
 
     # --- definitions ----------------------------------------------------------
 

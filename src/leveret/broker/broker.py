@@ -50,6 +50,7 @@ class Broker:
         links.register(self)
         self.parameters.load(records)
         self.cluster_name = config.cluster_name or self._cluster_name(records)
+        self.links: Any = None  # the server's leveret.links.manager.LinkManager, once running
 
     def _cluster_name(self, records: dict[str, Any]) -> str:
         """Made once and kept: other brokers tell this one apart by it (federation)."""

@@ -1,8 +1,8 @@
 """Definitions in the JSON of RabbitMQ's export and `load_definitions`.
 
 Export writes what RabbitMQ 3.10 writes (users with their hashes, vhosts,
-permissions, topic permissions, vhost limits as parameters, queues,
-exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
+permissions, topic permissions, parameters (vhost limits, shovels, federation
+upstreams and sets), queues, exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
 way round. Import checks the whole document before it changes anything, and
 refuses unknown keys (RabbitMQ ignores them; a typo then silently loses a
 setting) and bad password hashes, naming the place: `users[2].tags`.
@@ -104,10 +104,9 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
         ]
         doc["permissions"] = admin.list_permissions()
         doc["topic_permissions"] = admin.list_topic_permissions()
+    # vhost limits, shovels, federation upstreams and sets (broker.parameters)
     doc["parameters"] = [
-        {"vhost": v.name, "component": "vhost-limits", "name": "limits", "value": dict(v.limits)}
-        for v in sorted(vhosts, key=_name)
-        if v.limits
+        p for v in sorted(vhosts, key=_name) for p in broker.parameters.list(v.name)
     ]
     doc["global_parameters"] = []
     doc["policies"] = []
@@ -252,12 +251,7 @@ def _check(doc: Any, vhost: str | None) -> None:
         except InvalidValue as exc:
             raise InvalidValue(f"policies[{i}]: {exc}") from None
     for i, param in enumerate(doc.get("parameters", [])):
-        if param["component"] != "vhost-limits":
-            raise InvalidValue(
-                f"parameters[{i}]: component '{param['component']}' is not supported "
-                "(Leveret knows 'vhost-limits')"
-            )
-        if not isinstance(param["value"], dict):
+        if param["component"] == "vhost-limits" and not isinstance(param["value"], dict):
             raise InvalidValue(f"parameters[{i}].value must be an object")
     for i, binding in enumerate(doc.get("bindings", [])):
         if binding["destination_type"] not in ("queue", "exchange"):
@@ -267,6 +261,7 @@ def _check(doc: Any, vhost: str | None) -> None:
 def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> dict[str, int]:
     """Create or update everything in `doc`; with `vhost`, every item goes into that vhost."""
     _check(doc, vhost)
+    _check_parameters(broker, doc, vhost)
     admin = broker.admin
 
     def vh(item: dict[str, Any]) -> str:
@@ -319,7 +314,10 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
             item["user"], vh(item), item["exchange"], item.get("write", ""), item.get("read", "")
         )
     for item in doc.get("parameters", []):
-        admin.set_vhost_limits(vh(item), item["value"])
+        if item["component"] == "vhost-limits":
+            admin.set_vhost_limits(vh(item), item["value"])
+        else:
+            broker.parameters.set(vh(item), item["component"], item["name"], item["value"])
     for item in doc.get("policies", []):
         admin.set_policy(
             vh(item),
@@ -339,6 +337,27 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
         if isinstance(doc.get(section), list):
             counts[section] = len(doc[section])
     return counts
+
+
+def _check_parameters(broker: Broker, doc: dict[str, Any], vhost: str | None) -> None:
+    """Shovels and federation upstreams are checked as the API checks them, first."""
+    known = broker.parameters.validators
+    for i, param in enumerate(doc.get("parameters", [])):
+        component = param["component"]
+        if component == "vhost-limits":
+            continue
+        if component not in known:
+            raise InvalidValue(
+                f"parameters[{i}]: component '{component}' is not supported (Leveret knows "
+                + ", ".join(["vhost-limits", *sorted(known)])
+                + ")"
+            )
+        where = vhost if vhost is not None else param["vhost"]
+        problems = known[component](broker, where, param["name"], param["value"], None)
+        if problems:
+            raise InvalidValue(
+                f"parameters[{i}] ({component} '{param['name']}'): " + "; ".join(problems)
+            )
 
 
 def _declare(target: Any, kind: str, item: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.errors import InvalidValue, NotFound
 from leveret.client.connection import Connection, connect
 from leveret.client.url import ConnectionParameters
 from leveret.links import direct
@@ -120,6 +121,22 @@ class LinkManager:
         log.info("shovel '%s' in vhost '%s' will be restarted", name, vhost)
         await shovel.restart()
         return True
+
+    def restart_shovel_now(self, vhost: str, name: str) -> None:
+        """For callers without a loop to await on (leveret ctl): NotFound if unknown."""
+        if (vhost, name) not in self.shovels:
+            raise NotFound(f"shovel '{name}' in vhost '{vhost}' does not exist")
+        asyncio.ensure_future(self.restart_shovel(vhost, name))
+
+    def delete_shovel(self, vhost: str, name: str) -> None:
+        shovel = self.shovels.get((vhost, name))
+        if shovel is None:
+            raise NotFound(f"shovel '{name}' in vhost '{vhost}' does not exist")
+        if shovel.kind == "static":
+            raise InvalidValue(
+                f"shovel '{name}' is static (from the config file): it cannot be deleted"
+            )
+        self.broker.parameters.clear(vhost, "shovel", name)
 
     # --- status -----------------------------------------------------------------------
 

@@ -88,11 +88,33 @@ OTHER_OPERATIONS: dict[str, Callable[..., Any]] = {
     "list_exchanges": _vhost_view(inventory.exchanges),
     "list_bindings": _vhost_view(inventory.bindings),
     "list_connections": lambda broker, vhost=None: inventory.connections(broker, vhost),
+    # Runtime parameters and the links that act on them (leveret.links).
+    "set_parameter": lambda broker, vhost, component, name, value: (
+        broker.parameters.set(vhost, component, name, value) and None
+    ),
+    "clear_parameter": lambda broker, vhost, component, name: broker.parameters.clear(
+        vhost, component, name
+    ),
+    "list_parameters": lambda broker, vhost="/": [
+        {"component": p["component"], "name": p["name"], "value": p["value"]}
+        for p in broker.parameters.list(broker.admin.vhost(vhost).name)
+    ],
+    "shovel_status": lambda broker: _links(broker).shovel_status(),
+    "restart_shovel": lambda broker, vhost, name: _links(broker).restart_shovel_now(vhost, name),
+    "delete_shovel": lambda broker, vhost, name: _links(broker).delete_shovel(vhost, name),
+    "federation_status": lambda broker: _links(broker).federation.status(),
     "export_definitions": definitions_json.export_definitions,
     "import_definitions": lambda broker, definitions, vhost=None: (
         definitions_json.import_definitions(broker, definitions, vhost)
     ),
 }
+
+
+def _links(broker: Broker) -> Any:
+    links = broker.links
+    if links is None:
+        raise InvalidValue("shovels and federation are not running in this broker")
+    return links
 
 
 def run_operation(broker: Broker, op: str, args: dict[str, Any]) -> Any:

@@ -151,7 +151,7 @@ class Server:
             self.recovery = self.loop.create_task(self._recover())
         from leveret.links.manager import LinkManager
 
-        self.links = LinkManager(self)  # shovels and federation (they wait for recovery)
+        self.links = self.broker.links = LinkManager(self)  # shovels, federation
         await self.links.start()
         log.info("Leveret started in %.3f s", time.monotonic() - started)
         if wait_for_recovery and self.recovery is not None:

@@ -117,17 +117,12 @@ async def delete_shovel(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     name = request.match_info["name"]
     links = _links(request)
-    shovel = links.shovels.get((vhost.name, name))
-    if shovel is None:
+    if (vhost.name, name) not in links.shovels:
         raise NotFound(name)
     if request.path.endswith("/restart"):
         await links.restart_shovel(vhost.name, name)
-    elif shovel.kind == "static":
-        raise InvalidValue(
-            f"shovel '{name}' is static (from the config file): it cannot be deleted"
-        )
     else:
-        _broker(request).parameters.clear(vhost.name, "shovel", name)
+        links.delete_shovel(vhost.name, name)
     return _ok()
 
 
