@@ -29,6 +29,9 @@ from leveret.config import ServerConfig
 from leveret.testing import EmbeddedBroker, embedded_broker
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "durability"))
+from durability_support import Brokers, free_port  # noqa: E402  (subprocess brokers)
+
+__all__ = ["Brokers", "free_port"]
 
 # A RabbitMQ 3.10 with the shovel and federation plugins, for the tests that need
 # one (skipped when it is not there, as in CI): /work/tools/rabbitmq-at.sh start PORT.

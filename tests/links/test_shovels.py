@@ -14,6 +14,7 @@ from links_support import (
     api,
     count,
     drain,
+    free_port,
     leveret,
     publish,
     put_shovel,
@@ -172,8 +173,6 @@ def test_other_ack_modes_move_everything(mode):
 def test_an_unreachable_destination_is_listed_with_its_reason_and_retried():
     with leveret() as src:
         publish(src.url, "held", [b"x"] * 10)
-        from durability_support import free_port
-
         port = free_port()
         put_shovel(
             src.api,
