@@ -17,3 +17,9 @@ class Federation:
 
     def upstreams_changed(self, vhost: str) -> None:
         return None
+
+    def status(self) -> list[dict[str, Any]]:
+        return []
+
+    async def restart(self, vhost: str, link_id: str) -> bool:
+        return False
