@@ -93,8 +93,8 @@ class MessageStats:
         if last is not None and seconds > 0:
             self.depth_rates = ((ready - last[0]) / seconds, (unacked - last[1]) / seconds)
 
-    def to_json(self, keys: tuple[str, ...] = CHANNEL_KEYS) -> dict[str, Any]:
-        return message_stats_json(self.snapshot(), self.rates, keys)
+    def to_json(self, keys: tuple[str, ...] = CHANNEL_KEYS, by_side: bool = False) -> dict[str, Any]:
+        return message_stats_json(self.snapshot(), self.rates, keys, by_side)
 
 
 def total(stats: Iterable[MessageStats | tuple[int, ...]]) -> tuple[int, ...]:
@@ -114,11 +114,26 @@ def rates_between(
     return tuple(max(0, b - a) / seconds for a, b in zip(last, now, strict=True)), now
 
 
+# RabbitMQ keeps a channel's or a queue's counts in two tables, the publishing side and
+# the delivering side, and shows a side's keys (zeros too) only once that side moved.
+PUBLISH_SIDE = frozenset(("publish", "confirm", "return_unroutable", "drop_unroutable"))
+
+
 def message_stats_json(
-    counts: tuple[int, ...], rates: tuple[float, ...] | None, keys: tuple[str, ...] = CHANNEL_KEYS
+    counts: tuple[int, ...],
+    rates: tuple[float, ...] | None,
+    keys: tuple[str, ...] = CHANNEL_KEYS,
+    by_side: bool = False,
 ) -> dict[str, Any]:
     """RabbitMQ's `message_stats`: each of `keys` with `<key>_details.rate`, plus
-    `deliver_get` (deliveries and gets together); empty while nothing moved."""
+    `deliver_get` (deliveries and gets together); empty while nothing moved. With
+    `by_side` (channels, queues), each side's keys only once that side moved."""
+    if by_side:
+        publish = tuple(k for k in keys if k in PUBLISH_SIDE)
+        deliver = tuple(k for k in keys if k not in PUBLISH_SIDE)
+        keys = tuple(
+            k for side in (publish, deliver) if any(counts[_INDEX[k]] for k in side) for k in side
+        )
     indexes = [_INDEX[k] for k in keys]
     if not any(counts[i] for i in indexes):
         return {}

@@ -57,6 +57,16 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     """Basic auth on every /api call, and model errors mapped to RabbitMQ's bodies."""
     server = request.app[SERVER_KEY]
     if request.path.startswith("/api/"):
+        # As RabbitMQ (cowboy_rest), the method and the path are checked before the
+        # credentials: an unknown path is a 404 with RabbitMQ's body, a method the path
+        # does not take a bare 405.
+        unmatched = getattr(request.match_info, "http_exception", None)
+        if isinstance(unmatched, web.HTTPMethodNotAllowed) or (
+            unmatched is not None and request.method not in ("GET", "HEAD")
+        ):
+            return web.Response(status=405)
+        if unmatched is not None:
+            return not_found()
         user = _authenticate(server, request.headers.get("Authorization", ""))
         if user is None:
             response = error(401, "not_authorized", "Login failed")

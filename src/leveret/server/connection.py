@@ -132,6 +132,9 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.stats = MessageStats()
         self.recv_oct = 0
         self.send_oct = 0
+        # Socket reads and writes, as RabbitMQ's recv_cnt/send_cnt (management API).
+        self.recv_cnt = 0
+        self.send_cnt = 0
         self.connected_at = time.time()
         self.stats_rates: tuple[float, ...] | None = None
         self._stats_last: tuple[int, ...] | None = None
@@ -219,6 +222,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._last_recv = self.loop.time()
         self.recv_oct += nbytes
+        self.recv_cnt += 1
         if self.state == "closed":
             return
         self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
@@ -228,6 +232,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         """Bytes handed over as they are (the TLS listener's first bytes)."""
         self._last_recv = self.loop.time()
         self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.state == "closed":
             return
         self._received(self.core.receive_data(data))
@@ -547,6 +552,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
             self._flush_confirms()
         out = self._out
         if out and self.transport is not None and self.state != "closed":
+            self.send_cnt += 1
             if self._out_large:
                 # Large bodies were queued as they are: one writev, no copy of them
                 # into a joined buffer.

@@ -140,6 +140,7 @@ VOLATILE = (
     "queue_index_*",
     "gc_*",
     "churn_rates",
+    "backing_queue_status",
     "*_created",
     "*_closed",
     "*_declared",
@@ -363,7 +364,9 @@ class Target:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             found = self.ok("GET", f"/api/connections/username/{user}")
-            if found:
+            # RabbitMQ's statistics show a connection up to 5 s after it opened, and
+            # GET/DELETE /api/connections/{name} answer 404 until then.
+            if found and self.call("GET", "/api/connections/" + quote(found[0]["name"], safe=""))[0] == 200:
                 self.variables[f"conn_{user}"] = found[0]["name"]
                 return
             time.sleep(0.2)

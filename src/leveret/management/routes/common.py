@@ -33,27 +33,70 @@ def _admin(request: web.Request) -> Any:
     return _broker(request).admin
 
 
+def _tags(request: web.Request) -> set[str]:
+    return set(request["user"].tags)
+
+
+def is_admin(request: web.Request) -> bool:
+    return "administrator" in _tags(request)
+
+
+def is_monitor(request: web.Request) -> bool:
+    """RabbitMQ's is_monitor: monitoring or administrator."""
+    return bool({"administrator", "monitoring"} & _tags(request))
+
+
 def _require_admin(request: web.Request) -> None:
-    if "administrator" not in request["user"].tags:
+    if not is_admin(request):
         raise Denied("Not administrator user")
+
+
+def require_monitor(request: web.Request) -> None:
+    """Node views (/api/nodes): RabbitMQ's is_authorized_monitor."""
+    if not is_monitor(request):
+        raise Denied("Not monitor user")
+
+
+def require_policymaker(request: web.Request) -> Any:
+    """A policy (or parameter): administrators, or policymakers with access to its vhost
+    (RabbitMQ's is_authorized_policies)."""
+    name = request.match_info["vhost"]
+    vhost = _broker(request).vhosts.get(name)
+    if is_admin(request):
+        if vhost is None:
+            raise NotFound(name)
+        return vhost
+    if "policymaker" not in _tags(request) or (vhost is not None and not _may_log_in(request, vhost)):
+        raise Denied("User not authorised to access object")
+    if vhost is None:
+        raise NotFound(name)
+    return vhost
+
+
+def _may_log_in(request: web.Request, vhost: Any) -> bool:
+    return _broker(request).access.permission(request["user"].name, vhost.name) is not None
 
 
 def _visible_vhosts(request: web.Request) -> list[Any]:
     """Administrators and monitoring users see every vhost; others those they may use."""
-    broker = _broker(request)
-    user = request["user"]
-    vhosts = sorted(broker.vhosts.values(), key=lambda v: v.name)
-    if {"administrator", "monitoring"} & set(user.tags):
+    vhosts = sorted(_broker(request).vhosts.values(), key=lambda v: v.name)
+    if is_monitor(request):
         return vhosts
-    return [v for v in vhosts if broker.access.permission(user.name, v.name) is not None]
+    return [v for v in vhosts if _may_log_in(request, v)]
 
 
-def _vhost(request: web.Request) -> Any:
+def _vhost(request: web.Request, visible: bool = False) -> Any:
+    """The URL's vhost, as RabbitMQ's is_authorized_vhost: administrators reach every
+    vhost, other users those they have permissions in (401 "User not authorised to
+    access virtual host"); a vhost that does not exist is 404. `visible`: monitoring
+    users reach every vhost too (is_authorized_vhost_visible)."""
     name = request.match_info["vhost"]
-    for vhost in _visible_vhosts(request):
-        if vhost.name == name:
-            return vhost
-    raise NotFound(name)
+    vhost = _broker(request).vhosts.get(name)
+    if vhost is None:
+        raise NotFound(name)
+    if is_admin(request) or (visible and is_monitor(request)) or _may_log_in(request, vhost):
+        return vhost
+    raise Denied("User not authorised to access virtual host")
 
 
 def vhosts_message_stats(request: web.Request, vhosts: list[Any]) -> dict[str, Any]:
@@ -91,6 +134,29 @@ def _body_dict(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidValue("the body must be a JSON object")
     return body
+
+
+def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """An object field such as `arguments` (absent or null: empty). RabbitMQ crashes
+    (500) on another type; Leveret names the field."""
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidValue(f"{key} must be a JSON object, got {json.dumps(value)}")
+    return value
+
+
+def _string(body: dict[str, Any], key: str, default: str | None = None) -> str:
+    """A string field; a missing one without default is RabbitMQ's 400 key_missing."""
+    if key not in body:
+        if default is None:
+            raise InvalidValue(f"[{{key_missing,{key}}}]")
+        return default
+    value = body[key]
+    if not isinstance(value, str):
+        raise InvalidValue(f"{key} must be a string, got {json.dumps(value)}")
+    return value
 
 
 def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
@@ -159,14 +225,19 @@ def _lookup(item: dict[str, Any], path: str) -> Any:
 
 
 def _sort_key(value: Any) -> tuple[int, Any]:
-    """Numbers before strings, missing values last; never compares unlike types."""
+    """Erlang's term order, which RabbitMQ sorts by: numbers < atoms (false, null, true)
+    < objects < lists < strings; a missing field sorts as 0 (RabbitMQ's "nothing")."""
+    if value is None:
+        return (0, 0)  # missing: RabbitMQ's default is 0
     if isinstance(value, bool):
         return (1, str(value).lower())
     if isinstance(value, int | float):
         return (0, value)
-    if value is None:
-        return (2, "")
-    return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    if isinstance(value, dict):
+        return (2, json.dumps(value, sort_keys=True))
+    if isinstance(value, list):
+        return (3, json.dumps(value, sort_keys=True))
+    return (4, value.encode() if isinstance(value, str) else str(value).encode())
 
 
 def _columns(item: dict[str, Any], columns: list[str]) -> dict[str, Any]:
@@ -188,13 +259,18 @@ def listing(
     request: web.Request,
     items: list[Any],
     build: Callable[[Any], dict[str, Any]] | None = None,
+    *,
+    paginated: bool = False,
 ) -> web.Response:
     """A list answer with RabbitMQ's query parameters.
 
     `sort` (a dotted key) and `sort_reverse` order the list and `columns` trims
-    each item, always; `page`, `page_size`, `name` and `use_regex` turn the answer
-    into RabbitMQ's page object, filtered by name (a case-insensitive substring,
-    or a regular expression), as RabbitMQ does only when `page` is given.
+    each item, on every list. Only the lists RabbitMQ paginates (queues, exchanges,
+    vhosts, connections, channels: `paginated`) take `page`, `page_size`, `name`
+    and `use_regex`, and answer with RabbitMQ's page object, filtered by name (a
+    case-insensitive substring or regular expression), and only when `page` is given.
+    Other lists ignore those parameters, as RabbitMQ does; a malformed one is a 400
+    there too (RabbitMQ crashes with a 500).
 
     With `build`, `items` are model objects with a `.name` and `build` makes each
     one's JSON: a page sorted by name then builds only the page's items, which
@@ -206,7 +282,7 @@ def listing(
         if sort and sort != "name":
             items, build = [build(i) for i in items], None
         elif sort == "name":
-            items = sorted(items, key=lambda i: i.name)
+            items = sorted(items, key=lambda i: _sort_key(i.name))
     if build is None and sort:
         items = sorted(items, key=lambda item: _sort_key(_lookup(item, sort)))
     if query.get("sort_reverse") == "true":
@@ -221,13 +297,15 @@ def listing(
     if "page" not in query:
         return web.json_response(finish(items))
     page, page_size = _page_numbers(query)
+    if not paginated:
+        return web.json_response(finish(items))
     total = len(items)
     name = query.get("name", "")
     if name:
         get_name = (lambda i: i.name) if build is not None else (lambda i: str(i.get("name", "")))
         if query.get("use_regex") == "true":
             try:
-                pattern = re.compile(name)
+                pattern = re.compile(name, re.IGNORECASE)
             except re.error:
                 raise bad_request("bad_request", "Pagination parameters are invalid") from None
             items = [i for i in items if pattern.search(get_name(i))]
@@ -236,7 +314,8 @@ def listing(
             items = [i for i in items if needle in get_name(i).lower()]
     filtered = len(items)
     page_count = (filtered + page_size - 1) // page_size
-    if page > max(page_count, 1):
+    if (page - 1) * page_size > filtered:
+        # RabbitMQ: the page may start just past the end (an empty page), no further.
         raise bad_request(
             "page_out_of_range",
             f"Page out of range, page: {page} page size: {page_size}, len: {filtered}",

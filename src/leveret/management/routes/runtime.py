@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
@@ -14,11 +15,36 @@ from leveret.management.routes.common import (
     NODE,
     _broker,
     _ok,
-    _require_admin,
     _vhost,
     _visible_vhosts,
+    is_admin,
+    is_monitor,
     listing,
 )
+
+# Erlang process figures RabbitMQ adds to connections, channels and queues. Leveret's
+# objects are not processes: these documented stand-ins keep the keys and their types
+# (docs/management.md#stand-ins).
+GARBAGE_COLLECTION = {
+    "fullsweep_after": 0,
+    "max_heap_size": 0,
+    "min_bin_vheap_size": 0,
+    "min_heap_size": 0,
+    "minor_gcs": 0,
+}
+
+
+def process_stand_ins() -> dict[str, Any]:
+    return {
+        "garbage_collection": dict(GARBAGE_COLLECTION),
+        "reductions": 0,
+        "reductions_details": {"rate": 0.0},
+    }
+
+
+def idle_since(at: float) -> str:
+    """RabbitMQ's idle_since format: local time, "2024-05-01 12:00:00"."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 def _peer(conn: Any) -> tuple[str, int]:
@@ -26,17 +52,26 @@ def _peer(conn: Any) -> tuple[str, int]:
     return host.strip("[]"), int(port or 0)
 
 
-def _connection_json(conn: Any) -> dict[str, Any]:
+def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
+    """RabbitMQ's fields; `single` (GET of one connection) gives "" where a list gives
+    null for the TLS fields of a plain connection, as RabbitMQ does."""
     props = conn.client_properties or {}
     host, port = _peer(conn)
     local_host, _, local_port = conn.name.rpartition(" -> ")[2].rpartition(":")
-    ssl = conn.peer_cn is not None or conn.transport.get_extra_info("sslcontext") is not None
+    ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport else None
+    ssl = conn.peer_cn is not None or ssl_object is not None
     recv_rate, send_rate = conn.octet_rates
+    blank = "" if single else None
+    cipher = ssl_object.cipher() if ssl_object is not None else None
+    user_name = props.get("connection_name")
     out = {
         "name": conn.name,
         "vhost": conn.vhost.name if conn.vhost is not None else None,
         "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "user_provided_name": user_name if isinstance(user_name, str) else None,
         "channels": len(conn.channels),
+        "channel_max": conn.channel_max,
         "state": "running",
         "type": "network",
         "protocol": "AMQP 0-9-1",
@@ -50,11 +85,22 @@ def _connection_json(conn: Any) -> dict[str, Any]:
         "frame_max": conn.frame_max,
         "client_properties": definitions_json._jsonable(props),
         "ssl": ssl,
+        "ssl_protocol": ssl_object.version() if ssl_object is not None else blank,
+        "ssl_cipher": cipher[0] if cipher else blank,
+        "ssl_hash": blank if cipher is None else "",
+        "ssl_key_exchange": blank if cipher is None else "",
+        "peer_cert_subject": conn.peer_cn if conn.peer_cn is not None else blank,
+        "peer_cert_issuer": blank,
+        "peer_cert_validity": blank,
         "recv_oct": conn.recv_oct,
         "recv_oct_details": {"rate": round(recv_rate, 1)},
+        "recv_cnt": conn.recv_cnt,
         "send_oct": conn.send_oct,
         "send_oct_details": {"rate": round(send_rate, 1)},
+        "send_cnt": conn.send_cnt,
+        "send_pend": conn.transport.get_write_buffer_size() if conn.transport else 0,
         "node": NODE,
+        **process_stand_ins(),
     }
     # Leveret also gives a connection the message counts of its channels.
     message_stats = message_stats_json(connection_counts(conn), conn.stats_rates)
@@ -68,13 +114,15 @@ def _visible_connections(request: web.Request) -> list[Any]:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
     user = request["user"]
     conns = [c for c in _broker(request).connections if c.vhost in vhosts]
-    if not {"administrator", "monitoring"} & set(user.tags):
+    if not is_monitor(request):
         conns = [c for c in conns if c.user == user.name]
     return sorted(conns, key=lambda c: c.name)
 
 
 async def list_connections(request: web.Request) -> web.Response:
-    return listing(request, _visible_connections(request), _connection_json)
+    # RabbitMQ pages /api/connections, not /api/vhosts/{vhost}/connections.
+    paginated = "vhost" not in request.match_info
+    return listing(request, _visible_connections(request), _connection_json, paginated=paginated)
 
 
 def _connection(request: web.Request) -> Any:
@@ -85,23 +133,26 @@ def _connection(request: web.Request) -> Any:
     raise NotFound(name)
 
 
+def _own_or(request: web.Request, owner: str | None, allowed: bool) -> None:
+    """RabbitMQ's is_authorized_user: monitoring users see (administrators also close)
+    other users' connections and channels; everyone their own."""
+    if not allowed and owner != request["user"].name:
+        raise Denied("User not authorised to access object")
+
+
 def _visible_connection(request: web.Request) -> Any:
     conn = _connection(request)
-    user = request["user"]
-    if conn.user != user.name and not {"administrator", "monitoring"} & set(user.tags):
-        raise NotFound(conn.name)
+    _own_or(request, conn.user, is_monitor(request))
     return conn
 
 
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(_connection_json(_visible_connection(request)))
+    return web.json_response(_connection_json(_visible_connection(request), single=True))
 
 
 async def delete_connection(request: web.Request) -> web.Response:
     conn = _connection(request)
-    user = request["user"]
-    if conn.user != user.name and "administrator" not in user.tags:
-        raise NotFound(conn.name)
+    _own_or(request, conn.user, is_admin(request))
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     conn.force_close(text=f"CONNECTION_FORCED - {reason}")
     return _ok()
@@ -109,9 +160,8 @@ async def delete_connection(request: web.Request) -> web.Response:
 
 def _user_connections(request: web.Request) -> list[Any]:
     """A user's connections, for that user itself, monitoring or administrator users."""
-    name, user = request.match_info["user"], request["user"]
-    if name != user.name and not {"administrator", "monitoring"} & set(user.tags):
-        raise Denied("Not administrator user")
+    name = request.match_info["user"]
+    _own_or(request, name, is_admin(request) if request.method == "DELETE" else is_monitor(request))
     return sorted(_broker(request).connections_of(user=name), key=lambda c: c.name)
 
 
@@ -131,8 +181,6 @@ async def user_connections(request: web.Request) -> web.Response:
 
 
 async def close_user_connections(request: web.Request) -> web.Response:
-    if request["user"].name != request.match_info["user"]:
-        _require_admin(request)
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     for conn in _user_connections(request):
         conn.force_close(text=f"CONNECTION_FORCED - {reason}")
@@ -159,7 +207,7 @@ def _channel_details(channel: Any) -> dict[str, Any]:
     }
 
 
-def _channel_json(channel: Any) -> dict[str, Any]:
+def _channel_json(channel: Any, single: bool = False) -> dict[str, Any]:
     conn = channel.conn
     host, port = _peer(conn)
     waiting = sum(1 for state in channel.confirm_waiting.values() if state is None)
@@ -169,6 +217,10 @@ def _channel_json(channel: Any) -> dict[str, Any]:
         "node": NODE,
         "vhost": channel.vhost.name,
         "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "idle_since": idle_since(time.time()),
+        "pending_raft_commands": 0,
+        **process_stand_ins(),
         "connection_details": {"name": conn.name, "peer_host": host, "peer_port": port},
         "consumer_count": len(channel.consumers),
         "messages_unacknowledged": channel.unacked_count,
@@ -183,9 +235,15 @@ def _channel_json(channel: Any) -> dict[str, Any]:
         if channel.closing
         else ("flow" if not channel.flow_active else "running"),
     }
-    message_stats = channel.stats.to_json()
+    message_stats = channel.stats.to_json(by_side=True)
     if message_stats:
         out["message_stats"] = message_stats
+    if single:
+        # A single channel also lists its consumers, and (empty, as RabbitMQ's in
+        # "basic" rates mode) its per-exchange publishes and per-queue deliveries.
+        out["consumer_details"] = [_consumer_json(c) for c in channel.consumers.values()]
+        out["publishes"] = []
+        out["deliveries"] = []
     return out
 
 
@@ -194,7 +252,8 @@ def _channels(request: web.Request) -> list[Any]:
 
 
 async def list_channels(request: web.Request) -> web.Response:
-    return listing(request, [_channel_json(ch) for ch in _channels(request)])
+    paginated = "vhost" not in request.match_info  # as RabbitMQ
+    return listing(request, [_channel_json(ch) for ch in _channels(request)], paginated=paginated)
 
 
 async def connection_channels(request: web.Request) -> web.Response:
@@ -204,9 +263,11 @@ async def connection_channels(request: web.Request) -> web.Response:
 
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    for channel in _channels(request):
-        if _channel_name(channel) == name:
-            return web.json_response(_channel_json(channel))
+    for conn in _broker(request).connections:
+        for channel in conn.channels.values():
+            if _channel_name(channel) == name:
+                _own_or(request, conn.user, is_monitor(request))
+                return web.json_response(_channel_json(channel, single=True))
     raise NotFound(name)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -11,13 +12,19 @@ from aiohttp import web
 
 from leveret.broker import definitions_json
 from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.policies import _lower, winner
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
-from leveret.management.app import read_json
+from leveret.broker.errors import AccessRefused
+from leveret.management.app import Denied, error, read_json
+from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 from leveret.management.routes.common import (
+    NODE,
     _access_check,
     _body_dict,
     _bool,
+    _object,
     _ok,
+    _broker,
     _permission_guard,
     _vhost,
     _visible_vhosts,
@@ -26,15 +33,39 @@ from leveret.management.routes.common import (
 )
 
 
-def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
+def _effective_policy(vhost: Any, q: Any) -> dict[str, Any]:
+    """RabbitMQ's effective_policy_definition: the policy's keys, lowered by the
+    operator policy's where that is tighter."""
+    policy = winner(vhost.policies, "queue", q.name, q.queue_type)
+    operator = winner(vhost.operator_policies, "queue", q.name, q.queue_type)
+    merged = dict(policy.definition) if policy is not None else {}
+    if operator is not None:
+        for key, value in operator.definition.items():
+            if key not in merged or _lower(key, value, merged[key]):
+                merged[key] = value
+    return merged
+
+
+def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
+    """One queue as RabbitMQ shows it. The field list lives here (and in
+    queue_type_fields for what one queue type adds), so every engineer adding a
+    field adds it in one place."""
     ready = q.message_count
     paged = getattr(q.ready, "paged", 0)
     stats = q.stats
     ready_rate, unacked_rate = stats.depth_rates
+    ready_bytes = getattr(q.ready, "bytes", 0)
+    consumers = list(q.consumers)
     extra: dict[str, Any] = {}
-    message_stats = stats.to_json(QUEUE_KEYS)
+    if single:
+        extra["consumer_details"] = [_consumer_json(c) for c in consumers]
+        extra["deliveries"] = []  # per-channel figures: "basic" rates mode has none
+        extra["incoming"] = []
+    message_stats = stats.to_json(QUEUE_KEYS, by_side=True)
     if message_stats:
         extra["message_stats"] = message_stats
+    if q.queue_type == "classic":
+        extra["backing_queue_status"] = _backing_queue_status(ready)
     if q.queue_type == "stream":  # Leveret: the offsets a reader can start from
         extra["stream_first_offset"] = q.log.first
         extra["stream_next_offset"] = q.log.next
@@ -53,22 +84,69 @@ def _queue_json(vhost: Any, q: Any) -> dict[str, Any]:
         "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},
         "messages_ready_details": {"rate": round(ready_rate, 1)},
         "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
-        "message_bytes_ready": getattr(q.ready, "bytes", 0),
+        "message_bytes": ready_bytes,
+        "message_bytes_ready": ready_bytes,
+        # Leveret keeps no per-queue sums of unacknowledged or persistent bytes: stand-ins
+        # (docs/management.md#stand-ins).
+        "message_bytes_unacknowledged": 0,
+        "message_bytes_ram": ready_bytes,
+        "message_bytes_persistent": 0,
+        "message_bytes_paged_out": 0,
+        "messages_persistent": 0,
+        "messages_unacknowledged_ram": q.unacked,
         # As RabbitMQ's classic queues: ready messages kept as disk positions only
         # (a long queue's paged tail), and the rest, which are objects in RAM.
         "messages_paged_out": paged,
         "messages_ram": ready + q.unacked - paged,
         "messages_ready_ram": ready - paged,
-        "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None),
-        "node": "leveret@localhost",
+        "exclusive_consumer_tag": next((c.tag for c in consumers if c.exclusive), None),
+        "single_active_consumer_tag": None,
+        # As RabbitMQ: the share of time consumers could take messages; a queue whose
+        # consumers all have room counts as 1.0, none as 0.
+        "consumer_capacity": 1.0 if consumers else 0,
+        "consumer_utilisation": 1.0 if consumers else 0.0,
+        "head_message_timestamp": None,
+        "idle_since": idle_since(time.time()),
+        "memory": 0,
+        "recoverable_slaves": None,
+        "effective_policy_definition": _effective_policy(vhost, q),
+        "node": NODE,
         "state": "running",
+        **process_stand_ins(),
         **vhost.policy_of("queue", q.name, q.queue_type),
         **extra,
     }
 
 
-def _exchange_json(vhost: Any, x: Any) -> dict[str, Any]:
+def _backing_queue_status(ready: int) -> dict[str, Any]:
+    """RabbitMQ's classic queue internals (its four in-memory queues and disk delta).
+    Leveret's classic queue has none of them: a stand-in of the same shape that says
+    every message is in one queue (docs/management.md#stand-ins)."""
     return {
+        "mode": "default",
+        "version": 1,
+        "len": ready,
+        "q1": 0,
+        "q2": 0,
+        "q3": 0,
+        "q4": ready,
+        "delta": ["delta", "undefined", 0, 0, "undefined"],
+        "target_ram_count": "infinity",
+        "next_seq_id": 0,
+        "next_deliver_seq_id": 0,
+        "avg_ingress_rate": 0.0,
+        "avg_egress_rate": 0.0,
+        "avg_ack_ingress_rate": 0.0,
+        "avg_ack_egress_rate": 0.0,
+    }
+
+
+def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
+    extra: dict[str, Any] = {"incoming": [], "outgoing": []} if single else {}
+    return {
+        **extra,
+        # Leveret does not record who declared an exchange: the stand-in names nobody.
+        "user_who_performed_action": "",
         "name": x.name,
         "vhost": vhost.name,
         "type": x.type_name,
@@ -83,7 +161,7 @@ def _exchange_json(vhost: Any, x: Any) -> dict[str, Any]:
 async def list_queues(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
     queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
-    return listing(request, queues, lambda q: _queue_json(q.vhost, q))
+    return listing(request, queues, lambda q: _queue_json(q.vhost, q), paginated=True)
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -91,7 +169,23 @@ async def get_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
-    return web.json_response(_queue_json(vhost, queue))
+    return web.json_response(_queue_json(vhost, queue, single=True))
+
+
+def _direct(fn: Any, *args: Any) -> Any:
+    """A declare or delete as RabbitMQ's API makes them (a channel method run for the
+    user): any refusal is 401 "Access refused."."""
+    try:
+        return fn(*args)
+    except (AccessRefused, Denied):
+        raise Denied("Access refused.") from None
+
+
+def _missing_vhost_for_put(request: web.Request) -> web.Response | None:
+    """PUT into a vhost that does not exist: RabbitMQ's 404 body differs from GET's."""
+    if request.match_info["vhost"] not in _broker(request).vhosts:
+        return error(404, "not_found", "vhost_not_found")
+    return None
 
 
 async def delete_queue(request: web.Request) -> web.Response:
@@ -99,6 +193,14 @@ async def delete_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        _direct(_access_check, guard.require, "configure", "queue", queue.name)
+    described = f"queue '{queue.name}' in vhost '{vhost.name}'"
+    if request.query.get("if-empty") == "true" and queue.message_count:
+        raise InvalidValue(f"{described} not empty")
+    if request.query.get("if-unused") == "true" and queue.consumer_count:
+        raise InvalidValue(f"{described} in use")
     vhost.delete_queue(queue)
     return _ok()
 
@@ -108,26 +210,26 @@ async def purge_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        _direct(_access_check, guard.require, "read", "queue", queue.name)
     vhost.purge_queue(queue)
     return _ok()
 
 
 async def put_queue(request: web.Request) -> web.Response:
+    if (missing := _missing_vhost_for_put(request)) is not None:
+        return missing
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
     name = request.match_info["name"]
+    durable, auto_delete = _bool(body, "durable", True), _bool(body, "auto_delete", False)
+    arguments = _object(body, "arguments")
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _access_check(guard.require, "configure", "queue", name)
+        _direct(_access_check, guard.require, "configure", "queue", name)
     existed = name in vhost.queues
-    vhost.declare_queue(
-        name,
-        False,
-        _bool(body, "durable", True),
-        False,
-        _bool(body, "auto_delete", False),
-        body.get("arguments") or {},
-    )
+    _direct(vhost.declare_queue, name, False, durable, False, auto_delete, arguments)
     return _ok(204 if existed else 201)
 
 
@@ -147,7 +249,12 @@ def _exchange_from_named(named: _Named) -> dict[str, Any]:
 async def list_exchanges(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
     pairs = [(v, x) for v in vhosts for x in sorted(v.exchanges.values(), key=lambda x: x.name)]
-    return listing(request, [_Named(x.name, (v, x)) for v, x in pairs], _exchange_from_named)
+    return listing(
+        request,
+        [_Named(x.name, (v, x)) for v, x in pairs],
+        _exchange_from_named,
+        paginated=True,
+    )
 
 
 async def get_exchange(request: web.Request) -> web.Response:
@@ -155,28 +262,26 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.exchanges.get(exchange_param(request))
     if exchange is None:
         raise NotFound(exchange_param(request))
-    return web.json_response(_exchange_json(vhost, exchange))
+    return web.json_response(_exchange_json(vhost, exchange, single=True))
 
 
 async def put_exchange(request: web.Request) -> web.Response:
+    """As RabbitMQ: `{}` declares a durable direct exchange."""
+    if (missing := _missing_vhost_for_put(request)) is not None:
+        return missing
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
     name = exchange_param(request)
-    if "type" not in body:
-        raise InvalidValue("exchange type must be given")
+    kind = body.get("type", "direct")
+    if not isinstance(kind, str):
+        raise InvalidValue(f"exchange type must be a string, got {kind!r}")
+    durable, auto_delete = _bool(body, "durable", True), _bool(body, "auto_delete", False)
+    internal, arguments = _bool(body, "internal", False), _object(body, "arguments")
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _access_check(guard.require, "configure", "exchange", name)
+        _direct(_access_check, guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
-    vhost.declare_exchange(
-        name,
-        body["type"],
-        False,
-        _bool(body, "durable", True),
-        _bool(body, "auto_delete", False),
-        _bool(body, "internal", False),
-        body.get("arguments") or {},
-    )
+    _direct(vhost.declare_exchange, name, kind, False, durable, auto_delete, internal, arguments)
     return _ok(204 if existed else 201)
 
 
@@ -187,8 +292,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
         raise NotFound(name)
     guard = _permission_guard(request, vhost)
     if guard is not None:
-        _access_check(guard.require, "configure", "exchange", name)
-    vhost.delete_exchange(name, request.query.get("if-unused") == "true")
+        _direct(_access_check, guard.require, "configure", "exchange", name)
+    _direct(vhost.delete_exchange, name, request.query.get("if-unused") == "true")
     return _ok()
 
 
