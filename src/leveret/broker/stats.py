@@ -93,7 +93,9 @@ class MessageStats:
         if last is not None and seconds > 0:
             self.depth_rates = ((ready - last[0]) / seconds, (unacked - last[1]) / seconds)
 
-    def to_json(self, keys: tuple[str, ...] = CHANNEL_KEYS, by_side: bool = False) -> dict[str, Any]:
+    def to_json(
+        self, keys: tuple[str, ...] = CHANNEL_KEYS, by_side: bool = False
+    ) -> dict[str, Any]:
         return message_stats_json(self.snapshot(), self.rates, keys, by_side)
 
 

@@ -366,7 +366,11 @@ class Target:
             found = self.ok("GET", f"/api/connections/username/{user}")
             # RabbitMQ's statistics show a connection up to 5 s after it opened, and
             # GET/DELETE /api/connections/{name} answer 404 until then.
-            if found and self.call("GET", "/api/connections/" + quote(found[0]["name"], safe=""))[0] == 200:
+            if (
+                found
+                and self.call("GET", "/api/connections/" + quote(found[0]["name"], safe=""))[0]
+                == 200
+            ):
                 self.variables[f"conn_{user}"] = found[0]["name"]
                 return
             time.sleep(0.2)

@@ -66,7 +66,9 @@ def require_policymaker(request: web.Request) -> Any:
         if vhost is None:
             raise NotFound(name)
         return vhost
-    if "policymaker" not in _tags(request) or (vhost is not None and not _may_log_in(request, vhost)):
+    if "policymaker" not in _tags(request) or (
+        vhost is not None and not _may_log_in(request, vhost)
+    ):
         raise Denied("User not authorised to access object")
     if vhost is None:
         raise NotFound(name)

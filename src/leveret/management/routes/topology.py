@@ -11,26 +11,25 @@ from urllib.parse import quote
 from aiohttp import web
 
 from leveret.broker import definitions_json
-from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
 from leveret.broker.policies import _lower, winner
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
-from leveret.broker.errors import AccessRefused
 from leveret.management.app import Denied, error, read_json
-from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 from leveret.management.routes.common import (
     NODE,
     _access_check,
     _body_dict,
     _bool,
+    _broker,
     _object,
     _ok,
-    _broker,
     _permission_guard,
     _vhost,
     _visible_vhosts,
     exchange_param,
     listing,
 )
+from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
 
 def _effective_policy(vhost: Any, q: Any) -> dict[str, Any]:
