@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from leveret.broker.admin import VHOST_LIMITS
 from leveret.ctl import EXIT_NOPERM, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CtlError
 
 
@@ -164,6 +165,9 @@ class HttpControl:
         if self._exists(f"/vhosts/{_q(name)}"):
             raise ApiError(400, f"vhost '{name}' already exists")
         self.request("PUT", f"/vhosts/{_q(name)}", {"description": description})
+        # The API grants whoever creates a vhost full permissions in it (as RabbitMQ's
+        # does); `ctl add_vhost`, like rabbitmqctl's, grants nobody anything.
+        self.request("DELETE", f"/permissions/{_q(name)}/{_q(self.username)}")
 
     def op_delete_vhost(self, name: str) -> None:
         self._delete(f"/vhosts/{_q(name)}", lambda: f"vhost '{name}' does not exist")
@@ -184,6 +188,13 @@ class HttpControl:
         self._vhost(name)
         if not isinstance(limits, dict) or not limits:
             raise ApiError(400, 'limits must be a non-empty object, e.g. {"max-queues": 10}')
+        for key, value in limits.items():
+            # The same checks and messages as `leveret ctl` on the broker's own socket.
+            if key not in VHOST_LIMITS:
+                known = ", ".join(VHOST_LIMITS)
+                raise ApiError(400, f"unknown vhost limit '{key}'; known limits: {known}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ApiError(400, f"vhost limit '{key}' must be an integer, got {value!r}")
         for key, value in limits.items():
             self.request("PUT", f"/vhost-limits/{_q(name)}/{_q(key)}", {"value": value})
 

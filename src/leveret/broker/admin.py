@@ -89,7 +89,7 @@ class Admin:
     def _first_start(self) -> None:
         """RabbitMQ's defaults: one vhost and one administrator with full access to it."""
         config = self.broker.config
-        self.add_vhost(config.default_vhost, exist_ok=True)
+        self.add_vhost(config.default_vhost, "Default virtual host", exist_ok=True)
         if config.default_user not in self.access.users:
             self.add_user(config.default_user, config.default_pass, ["administrator"])
             self.set_permissions(config.default_user, config.default_vhost, ".*", ".*", ".*")
@@ -304,7 +304,7 @@ class Admin:
             self.user(user)
         return [
             p.record()
-            for (u, v), p in sorted(self.access.permissions.items())
+            for (u, v), p in sorted(self.access.permissions.items(), key=lambda kv: kv[0][::-1])
             if (vhost is None or v == vhost) and (user is None or u == user)
         ]
 
@@ -346,7 +346,9 @@ class Admin:
     ) -> list[dict[str, Any]]:
         return [
             t.record()
-            for (u, v), per_exchange in sorted(self.access.topic_permissions.items())
+            for (u, v), per_exchange in sorted(
+                self.access.topic_permissions.items(), key=lambda kv: kv[0][::-1]
+            )
             for t in per_exchange.values()
             if (vhost is None or v == vhost) and (user is None or u == user)
         ]

@@ -22,6 +22,20 @@ from .cases import all_cases
 from .runner import Target, run_all
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
+#: differences found and not yet closed (not allowed: gaps to fix), one "case kind path"
+#: a line; the replay test fails on any difference not here nor allowed, and on a line
+#: here that no longer differs (then run with --update-gaps and commit the file)
+KNOWN_GAPS = Path(__file__).resolve().parent / "known_gaps.txt"
+
+
+def gap_key(diff: Difference) -> str:
+    return f"{diff.case} {diff.kind} {diff.path or '-'}"
+
+
+def known_gaps() -> set[str]:
+    if not KNOWN_GAPS.exists():
+        return set()
+    return {line.strip() for line in KNOWN_GAPS.read_text().splitlines() if line.strip()}
 
 
 def recordings() -> dict[str, dict[str, Any]]:
@@ -51,7 +65,7 @@ def differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[Differ
             if not (400 <= got["status"] < 500 and error_body):
                 out.append(Difference(name, "status", "", "4xx error body", got["status"]))
             else:
-                out.append(Difference(name, "status", "", 500, got["status"]))
+                out.append(Difference(name, "crash", "", 500, got["status"]))
             continue
         out += compare(name, want, got)
     return out
@@ -83,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None)
     parser.add_argument("--management", default=None)
     parser.add_argument("--amqp", default=None)
+    parser.add_argument("--update-gaps", action="store_true", help="rewrite known_gaps.txt")
     args = parser.parse_args(argv)
     if args.management:
         expected, diffs = replay(Target(args.management, args.amqp), args.only)
@@ -90,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         with leveret() as target:
             expected, diffs = replay(target, args.only)
     left, _used = split_allowed(diffs, ALLOWED)
+    if args.update_gaps:
+        KNOWN_GAPS.write_text("".join(f"{k}\n" for k in sorted({gap_key(d) for d in left})))
     for diff in diffs if args.all else left:
         print(diff)
     per_group: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])

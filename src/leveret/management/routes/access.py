@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
+from leveret.broker.admin import VHOST_LIMITS
 from leveret.broker.errors import InvalidValue, NotFound
 from leveret.management.app import error, read_json
 from leveret.management.routes.common import (
     _admin,
     _body_dict,
+    _bool,
     _broker,
     _ok,
     _require_admin,
     _vhost,
     _visible_vhosts,
     listing,
+    require_keys,
     vhosts_message_stats,
 )
 
@@ -39,10 +43,12 @@ def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
-    return listing(request, [_vhost_json(request, v) for v in _visible_vhosts(request)])
+    vhosts = [_vhost_json(request, v) for v in _visible_vhosts(request)]
+    return listing(request, vhosts, paginated=True)
 
 
 async def get_vhost(request: web.Request) -> web.Response:
+    _require_admin(request)  # as RabbitMQ 3.10 (rabbit_mgmt_wm_vhost)
     return web.json_response(_vhost_json(request, _vhost(request)))
 
 
@@ -56,7 +62,16 @@ async def put_vhost(request: web.Request) -> web.Response:
     tags = body.get("tags", [])
     if isinstance(tags, str):
         tags = [t.strip() for t in tags.split(",") if t.strip()]
-    _admin(request).add_vhost(name, body.get("description", ""), tags, exist_ok=True)
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InvalidValue("tags must be a comma-separated string or a list of strings")
+    _bool(body, "tracing", False)
+    description = body.get("description", "")
+    if not isinstance(description, str):
+        description = json.dumps(description)  # RabbitMQ keeps what it was given
+    _admin(request).add_vhost(name, description, tags, exist_ok=True)
+    if not existed:
+        # As RabbitMQ: whoever creates a vhost may use it at once.
+        _admin(request).set_permissions(request["user"].name, name, ".*", ".*", ".*")
     return _ok(204 if existed else 201)
 
 
@@ -88,7 +103,11 @@ async def put_user(request: web.Request) -> web.Response:
         raise InvalidValue("the body must be a JSON object")
     name = request.match_info["user"]
     existed = name in _broker(request).access.users
-    tags = body.get("tags", [])
+    if "tags" not in body:
+        raise InvalidValue("tags_not_present")
+    tags = body["tags"]
+    if "password" in body and "password_hash" in body:
+        raise InvalidValue("both_password_and_password_hash_are_provided")
     if "password" in body:
         _admin(request).add_user(name, body["password"], tags, replace=True)
     elif "password_hash" in body:
@@ -112,7 +131,7 @@ async def users_without_permissions(request: web.Request) -> web.Response:
     broker = _broker(request)
     with_permissions = {user for user, _ in broker.access.permissions}
     users = sorted(broker.access.users.values(), key=lambda u: u.name)
-    return web.json_response([_user_json(u) for u in users if u.name not in with_permissions])
+    return listing(request, [_user_json(u) for u in users if u.name not in with_permissions])
 
 
 async def bulk_delete_users(request: web.Request) -> web.Response:
@@ -123,12 +142,14 @@ async def bulk_delete_users(request: web.Request) -> web.Response:
     names = body.get("users")
     if names is None:
         raise InvalidValue("[{key_missing,users}]")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, list):
         raise InvalidValue("users must be a list of user names")
     users = _broker(request).access.users
     for name in names:
         if name not in users:
             return error(400, "bad_request", ["no_such_user", name])
+    if not all(isinstance(n, str) for n in names):
+        raise InvalidValue("users must be a list of user names")
     for name in dict.fromkeys(names):
         _admin(request).delete_user(name)
     return _ok()
@@ -147,12 +168,12 @@ async def list_permissions(request: web.Request) -> web.Response:
 
 async def vhost_permissions(request: web.Request) -> web.Response:
     _require_admin(request)
-    return web.json_response(_admin(request).list_permissions(vhost=_vhost(request).name))
+    return listing(request, _admin(request).list_permissions(vhost=_vhost(request).name))
 
 
 async def user_permissions(request: web.Request) -> web.Response:
     _require_admin(request)
-    return web.json_response(_admin(request).list_permissions(user=request.match_info["user"]))
+    return listing(request, _admin(request).list_permissions(user=request.match_info["user"]))
 
 
 async def get_permission(request: web.Request) -> web.Response:
@@ -173,6 +194,7 @@ async def put_permission(request: web.Request) -> web.Response:
         raise InvalidValue("vhost_or_user_not_found")
     if not isinstance(body, dict):
         raise InvalidValue("the body must be a JSON object")
+    require_keys(body, ("configure", "write", "read"))
     existed = broker.access.permission(user, vhost) is not None
     _admin(request).set_permissions(
         user, vhost, body.get("configure", ""), body.get("write", ""), body.get("read", "")
@@ -195,7 +217,10 @@ async def list_topic_permissions(request: web.Request) -> web.Response:
         _vhost(request)
     if user is not None:
         _admin(request).user(user)
-    return web.json_response(_admin(request).list_topic_permissions(vhost=vhost, user=user))
+    found = _admin(request).list_topic_permissions(vhost=vhost, user=user)
+    if vhost is not None and user is not None and not found:
+        raise NotFound(user)
+    return listing(request, found)
 
 
 async def put_topic_permission(request: web.Request) -> web.Response:
@@ -205,35 +230,54 @@ async def put_topic_permission(request: web.Request) -> web.Response:
     broker = _broker(request)
     if vhost not in broker.vhosts or user not in broker.access.users:
         raise InvalidValue("vhost_or_user_not_found")
-    if "exchange" not in body:
-        raise InvalidValue("exchange not found")
-    existed = body["exchange"] in broker.access.topics(user, vhost)
-    _admin(request).set_topic_permissions(
-        user, vhost, body["exchange"], body.get("write", ""), body.get("read", "")
-    )
+    require_keys(body, ("exchange", "write", "read"))
+    exchange = body["exchange"]
+    if not isinstance(exchange, str):
+        exchange = json.dumps(exchange)  # RabbitMQ takes a number as its text
+    existed = exchange in broker.access.topics(user, vhost)
+    _admin(request).set_topic_permissions(user, vhost, exchange, body["write"], body["read"])
     return _ok(204 if existed else 201)
 
 
 async def delete_topic_permission(request: web.Request) -> web.Response:
     _require_admin(request)
-    _admin(request).clear_topic_permissions(
-        request.match_info["user"], request.match_info["vhost"], request.query.get("exchange")
-    )
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    exchange = request.query.get("exchange")
+    topics = _broker(request).access.topics(user, vhost)
+    if exchange is not None and topics and exchange not in topics:
+        return _ok()  # RabbitMQ: nothing to clear for that exchange is not an error
+    _admin(request).clear_topic_permissions(user, vhost, exchange)
     return _ok()
 
 
 async def list_vhost_limits(request: web.Request) -> web.Response:
-    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
-    return web.json_response([{"vhost": v.name, "value": v.limits} for v in vhosts if v.limits])
+    if "vhost" in request.match_info:
+        vhosts = [_vhost(request, visible=True)]
+    else:
+        vhosts = _visible_vhosts(request)
+    return listing(request, [{"vhost": v.name, "value": v.limits} for v in vhosts if v.limits])
 
 
 async def put_vhost_limit(request: web.Request) -> web.Response:
     _require_admin(request)
+    if request.match_info["vhost"] not in _broker(request).vhosts:
+        return error(404, "not_found", "vhost_not_found")
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
-    if "value" not in body:
-        raise InvalidValue("value not found")
-    _admin(request).set_vhost_limits(vhost.name, {request.match_info["name"]: body["value"]})
+    require_keys(body, ("value",))
+    name, value = request.match_info["name"], body["value"]
+    # RabbitMQ's runtime-parameter validation texts.
+    if name not in VHOST_LIMITS:
+        shown = json.dumps(value)
+        raise InvalidValue(
+            f'Validation failed\n\nUnrecognised terms [{{<<"{name}">>,{shown}}}] in limits\n'
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
+        raise InvalidValue(
+            f"Validation failed\n\n{name} should be a number, actually was {shown}\n"
+        )
+    _admin(request).set_vhost_limits(vhost.name, {name: value})
     return _ok()
 
 

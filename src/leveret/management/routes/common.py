@@ -138,6 +138,15 @@ def _body_dict(body: Any) -> dict[str, Any]:
     return body
 
 
+def require_keys(body: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """RabbitMQ's 400 for missing fields: "[{key_missing,a},{key_missing,b}]", broken
+    over lines as Erlang prints a term longer than 80 characters."""
+    missing = [f"{{key_missing,{k}}}" for k in keys if k not in body]
+    if missing:
+        one_line = "[" + ",".join(missing) + "]"
+        raise InvalidValue(one_line if len(one_line) <= 80 else "[" + ",\n ".join(missing) + "]")
+
+
 def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
     """An object field such as `arguments` (absent or null: empty). RabbitMQ crashes
     (500) on another type; Leveret names the field."""
@@ -153,8 +162,8 @@ def _string(body: dict[str, Any], key: str, default: str | None = None) -> str:
     """A string field; a missing one without default is RabbitMQ's 400 key_missing."""
     if key not in body:
         if default is None:
-            raise InvalidValue(f"[{{key_missing,{key}}}]")
-        return default
+            require_keys(body, (key,))
+        return default or ""
     value = body[key]
     if not isinstance(value, str):
         raise InvalidValue(f"{key} must be a string, got {json.dumps(value)}")

@@ -17,14 +17,17 @@ from leveret.management.app import read_json
 from leveret.management.routes.common import (
     NODE,
     RABBITMQ_VERSION,
+    _access_check,
     _broker,
     _ok,
+    _permission_guard,
     _require_admin,
     _server,
     _vhost,
     _visible_vhosts,
     bad_request,
     listing,
+    require_monitor,
     vhosts_message_stats,
 )
 from leveret.server.alarms import resident_bytes
@@ -141,10 +144,12 @@ def _node_json(server: Any) -> dict[str, Any]:
 
 
 async def list_nodes(request: web.Request) -> web.Response:
+    require_monitor(request)
     return listing(request, [_node_json(_server(request))])
 
 
 async def get_node(request: web.Request) -> web.Response:
+    require_monitor(request)
     if request.match_info["node"] != NODE:
         raise NotFound(request.match_info["node"])
     return web.json_response(_node_json(_server(request)))
@@ -202,10 +207,112 @@ async def virtual_hosts_health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def single_node_ok(request: web.Request) -> web.Response:
+    """node-is-quorum-critical, node-is-mirror-sync-critical: one node is never critical."""
+    return web.json_response({"status": "ok", "reason": "single node cluster"})
+
+
+def _protocols(server: Any) -> list[str]:
+    names = ["amqp"] if server.addresses else []
+    if server.management is not None:
+        names.append("http")
+    if getattr(server, "prometheus", None) is not None:
+        names.append("http/prometheus")
+    if any(lst.kind == "amqps" for lst in server.config.effective_listeners()):
+        names.append("amqp/ssl")
+    return names
+
+
+# RabbitMQ's aliases for a protocol name in protocol-listener checks.
+_PROTOCOL_ALIASES = {
+    "amqp091": "amqp",
+    "amqp0-9-1": "amqp",
+    "amqps": "amqp/ssl",
+    "https": "https",
+    "prometheus": "http/prometheus",
+}
+
+
+async def protocol_listener(request: web.Request) -> web.Response:
+    asked = request.match_info["protocol"].lower()
+    name = _PROTOCOL_ALIASES.get(asked, asked)
+    protocols = _protocols(_server(request))
+    if name in protocols:
+        return web.json_response({"status": "ok", "protocol": name})
+    return web.json_response(
+        {
+            "status": "failed",
+            "reason": "No active listener",
+            "missing": asked,
+            "protocols": protocols,
+        },
+        status=503,
+    )
+
+
+_UNITS = {"days": 1, "weeks": 7, "months": 30, "years": 365}
+
+
+async def certificate_expiration(request: web.Request) -> web.Response:
+    """Whether a TLS listener's certificate expires within the given time."""
+    unit = request.match_info["unit"]
+    if unit not in _UNITS:
+        raise bad_request(
+            "bad_request", "Time unit not recognised. Supported units: days, weeks, months, years."
+        )
+    try:
+        within = int(request.match_info["within"])
+    except ValueError:
+        raise bad_request("bad_request", "Invalid expiration value.") from None
+    server = _server(request)
+    expiring = []
+    deadline = time.time() + within * _UNITS[unit] * 86400
+    for listener, not_after in _certificate_expiries(server):
+        if not_after is not None and not_after <= deadline:
+            expiring.append(listener)
+    if expiring:
+        return web.json_response(
+            {"status": "failed", "reason": "Certificates expiring", "expired": expiring},
+            status=503,
+        )
+    return web.json_response({"status": "ok"})
+
+
+def _certificate_expiries(server: Any) -> list[tuple[dict[str, Any], float | None]]:
+    """(listener, the certificate's notAfter) for each TLS listener."""
+    import ssl
+
+    config = server.config
+    tls = [lst for lst in config.effective_listeners() if lst.kind == "amqps"]
+    if not tls or not config.tls_cert:
+        return []
+    try:
+        decoded = ssl._ssl._test_decode_cert(config.tls_cert)  # type: ignore[attr-defined]
+        not_after: float | None = ssl.cert_time_to_seconds(decoded["notAfter"])
+    except (OSError, KeyError, ValueError):
+        not_after = None
+    return [
+        (
+            {"node": NODE, "protocol": "amqp/ssl", "ip_address": lst.host, "port": lst.port},
+            not_after,
+        )
+        for lst in tls
+    ]
+
+
+async def cluster_name(request: web.Request) -> web.Response:
+    return web.json_response({"name": "leveret"})
+
+
 async def aliveness(request: web.Request) -> web.Response:
     """RabbitMQ declares a queue and publishes to it; the model is in this process, so
     a vhost that exists and answers here is alive."""
-    _vhost(request)
+    vhost = _vhost(request)
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        # RabbitMQ declares, publishes to and reads a queue named aliveness-test.
+        for what in ("configure", "write", "read"):
+            _access_check(guard.require, what, "queue", "aliveness-test")
     return web.json_response({"status": "ok"})
 
 
@@ -223,4 +330,9 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/health/checks/alarms", alarms)
     r.add_get("/api/health/checks/local-alarms", alarms)
     r.add_get("/api/health/checks/virtual-hosts", virtual_hosts_health)
+    r.add_get("/api/health/checks/node-is-quorum-critical", single_node_ok)
+    r.add_get("/api/health/checks/node-is-mirror-sync-critical", single_node_ok)
+    r.add_get("/api/health/checks/protocol-listener/{protocol}", protocol_listener)
+    r.add_get("/api/health/checks/certificate-expiration/{within}/{unit}", certificate_expiration)
+    r.add_get("/api/cluster-name", cluster_name)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)

@@ -9,7 +9,6 @@ from aiohttp import web
 
 from leveret.broker import definitions_json
 from leveret.broker.errors import NotFound
-from leveret.broker.stats import connection_counts, message_stats_json
 from leveret.management.app import Denied
 from leveret.management.routes.common import (
     NODE,
@@ -102,10 +101,6 @@ def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
         "node": NODE,
         **process_stand_ins(),
     }
-    # Leveret also gives a connection the message counts of its channels.
-    message_stats = message_stats_json(connection_counts(conn), conn.stats_rates)
-    if message_stats:
-        out["message_stats"] = message_stats
     return out
 
 

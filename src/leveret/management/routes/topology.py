@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import time
 from typing import Any
 from urllib.parse import quote
@@ -319,27 +320,9 @@ def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     )
 
 
-def _all_bindings(vhost: Any) -> list[Any]:
-    return [
-        b
-        for x in sorted(vhost.exchanges.values(), key=lambda x: x.name)
-        if x.name
-        for b in x.bindings.values()
-    ]
-
-
-def _queue_or_404(request: web.Request) -> tuple[Any, Any]:
-    vhost = _vhost(request)
-    queue = vhost.queues.get(request.match_info["name"])
-    if queue is None:
-        raise NotFound(request.match_info["name"])
-    return vhost, queue
-
-
-async def queue_bindings(request: web.Request) -> web.Response:
-    """A queue's bindings, its implicit one from the default exchange first (as RabbitMQ)."""
-    vhost, queue = _queue_or_404(request)
-    default = {
+def _default_binding(vhost: Any, queue: Any) -> dict[str, Any]:
+    """Every queue's implicit binding from the default exchange, as RabbitMQ lists it."""
+    return {
         "source": "",
         "vhost": vhost.name,
         "destination": queue.name,
@@ -348,16 +331,48 @@ async def queue_bindings(request: web.Request) -> web.Response:
         "arguments": {},
         "properties_key": queue.name,
     }
+
+
+def _all_bindings(vhost: Any) -> list[dict[str, Any]]:
+    """A vhost's bindings as RabbitMQ lists them: the default exchange's first."""
+    out = [_default_binding(vhost, q) for q in sorted(vhost.queues.values(), key=lambda q: q.name)]
+    for x in sorted(vhost.exchanges.values(), key=lambda x: x.name):
+        if x.name:
+            out += [_binding_json(vhost, b) for b in x.bindings.values()]
+    return out
+
+
+def _empty_if_missing(request: web.Request) -> Any:
+    """Binding lists of an exchange, a queue or a pair: RabbitMQ answers [] (not 404)
+    when the vhost or an object does not exist."""
+    name = request.match_info["vhost"]
+    if name not in _broker(request).vhosts:
+        return None
+    return _vhost(request)
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    """A queue's bindings, its implicit one from the default exchange first (as RabbitMQ)."""
+    vhost = _empty_if_missing(request)
+    name = request.match_info["name"]
+    queue = vhost.queues.get(name) if vhost is not None else None
+    if queue is None:
+        # RabbitMQ lists the default exchange's binding even for a queue that does not
+        # exist (it makes that one up from the name).
+        named = _Named(name, None)
+        return listing(request, [_default_binding(vhost, named)] if vhost is not None else [])
     explicit = sorted(queue.bindings, key=lambda b: (b.source.name, b.routing_key))
-    return listing(request, [default, *(_binding_json(vhost, b) for b in explicit)])
+    return listing(
+        request, [_default_binding(vhost, queue), *(_binding_json(vhost, b) for b in explicit)]
+    )
 
 
 async def exchange_bindings(request: web.Request) -> web.Response:
     """Bindings with this exchange as their source, or (…/destination) as their destination."""
-    vhost = _vhost(request)
-    exchange = vhost.exchanges.get(exchange_param(request))
+    vhost = _empty_if_missing(request)
+    exchange = vhost.exchanges.get(exchange_param(request)) if vhost is not None else None
     if exchange is None:
-        raise NotFound(exchange_param(request))
+        return listing(request, [])
     if request.match_info["side"] == "source":
         found = list(exchange.bindings.values())
     else:
@@ -368,62 +383,98 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 
 async def list_bindings(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
-    return listing(request, [_binding_json(v, b) for v in vhosts for b in _all_bindings(v)])
+    return listing(request, [b for v in vhosts for b in _all_bindings(v)])
 
 
-def _binding_ends(request: web.Request) -> tuple[Any, Any, Any]:
+def _binding_ends(request: web.Request, post: bool = False) -> tuple[Any, Any, Any]:
     vhost = _vhost(request)
-    source = vhost.exchanges.get(exchange_param(request, "source"))
+    source_name = exchange_param(request, "source")
+    source = vhost.exchanges.get(source_name)
     kind = request.match_info["kind"]
     name = request.match_info["destination"]
     dest = (vhost.queues if kind == "q" else vhost.exchanges).get(name)
-    if source is None or dest is None or kind not in ("q", "e"):
+    if kind not in ("q", "e"):
+        raise NotFound(name)
+    if post and source is None:
+        raise _not_found(f"no exchange '{source_name}' in vhost '{vhost.name}'")
+    if post and dest is None:
+        what = "queue" if kind == "q" else "exchange"
+        raise _not_found(f"no {what} '{name}' in vhost '{vhost.name}'")
+    if source is None or dest is None:
         raise NotFound(name)
     return vhost, source, dest
 
 
+def _not_found(reason: str) -> web.HTTPNotFound:
+    return web.HTTPNotFound(
+        text=json.dumps({"error": "not_found", "reason": reason}), content_type="application/json"
+    )
+
+
 async def bindings_between(request: web.Request) -> web.Response:
-    vhost, source, dest = _binding_ends(request)
-    return web.json_response(
-        [_binding_json(vhost, b) for b in source.bindings.values() if b.destination is dest]
+    try:
+        vhost, source, dest = _binding_ends(request)
+    except NotFound:
+        return web.json_response([])
+    return listing(
+        request,
+        [_binding_json(vhost, b) for b in source.bindings.values() if b.destination is dest],
     )
 
 
 async def post_binding(request: web.Request) -> web.Response:
-    vhost, source, dest = _binding_ends(request)
+    if (missing := _missing_vhost_for_put(request)) is not None:
+        return missing
+    vhost, source, dest = _binding_ends(request, post=True)
     body = _body_dict(await read_json(request))
     key = body.get("routing_key", "")
-    arguments = body.get("arguments") or {}
-    if not isinstance(key, str) or not isinstance(arguments, dict):
-        raise InvalidValue("routing_key must be a string and arguments an object")
+    if isinstance(key, int | float) and not isinstance(key, bool):
+        key = str(key)  # RabbitMQ takes a number as its text
+    arguments = _object(body, "arguments")
+    if not isinstance(key, str):
+        raise InvalidValue(f"routing_key must be a string, got {json.dumps(key)}")
     guard = _permission_guard(request, vhost)
     if guard is not None:
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
-        _access_check(guard.require, "write", kind, dest.name)
-        _access_check(guard._check_source, source.name, key)
-    vhost.bind(source, dest, key, arguments)
+        _direct(_access_check, guard.require, "write", kind, dest.name)
+        _direct(_access_check, guard._check_source, source.name, key)
+    _direct(vhost.bind, source, dest, key, arguments)
     response = _ok(201)
     response.headers["Location"] = f"{quote(dest.name, safe='')}/{_properties_key(key, arguments)}"
     return response
 
 
-async def delete_binding(request: web.Request) -> web.Response:
+def _binding_by_props(request: web.Request) -> tuple[Any, Any, Any, Any]:
     vhost, source, dest = _binding_ends(request)
-    props = request.match_info["props"]
+    props = quote(request.match_info["props"], safe="").replace("%7E", "~")
     for b in list(source.bindings.values()):
-        if b.destination is dest and _properties_key(b.routing_key, b.arguments) == quote(
-            props, safe=""
-        ).replace("%7E", "~"):
-            vhost.unbind(
-                source.name,
-                dest.name,
-                request.match_info["kind"] == "q",
-                b.routing_key,
-                b.arguments,
-                None,
-            )
-            return _ok()
+        if b.destination is dest and _properties_key(b.routing_key, b.arguments) == props:
+            return vhost, source, dest, b
     raise NotFound(props)
+
+
+async def get_binding(request: web.Request) -> web.Response:
+    vhost, _source, _dest, binding = _binding_by_props(request)
+    return web.json_response(_binding_json(vhost, binding))
+
+
+async def delete_binding(request: web.Request) -> web.Response:
+    vhost, source, dest, b = _binding_by_props(request)
+    guard = _permission_guard(request, vhost)
+    if guard is not None:
+        kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+        _direct(_access_check, guard.require, "write", kind, dest.name)
+        _direct(_access_check, guard._check_source, source.name, b.routing_key)
+    _direct(
+        vhost.unbind,
+        source.name,
+        dest.name,
+        request.match_info["kind"] == "q",
+        b.routing_key,
+        b.arguments,
+        None,
+    )
+    return _ok()
 
 
 def add_routes(r: web.UrlDispatcher) -> None:
@@ -444,4 +495,5 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/bindings/{vhost}", list_bindings)
     r.add_get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", bindings_between)
     r.add_post("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", post_binding)
+    r.add_get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", get_binding)
     r.add_delete("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", delete_binding)
