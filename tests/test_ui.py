@@ -499,3 +499,30 @@ def test_static_files_need_no_credentials_and_the_api_does(broker):
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(broker[1] + "/api/overview", timeout=10)
     assert exc.value.code == 401
+
+
+def test_the_top_menu_is_usable_in_a_narrow_window(browser, broker):
+    """At 420 px every menu entry is inside the window and opens its page."""
+    context = browser.new_context(viewport={"width": 420, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto(broker[1] + "/")
+        log_in(page)
+        expect(page.locator("#app")).to_be_visible()
+        links = page.locator("#nav a:visible")
+        count = links.count()
+        assert count >= 8  # an administrator's menu
+        for i in range(count):
+            box = links.nth(i).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 420, (
+                links.nth(i).inner_text(),
+                box,
+            )
+        # The page heading is not hidden under the bar, and the last entry works.
+        last = links.nth(count - 1)
+        name = last.inner_text()
+        last.click()
+        expect(page.locator("main h1")).to_contain_text(name)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 420
+    finally:
+        context.close()
