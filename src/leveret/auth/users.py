@@ -43,17 +43,27 @@ class User:
     password_hash: str = ""
     hashing_algorithm: str = passwords.DEFAULT_ALGORITHM
     tags: tuple[str, ...] = ()
+    # RabbitMQ's per-user limits: "max-connections", "max-channels" (absent: none;
+    # negative: none either, kept as set because RabbitMQ lists it so).
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_impersonator(self) -> bool:
         return "impersonator" in self.tags
 
+    def limit(self, name: str) -> int | None:
+        """The limit in force, None when there is none."""
+        value = self.limits.get(name)
+        return value if value is not None and value >= 0 else None
+
     def record(self) -> dict[str, Any]:
+        """The user as RabbitMQ's definitions and /api/users have it."""
         return {
             "name": self.name,
             "password_hash": self.password_hash,
             "hashing_algorithm": self.hashing_algorithm,
             "tags": list(self.tags),
+            "limits": dict(self.limits),
         }
 
     @classmethod
@@ -63,6 +73,7 @@ class User:
             record.get("password_hash", ""),
             record.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
             tuple(record.get("tags", ())),
+            dict(record.get("limits") or {}),
         )
 
 

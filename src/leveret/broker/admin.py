@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.admin")
 
 VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections", "max-channels")
 
 
 def _key(*parts: str) -> str:
@@ -223,7 +224,9 @@ class Admin:
         else:
             password_hash = password_hash or ""
             passwords.validate_hash(password_hash, hashing_algorithm)
-        user = User(name, password_hash, hashing_algorithm, parse_tags(tags))
+        existing = self.access.users.get(name)
+        limits = dict(existing.limits) if existing is not None else {}  # a new password keeps them
+        user = User(name, password_hash, hashing_algorithm, parse_tags(tags), limits)
         self.hooks.catalog_put("user", name, user.record())
         self.access.users[name] = user
         self._access_changed(user=name)
@@ -268,6 +271,38 @@ class Admin:
         return [
             {"name": u.name, "tags": list(u.tags)}
             for u in sorted(self.access.users.values(), key=_by_name)
+        ]
+
+    # --- per-user limits --------------------------------------------------------
+
+    def set_user_limits(self, name: str, limits: Any, replace: bool = False) -> None:
+        """RabbitMQ's user limits (max-connections, max-channels): merged into the
+        user's, or replacing them (definitions import). Checked when a connection or
+        channel opens; what is already open stays open, as in RabbitMQ."""
+        user = self.user(name)
+        check_user_limits(limits)
+        new = dict(limits) if replace else {**user.limits, **limits}
+        self._store_user_limits(user, new)
+
+    def clear_user_limits(self, name: str, key: str = "all") -> None:
+        """One limit, or "all" of them (rabbitmqctl clear_user_limits)."""
+        user = self.user(name)
+        new = {} if key == "all" else {k: v for k, v in user.limits.items() if k != key}
+        self._store_user_limits(user, new)
+
+    def _store_user_limits(self, user: User, limits: dict[str, int]) -> None:
+        self.hooks.catalog_put("user", user.name, {**user.record(), "limits": limits})
+        user.limits = limits
+        for conn in self.broker.connections_of(user=user.name):
+            conn.access_changed()
+
+    def list_user_limits(self, name: str | None = None) -> list[dict[str, Any]]:
+        """[{"user": ..., "value": {...}}] for users that have limits (GET /api/user-limits)."""
+        users = [self.user(name)] if name is not None else self.access.users.values()
+        return [
+            {"user": u.name, "value": dict(u.limits)}
+            for u in sorted(users, key=_by_name)
+            if u.limits
         ]
 
     # --- permissions ----------------------------------------------------------
@@ -397,6 +432,28 @@ class Admin:
         """Open connections of `user` re-read their permissions before their next operation."""
         for conn in self.broker.connections_of(user=user, vhost=vhost):
             conn.access_changed()
+
+
+def _erlang_term(value: Any) -> str:
+    """A value as RabbitMQ's errors print it (strings as Erlang binaries)."""
+    if isinstance(value, str):
+        return '<<"' + value + '">>'
+    return json.dumps(value)
+
+
+def check_user_limits(limits: Any) -> None:
+    """InvalidValue, in RabbitMQ's words, unless `limits` maps known names to integers."""
+    if not isinstance(limits, dict):
+        raise InvalidValue(
+            'user limits must be a JSON object, e.g. {"max-connections": 10, "max-channels": 20}'
+        )
+    unknown = [(k, v) for k, v in limits.items() if k not in USER_LIMITS]
+    if unknown:
+        terms = ",".join("{" + _erlang_term(k) + "," + _erlang_term(v) + "}" for k, v in unknown)
+        raise InvalidValue(f"Unrecognised terms [{terms}] in user-limits")
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidValue(f"{key} should be a number, actually was {_erlang_term(value)}")
 
 
 def _policy_from(record: dict[str, Any], operator: bool) -> Policy:

@@ -30,7 +30,7 @@ else goes through pamqp.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pamqp import commands as cmd
@@ -574,6 +574,9 @@ class Connection:
         self._deferred: list[bytes] = []
         self._events: list[Event] = []
         self._next_channel = 1
+        # Server role: called with the number before a channel.open is accepted; it
+        # may raise a ConnectionError_ to refuse it (a broker's per-user max-channels).
+        self.channel_guard: Callable[[int], None] | None = None
 
     # --- output -----------------------------------------------------------------
 
@@ -1251,6 +1254,8 @@ class Connection:
                     20,
                     10,
                 )
+            if self.channel_guard is not None:
+                self.channel_guard(number)  # may refuse it with a connection error
             self._channels[number] = _Channel(number, CH_OPEN)
             self._reply(number, cmd.Channel.OpenOk())
             self._events.append(ChannelOpened(number))

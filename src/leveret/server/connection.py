@@ -16,7 +16,8 @@ import asyncio
 import logging
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
@@ -621,13 +622,15 @@ class AMQPConnection(asyncio.BufferedProtocol):
             self.core.accept_login()
             return
         if mechanism not in MECHANISMS:
-            raise ConnectionError_(
-                ACCESS_REFUSED,
-                f"unsupported authentication mechanism '{mechanism}'; supported: "
-                + " ".join(MECHANISMS),
-                10,
-                11,
+            log.warning("client %s asked for authentication mechanism %r", self.peer, mechanism)
+            self._refuse_login(
+                ConnectionError_(
+                    ACCESS_REFUSED,
+                    f"unsupported authentication mechanism '{mechanism}'; supported: "
+                    + " ".join(MECHANISMS),
+                )
             )
+            return
         username = event.username
         user = None
         if username is not None:
@@ -650,8 +653,6 @@ class AMQPConnection(asyncio.BufferedProtocol):
                     ACCESS_REFUSED,
                     f"Login was refused using authentication mechanism {mechanism}. "
                     "For details see the broker logfile.",
-                    10,
-                    11,
                 )
             )
             return
@@ -672,8 +673,6 @@ class AMQPConnection(asyncio.BufferedProtocol):
                     ACCESS_REFUSED,
                     "Login was refused using authentication mechanism EXTERNAL. "
                     "For details see the broker logfile.",
-                    10,
-                    11,
                 )
             )
             return
@@ -683,15 +682,29 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.core.accept_login()
 
     def _refuse_login(self, exc: ConnectionError_) -> None:
-        """403 after a short delay (RabbitMQ's authentication_failure_close), to slow
-        password guessing; nothing more is read from the client meanwhile."""
+        """End a failed login after a short delay, to slow password guessing; nothing
+        more is read from the client meanwhile.
+
+        A client that announced the `authentication_failure_close` capability gets
+        the 403 connection.close; one that did not cannot expect a close method
+        during the handshake and, as with RabbitMQ, just sees the socket close.
+        """
         self.state = "start-ok"
         self._pause_reading()
+        if self.capabilities.get("authentication_failure_close") is True:
+            then: Callable[[], None] = partial(self.close_with_error, exc)
+        else:
+            then = self._drop_silently
         delay = self.config.auth_failure_delay
         if delay > 0:
-            self._timers.append(self.loop.call_later(delay, self.close_with_error, exc))
+            self._timers.append(self.loop.call_later(delay, then))
         else:
-            self.close_with_error(exc)
+            then()
+
+    def _drop_silently(self) -> None:
+        if self.transport is not None and self.state != "closed":
+            self.state = "closed"
+            self.transport.close()
 
     def _on_open(self, event: pc.OpenRequested) -> None:
         self.state = "open"
@@ -700,10 +713,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found", 10, 40)
         user = self.user or ""
-        if not self.trusted and self.broker.access.permission(user, name) is None:
-            raise ConnectionError_(
-                NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
-            )
+        # RabbitMQ's order: the vhost's limit, the user's limit, then permissions.
         limit = vhost.limits.get("max-connections")
         if limit is not None and len(self.broker.connections_of(vhost=name)) >= limit:
             raise ConnectionError_(
@@ -712,6 +722,19 @@ class AMQPConnection(asyncio.BufferedProtocol):
                 f"connection limit ({limit}) is reached",
                 10,
                 40,
+            )
+        account = self.broker.access.users.get(user)
+        limit = account.limit("max-connections") if account is not None else None
+        if limit is not None and len(self.broker.connections_of(user=user)) >= limit:
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"connection refused for user '{user}': user connection limit ({limit}) is reached",
+                10,
+                40,
+            )
+        if not self.trusted and self.broker.access.permission(user, name) is None:
+            raise ConnectionError_(
+                NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
             )
         self.vhost = vhost
         self.access_changed()
@@ -835,8 +858,25 @@ class AMQPConnection(asyncio.BufferedProtocol):
         perm = access.permission(user, self.vhost.name)
         topics = access.topics(user, self.vhost.name)
         self.guard = Guard(user, self.vhost, perm, topics) if Guard.needed(perm, topics) else None
-        record = access.users.get(user)
-        self.impersonator = record is not None and record.is_impersonator
+        account = access.users.get(user)
+        self.impersonator = account is not None and account.is_impersonator
+        limited = account is not None and account.limit("max-channels") is not None
+        self.core.channel_guard = self._check_channel_limit if limited else None
+
+    def _check_channel_limit(self, number: int) -> None:
+        """Before channel.open-ok: the user's max-channels, over all their connections
+        (a connection error, as RabbitMQ's)."""
+        account = self.broker.access.users.get(self.user or "")
+        limit = account.limit("max-channels") if account is not None else None
+        if limit is None:
+            return
+        open_now = sum(len(c.channels) for c in self.broker.connections_of(user=self.user))
+        if open_now >= limit:
+            raise ConnectionError_(
+                NOT_ALLOWED,
+                f"number of channels opened for user '{self.user}' has reached the "
+                f"maximum allowed user limit of ({limit})",
+            )
 
     def _linger(self) -> None:
         """End the connection without a TCP reset.
