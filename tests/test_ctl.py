@@ -408,6 +408,71 @@ def test_topic_permissions_limits_and_operator_policies(server):
     assert server.ctl("delete_user", "tp").returncode == 0
 
 
+def test_user_limits(server):
+    assert server.ctl("add_user", "lim", "pw").returncode == 0
+    server.ctl("set_permissions", "-p", "/", "lim", ".*", ".*", ".*")
+    result = server.ctl("set_user_limits", "lim", '{"max-connections": 1, "max-channels": 4}')
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(server.ctl("--formatter", "json", "list_user_limits").stdout)
+    assert {"user": "lim", "value": {"max-connections": 1, "max-channels": 4}} in rows
+    one = json.loads(server.ctl("--formatter", "json", "list_user_limits", "--user", "lim").stdout)
+    assert one == [{"user": "lim", "value": {"max-connections": 1, "max-channels": 4}}]
+    users = json.loads(server.ctl("--formatter", "json", "list_users").stdout)
+    assert any(u["name"] == "lim" for u in users)
+
+    first = _login(server.port, "lim", "pw", "/")
+    try:
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+            _login(server.port, "lim", "pw", "/")
+        assert "user connection limit (1) is reached" in str(info.value)
+    finally:
+        first.close()
+    # A new password keeps the limits.
+    assert server.ctl("change_password", "lim", "pw2").returncode == 0
+    one = json.loads(server.ctl("--formatter", "json", "list_user_limits", "--user", "lim").stdout)
+    assert one[0]["value"] == {"max-connections": 1, "max-channels": 4}
+
+    for args, message in (
+        (("set_user_limits", "nobody", '{"max-channels": 1}'), "user 'nobody' does not exist"),
+        (("set_user_limits", "lim", '{"max-foo": 1}'), "Unrecognised terms"),
+        (("set_user_limits", "lim", '{"max-channels": "x"}'), "max-channels should be a number"),
+        (("list_user_limits", "--user", "nobody"), "user 'nobody' does not exist"),
+    ):
+        result = server.ctl(*args)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    result = server.ctl("set_user_limits", "lim", "{nope")
+    assert result.returncode == 2 and "limits is not valid JSON" in result.stderr
+
+    assert server.ctl("clear_user_limits", "lim", "max-connections").returncode == 0
+    one = json.loads(server.ctl("--formatter", "json", "list_user_limits", "--user", "lim").stdout)
+    assert one == [{"user": "lim", "value": {"max-channels": 4}}]
+    assert server.ctl("clear_user_limits", "lim", "all").returncode == 0
+    one = json.loads(server.ctl("--formatter", "json", "list_user_limits", "--user", "lim").stdout)
+    assert one == []
+    assert server.ctl("delete_user", "lim").returncode == 0
+
+
+def test_user_limits_travel_in_definitions(server, tmp_path):
+    server.ctl("add_user", "limdef", "pw")
+    server.ctl("set_user_limits", "limdef", '{"max-channels": 3}')
+    export = json.loads(server.ctl("export_definitions", "-").stdout)
+    [user] = [u for u in export["users"] if u["name"] == "limdef"]
+    assert user["limits"] == {"max-channels": 3}
+    assert all("limits" in u for u in export["users"])  # as RabbitMQ's, {} when none
+    server.ctl("clear_user_limits", "limdef", "all")
+    user["limits"] = {"max-connections": 2}
+    result = server.ctl("import_definitions", "-", stdin=json.dumps({"users": [user]}))
+    assert result.returncode == 0, result.stderr
+    one = json.loads(
+        server.ctl("--formatter", "json", "list_user_limits", "--user", "limdef").stdout
+    )
+    assert one == [{"user": "limdef", "value": {"max-connections": 2}}]
+    user["limits"] = {"max-sessions": 2}
+    result = server.ctl("import_definitions", "-", stdin=json.dumps({"users": [user]}))
+    assert result.returncode == 1 and "users[0]: Unrecognised terms" in result.stderr
+    server.ctl("delete_user", "limdef")
+
+
 # --- only with --url ----------------------------------------------------------
 
 
@@ -498,6 +563,12 @@ def test_ctl_url_on_rabbitmq():
         run("set_user_tags", user, "management")
         assert run("authenticate_user", user, "pw").returncode == 0
         assert _url_ctl(base, "authenticate_user", user, "nope").returncode == 1
+        run("set_user_limits", user, '{"max-connections": 3, "max-channels": 9}')
+        limits = json.loads(run("--formatter", "json", "list_user_limits", "--user", user).stdout)
+        assert limits == [{"user": user, "value": {"max-channels": 9, "max-connections": 3}}]
+        run("clear_user_limits", user, "max-channels")
+        limits = json.loads(run("--formatter", "json", "list_user_limits", "--user", user).stdout)
+        assert limits == [{"user": user, "value": {"max-connections": 3}}]
         run("set_vhost_limits", "-p", vhost, '{"max-queues": 4}')
         vhosts = json.loads(run("--formatter", "json", "list_vhosts").stdout)
         assert [v["limits"] for v in vhosts if v["name"] == vhost] == [{"max-queues": 4}]

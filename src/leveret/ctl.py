@@ -40,6 +40,17 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "set_user_tags": ("set a user's tags (none clears them)", ("username", "tags*"), False),
     "authenticate_user": ("check a user's password", ("username", "password"), False),
     "list_users": ("list users and their tags", (), False),
+    "set_user_limits": (
+        'set a user\'s limits, e.g. \'{"max-connections": 10, "max-channels": 20}\'',
+        ("username", "limits"),
+        False,
+    ),
+    "clear_user_limits": (
+        "remove one of a user's limits, or all of them",
+        ("username", "limit"),
+        False,
+    ),
+    "list_user_limits": ("list users' limits (--user: one user's)", (), False),
     "set_permissions": ("set configure/write/read", ("username", "conf", "write", "read"), True),
     "clear_permissions": ("remove a user's permissions in a vhost", ("username",), True),
     "list_permissions": ("list permissions in a vhost", (), True),
@@ -128,6 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 default="all",
                 choices=["all", "queues", "exchanges", "classic_queues", "streams"],
             )
+        if name == "list_user_limits":
+            cmd.add_argument("--user", help="only this user's limits")
         if name == "add_vhost":
             cmd.add_argument("--description", default="")
         if name == "add_user":
@@ -207,6 +220,12 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return c, {"name": args.username, "password": args.password}
     if c == "set_user_tags":
         return c, {"name": args.username, "tags": args.tags}
+    if c == "set_user_limits":
+        return c, {"name": args.username, "limits": _json_arg(args.limits, "limits")}
+    if c == "clear_user_limits":
+        return c, {"name": args.username, "key": args.limit}
+    if c == "list_user_limits":
+        return c, {"name": args.user}
     if c == "set_permissions":
         return c, {
             "user": args.username,

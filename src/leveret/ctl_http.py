@@ -251,6 +251,27 @@ class HttpControl:
 
     # --- permissions ----------------------------------------------------------
 
+    def op_set_user_limits(self, name: str, limits: Any) -> None:
+        self._user(name)
+        if not isinstance(limits, dict):
+            raise ApiError(400, 'limits must be a JSON object, e.g. {"max-connections": 10}')
+        for key, value in limits.items():
+            self.request("PUT", f"/user-limits/{_q(name)}/{_q(key)}", {"value": value})
+
+    def op_clear_user_limits(self, name: str, key: str = "all") -> None:
+        self._user(name)
+        rows = self.request("GET", f"/user-limits/{_q(name)}") or []
+        for row in rows:
+            for limit in row["value"]:
+                if key in ("all", limit):
+                    self.request("DELETE", f"/user-limits/{_q(name)}/{_q(limit)}")
+
+    def op_list_user_limits(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name is not None:
+            self._user(name)
+            return self.request("GET", f"/user-limits/{_q(name)}") or []
+        return self.request("GET", "/user-limits") or []
+
     def op_set_permissions(
         self, user: str, vhost: str, configure: str, write: str, read: str
     ) -> None:

@@ -10,6 +10,7 @@ it is used. An empty expression matches nothing, as in RabbitMQ.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from leveret.auth import passwords
 from leveret.broker.errors import InvalidValue
 
+USER_LIMITS = ("max-connections", "max-channels")
 KNOWN_TAGS = ("administrator", "monitoring", "policymaker", "management", "impersonator")
 ANYTHING = ".*"
 
@@ -75,6 +77,28 @@ class User:
             tuple(record.get("tags", ())),
             dict(record.get("limits") or {}),
         )
+
+
+def _erlang_term(value: Any) -> str:
+    """A value as RabbitMQ's errors print it (strings as Erlang binaries)."""
+    if isinstance(value, str):
+        return '<<"' + value + '">>'
+    return json.dumps(value)
+
+
+def check_user_limits(limits: Any) -> None:
+    """InvalidValue, in RabbitMQ's words, unless `limits` maps known names to integers."""
+    if not isinstance(limits, dict):
+        raise InvalidValue(
+            'user limits must be a JSON object, e.g. {"max-connections": 10, "max-channels": 20}'
+        )
+    unknown = [(k, v) for k, v in limits.items() if k not in USER_LIMITS]
+    if unknown:
+        terms = ",".join("{" + _erlang_term(k) + "," + _erlang_term(v) + "}" for k, v in unknown)
+        raise InvalidValue(f"Unrecognised terms [{terms}] in user-limits")
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidValue(f"{key} should be a number, actually was {_erlang_term(value)}")
 
 
 def parse_tags(tags: Any) -> tuple[str, ...]:

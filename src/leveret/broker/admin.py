@@ -15,7 +15,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from leveret.auth import passwords
-from leveret.auth.users import Permission, TopicPermission, User, parse_tags
+from leveret.auth.users import (
+    Permission,
+    TopicPermission,
+    User,
+    check_user_limits,
+    parse_tags,
+)
 from leveret.broker.errors import AlreadyExists, InvalidValue, NotFound
 from leveret.broker.policies import Policy, PolicyError
 from leveret.broker.vhost import VirtualHost
@@ -26,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.admin")
 
 VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections", "max-channels")
 
 
 def _key(*parts: str) -> str:
@@ -432,28 +437,6 @@ class Admin:
         """Open connections of `user` re-read their permissions before their next operation."""
         for conn in self.broker.connections_of(user=user, vhost=vhost):
             conn.access_changed()
-
-
-def _erlang_term(value: Any) -> str:
-    """A value as RabbitMQ's errors print it (strings as Erlang binaries)."""
-    if isinstance(value, str):
-        return '<<"' + value + '">>'
-    return json.dumps(value)
-
-
-def check_user_limits(limits: Any) -> None:
-    """InvalidValue, in RabbitMQ's words, unless `limits` maps known names to integers."""
-    if not isinstance(limits, dict):
-        raise InvalidValue(
-            'user limits must be a JSON object, e.g. {"max-connections": 10, "max-channels": 20}'
-        )
-    unknown = [(k, v) for k, v in limits.items() if k not in USER_LIMITS]
-    if unknown:
-        terms = ",".join("{" + _erlang_term(k) + "," + _erlang_term(v) + "}" for k, v in unknown)
-        raise InvalidValue(f"Unrecognised terms [{terms}] in user-limits")
-    for key, value in limits.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidValue(f"{key} should be a number, actually was {_erlang_term(value)}")
 
 
 def _policy_from(record: dict[str, Any], operator: bool) -> Policy:

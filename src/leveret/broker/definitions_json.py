@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.auth import passwords
-from leveret.auth.users import Permission, TopicPermission, parse_tags
+from leveret.auth.users import Permission, TopicPermission, check_user_limits, parse_tags
 from leveret.broker.errors import InvalidValue, ModelError, NotFound
 from leveret.broker.policies import Policy
 
@@ -95,9 +95,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
         "product_version": leveret.__version__,
     }
     if vhost is None:
-        doc["users"] = [
-            {**u.record(), "limits": {}} for u in sorted(broker.access.users.values(), key=_name)
-        ]
+        doc["users"] = [u.record() for u in sorted(broker.access.users.values(), key=_name)]
         doc["vhosts"] = [
             {"name": v.name, "metadata": {"description": v.description, "tags": v.tags}}
             for v in sorted(vhosts, key=_name)
@@ -215,6 +213,7 @@ def _check(doc: Any, vhost: str | None) -> None:
                     user.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
                 )
             parse_tags(user.get("tags", []))
+            check_user_limits(user.get("limits") or {})
         except InvalidValue as exc:
             raise InvalidValue(f"{where}: {exc}") from None
     for i, perm in enumerate(doc.get("permissions", [])):
@@ -301,6 +300,8 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
                 hashing_algorithm=item.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
                 replace=True,
             )
+        if "limits" in item:  # RabbitMQ keeps per-user limits in the user's record
+            admin.set_user_limits(item["name"], item["limits"] or {}, replace=True)
     for item in doc.get("permissions", []):
         admin.set_permissions(
             item["user"],

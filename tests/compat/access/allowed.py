@@ -36,6 +36,12 @@ ALLOWED: dict[str, dict[Any, Any]] = {
         3: {"channel.close": [403, _REFUSED.format("exchange", "alice-x"), 60, 40]},
         **_REVOKED,
     },
+    "api-user-limits-errors": {
+        9: {"status": 404, "body": {"error": "Object Not Found", "reason": "Not Found"}},
+        "why": "DELETE of a limit of a user that does not exist is a 404, as for any missing "
+        "object; RabbitMQ 3.10 fails with a 500 and no body",
+        "doc": "differences.md#access-user-limits-missing-user",
+    },
     "login-external-without-tls": {
         0: {"connection.close": [403, _MECHANISM.format("EXTERNAL"), 0, 0]},
         **_CLEAR_LOGIN_ERROR,

@@ -41,6 +41,11 @@ def wait(conn: str = "c1") -> tuple:
     return ("wait", conn, None)
 
 
+def http(method: str, path: str, user: str = "guest", **kw: Any) -> tuple:
+    """A management API call (`body=` JSON, or `raw=` text)."""
+    return ("http", user, {"method": method, "path": path, **kw})
+
+
 def op(*action: Any) -> tuple:
     """An operator action between steps (driver's operators have the same names)."""
     return ("op", "", action)
@@ -712,4 +717,52 @@ case(
     "deleting a vhost closes its connections",
     FULL,
     [login(), channel(), op("delete_vhost", VHOST), wait()],
+)
+
+# --- /api/user-limits -------------------------------------------------------------
+
+LIMIT = "/api/user-limits/alice/max-channels"
+case(
+    "api-user-limits",
+    "the management API's user limits: set, list, clear",
+    [*FULL, ("user", "mon", PASSWORD, "monitoring")],
+    [
+        http("GET", "/api/user-limits"),
+        http("PUT", "/api/user-limits/alice/max-connections", body={"value": 3}),
+        http("PUT", LIMIT, body={"value": -1}),
+        http("GET", "/api/user-limits"),
+        http("GET", "/api/user-limits/alice"),
+        http("GET", "/api/user-limits/guest"),
+        http("GET", "/api/users/alice"),
+        http("GET", "/api/user-limits/alice", user="mon"),
+        http("DELETE", LIMIT),
+        http("DELETE", LIMIT),
+        http("DELETE", "/api/user-limits/alice/max-foo"),
+        http("GET", "/api/user-limits/alice"),
+        http("DELETE", "/api/user-limits/alice/max-connections"),
+        http("GET", "/api/user-limits"),
+    ],
+    [],
+)
+case(
+    "api-user-limits-errors",
+    "the management API's user limits: bad bodies, unknown users and limits, missing tags",
+    [*FULL, ("user", "mon", PASSWORD, "monitoring")],
+    [
+        http("PUT", LIMIT, body={"value": "x"}),
+        http("PUT", LIMIT, body={"value": 1.5}),
+        http("PUT", LIMIT, body={"value": "7"}),
+        http("PUT", LIMIT, body={"value": True}),
+        http("PUT", LIMIT, body={}),
+        http("PUT", LIMIT, raw="not json"),
+        http("PUT", "/api/user-limits/alice/max-foo", body={"value": 1}),
+        http("PUT", "/api/user-limits/nobody/max-channels", body={"value": 1}),
+        http("GET", "/api/user-limits/nobody"),
+        http("DELETE", "/api/user-limits/nobody/max-channels"),
+        http("PUT", LIMIT, user="mon", body={"value": 1}),
+        http("DELETE", LIMIT, user="mon"),
+        http("GET", "/api/user-limits", user="alice"),
+        http("GET", "/api/user-limits/alice"),
+    ],
+    [],
 )

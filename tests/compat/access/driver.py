@@ -179,8 +179,11 @@ class _Conn:
 class Runner:
     """Plays a case's steps on one broker; `run` returns the answers, one per step."""
 
-    def __init__(self, host: str, port: int, operator: Any, timeout: float = 8.0) -> None:
+    def __init__(
+        self, host: str, port: int, operator: Any, timeout: float = 8.0, api: str | None = None
+    ) -> None:
         self.host, self.port = host, port
+        self.api = api  # the management API's base URL, for "http" steps
         self.operator = operator
         self.timeout = timeout
         self.conns: dict[str, _Conn] = {}
@@ -224,6 +227,8 @@ class Runner:
         if kind == "op":
             getattr(self.operator, args[0])(*args[1:])
             return {"ok": "op"}
+        if kind == "http":
+            return self._http(conn_id, **args)
         if kind == "login":
             return self._login(conn_id, **args)
         conn = self.conns[conn_id]
@@ -248,6 +253,29 @@ class Runner:
         except (rawamqp.ConnectionLost, OSError):
             conn.open = False
             return {"closed": "socket"}
+
+    def _http(
+        self, user: str, method: str, path: str, body: Any = None, raw: str | None = None
+    ) -> dict[str, Any]:
+        """A management API call as `user`: its status and JSON body (hashes masked)."""
+        assert self.api is not None, "this case needs the management API"
+        data = raw.encode() if raw is not None else None
+        if body is not None:
+            data = json.dumps(body).encode()
+        password = "guest" if user == "guest" else PASSWORD
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request = urllib.request.Request(
+            self.api.rstrip("/") + path,
+            data=data,
+            method=method,
+            headers={"content-type": "application/json", "authorization": f"Basic {token}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                status, text = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, text = exc.code, exc.read()
+        return {"status": status, "body": _masked(json.loads(text)) if text else None}
 
     def _login(
         self,
@@ -351,6 +379,15 @@ class Runner:
                 return {"channel.close": _close_data(frame)}
             if isinstance(frame, ok_types):
                 return frame
+
+
+def _masked(value: Any) -> Any:
+    """Password hashes are salted: the same password hashes differently every time."""
+    if isinstance(value, dict):
+        return {k: "*" if k == "password_hash" else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
 
 
 def _close_data(frame: Any) -> list[Any]:

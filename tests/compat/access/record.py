@@ -43,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="record these cases only")
     args = parser.parse_args(argv)
     url = urlparse(args.rabbitmq)
-    runner = Runner(url.hostname or "127.0.0.1", url.port or 5672, RabbitOperator(args.management))
+    runner = Runner(
+        url.hostname or "127.0.0.1",
+        url.port or 5672,
+        RabbitOperator(args.management),
+        api=args.management,
+    )
     RECORDINGS.mkdir(exist_ok=True)
     for case in CASES:
         if args.only and case["name"] not in args.only:

@@ -26,7 +26,9 @@ BY_NAME = {case["name"]: case for case in CASES}
 @pytest.fixture(scope="module")
 def leveret():
     # A short login delay: the answers are the same, the suite is faster.
-    with embedded_broker(port=0, persistence=False, auth_failure_delay=0.05) as broker:
+    with embedded_broker(
+        port=0, persistence=False, auth_failure_delay=0.05, management_port=0
+    ) as broker:
         yield broker
 
 
@@ -39,7 +41,8 @@ def test_answers_as_rabbitmq(leveret, name):
     case = BY_NAME[name]
     recorded = recording(name)
     assert recorded["steps"] == jsonable(case["steps"]), "the case changed: record it again"
-    runner = Runner("127.0.0.1", leveret.port, LeveretOperator(leveret.admin), timeout=5.0)
+    api = f"http://127.0.0.1:{leveret.server.management.port}"
+    runner = Runner("127.0.0.1", leveret.port, LeveretOperator(leveret.admin), 5.0, api)
     answers = runner.run(case)
     expected = list(recorded["answers"])
     allowed = ALLOWED.get(name, {})

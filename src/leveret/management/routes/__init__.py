@@ -16,9 +16,10 @@ from leveret.management.routes import (
     policies,
     runtime,
     topology,
+    user_limits,
 )
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (overview, access, topology, messages, runtime, policies, links):
+    for module in (overview, access, topology, messages, runtime, policies, links, user_limits):
         module.add_routes(app.router)

@@ -82,7 +82,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
 
 
 def _user_json(user: Any) -> dict[str, Any]:
-    return {**user.record(), "limits": {}}
+    return user.record()
 
 
 async def list_users(request: web.Request) -> web.Response:
