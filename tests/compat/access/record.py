@@ -1,47 +1,35 @@
 """Record the access-control cases from a reference RabbitMQ.
 
-    python -m tests.compat.access.record --rabbitmq amqp://guest:guest@127.0.0.1:5672/ \\
-        --management http://127.0.0.1:15672
+    python -m tests.compat.access.record --rabbitmq amqp://guest:guest@127.0.0.1:5672/%2F \\
+        --management http://127.0.0.1:15672 [--only GLOB]
 
-writes one JSON file per case under recordings/ (the case's steps and RabbitMQ's
-answers). `--only NAME` records the named cases alone.
+writes one JSON file per case under recordings/: the case's steps and RabbitMQ's
+answers, one per step.
 """
 
 from __future__ import annotations
 
-import argparse
+import fnmatch
 import json
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
+from ..common import recorder_args, write_json
 from .cases import CASES
 from .driver import RabbitOperator, Runner
 
-RECORDINGS = Path(__file__).parent / "recordings"
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
 
 
-def as_json(case: dict, answers: list) -> str:
-    data = {
-        "case": case["name"],
-        "about": case["about"],
-        "steps": jsonable(case["steps"]),
-        "answers": answers,
-    }
-    return json.dumps(data, indent=1, sort_keys=False) + "\n"
-
-
-def jsonable(value):
+def jsonable(value: Any) -> Any:
     """Steps as JSON has them (tuples become lists), so recorded and current compare equal."""
     return json.loads(json.dumps(value))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rabbitmq", required=True, help="AMQP URL of the reference broker")
-    parser.add_argument("--management", required=True, help="its management HTTP URL")
-    parser.add_argument("--only", nargs="*", help="record these cases only")
-    args = parser.parse_args(argv)
+    args = recorder_args(argv, __doc__.splitlines()[0])
     url = urlparse(args.rabbitmq)
     runner = Runner(
         url.hostname or "127.0.0.1",
@@ -49,12 +37,17 @@ def main(argv: list[str] | None = None) -> int:
         RabbitOperator(args.management),
         api=args.management,
     )
-    RECORDINGS.mkdir(exist_ok=True)
     for case in CASES:
-        if args.only and case["name"] not in args.only:
+        if args.only and not fnmatch.fnmatchcase(case["name"], args.only):
             continue
         answers = runner.run(case)
-        (RECORDINGS / f"{case['name']}.json").write_text(as_json(case, answers))
+        record = {
+            "case": case["name"],
+            "about": case["about"],
+            "steps": jsonable(case["steps"]),
+            "answers": answers,
+        }
+        write_json(RECORDINGS / f"{case['name']}.json", record)
         print(case["name"], json.dumps(answers), file=sys.stderr)
     return 0
 
