@@ -105,6 +105,7 @@ class Admin:
 
     def _make_vhost(self, record: dict[str, Any]) -> VirtualHost:
         vhost = VirtualHost(record["name"], self.hooks)
+        vhost.watchers = self.broker.vhost_watchers  # one list for all (federation)
         vhost.description = record.get("description", "")
         vhost.tags = list(record.get("tags", []))
         vhost.limits = dict(record.get("limits", {}))

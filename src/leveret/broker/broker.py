@@ -42,6 +42,8 @@ class Broker:
         # Opened since start (closed = opened - open now); read by the Prometheus metrics.
         self.connections_opened = 0
         self.channels_opened = 0
+        # Watchers of every vhost's topology and policies (VirtualHost.watchers).
+        self.vhost_watchers: list[Any] = []
         self.admin = Admin(self)
         self.admin.load()
         # Shovels and federation upstreams (leveret.links acts on them).

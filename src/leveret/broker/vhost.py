@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from leveret.broker.durability import DurabilityHooks
@@ -82,6 +83,11 @@ class VirtualHost:
         self.limits: dict[str, int] = {}
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
+        # Told (vhost, event, object) when exchanges, queues, bindings or policies change:
+        # "exchange", "exchange-deleted", "queue", "queue-deleted", "bind", "unbind",
+        # "policies". leveret.links follows them for federation; the broker's vhosts
+        # share one list (admin). Never called per message.
+        self.watchers: list[Callable[[VirtualHost, str, Any], None]] = []
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -134,6 +140,8 @@ class VirtualHost:
                     exchange.policy_alternate = policy.definition.get("alternate-exchange")
             if durable:
                 self.hooks.exchange_declared(exchange)
+            if self.watchers:
+                self._tell("exchange", exchange)
             return exchange
         _check_equivalent(
             existing.describe(),
@@ -180,6 +188,8 @@ class VirtualHost:
             self._drop_binding(binding, cascade=True)
         if exchange.durable:
             self.hooks.exchange_deleted(exchange)
+        if self.watchers:
+            self._tell("exchange-deleted", exchange)
 
     # --- queues -------------------------------------------------------------
 
@@ -262,6 +272,8 @@ class VirtualHost:
         # Every queue is bound to the default exchange by its name (implicitly).
         if queue.stores_messages:
             self.hooks.queue_declared(queue)
+        if self.watchers:
+            self._tell("queue", queue)
         return queue
 
     # --- policies -------------------------------------------------------------
@@ -337,6 +349,12 @@ class VirtualHost:
                 policy = winner(self.policies, "exchange", exchange.name, "")
                 ae = policy.definition.get("alternate-exchange") if policy else None
                 exchange.policy_alternate = ae
+        if self.watchers:
+            self._tell("policies", None)
+
+    def _tell(self, event: str, subject: Any) -> None:
+        for watcher in list(self.watchers):
+            watcher(self, event, subject)
 
     def policy_of(self, kind: str, name: str, queue_type: str = "classic") -> dict[str, Any]:
         """The names of the policies that apply (for listings): policy, operator_policy."""
@@ -367,6 +385,8 @@ class VirtualHost:
         if queue.tracked:
             self.hooks.queue_deleted(queue, entries)
         queue.release()
+        if self.watchers:
+            self._tell("queue-deleted", queue)
         return count
 
     def purge_queue(self, queue: Queue) -> int:
@@ -408,6 +428,8 @@ class VirtualHost:
                 destination.inbound.add(binding)
             if self._binding_is_durable(binding):
                 self.hooks.binding_added(binding)
+            if self.watchers:
+                self._tell("bind", binding)
 
     def unbind(
         self,
@@ -459,6 +481,8 @@ class VirtualHost:
             destination.inbound.discard(binding)
         if self._binding_is_durable(binding):
             self.hooks.binding_removed(binding)
+        if self.watchers:
+            self._tell("unbind", binding)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
 

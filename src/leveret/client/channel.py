@@ -421,7 +421,8 @@ class Channel:
 
     async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         await self._call(
-            cmd.Exchange.Delete(exchange=name, if_unused=if_unused), EXCHANGE_DELETE_OK
+            wire.unchecked(cmd.Exchange.Delete, exchange=name, if_unused=if_unused),
+            EXCHANGE_DELETE_OK,
         )
         self.connection._forget_exchange(name)
 
@@ -495,7 +496,7 @@ class Channel:
 
     async def purge_queue(self, queue: str | Queue) -> int:
         """Remove every ready message; returns how many."""
-        ok = await self._call(cmd.Queue.Purge(queue=_name(queue)), QUEUE_PURGE_OK)
+        ok = await self._call(wire.unchecked(cmd.Queue.Purge, queue=_name(queue)), QUEUE_PURGE_OK)
         return ok.message_count
 
     async def delete_queue(
@@ -504,7 +505,8 @@ class Channel:
         """Delete the queue; returns how many messages it still had."""
         name = _name(queue)
         ok = await self._call(
-            cmd.Queue.Delete(queue=name, if_unused=if_unused, if_empty=if_empty), QUEUE_DELETE_OK
+            wire.unchecked(cmd.Queue.Delete, queue=name, if_unused=if_unused, if_empty=if_empty),
+            QUEUE_DELETE_OK,
         )
         self.connection._forget_queue(name)
         return ok.message_count
@@ -524,7 +526,9 @@ class Channel:
     async def get(self, queue: str | Queue, *, no_ack: bool = False) -> Message | None:
         """basic.get: one message, or None when the queue is empty."""
         reply = await self._call(
-            cmd.Basic.Get(queue=_name(queue), no_ack=no_ack), BASIC_GET_OK, BASIC_GET_EMPTY
+            wire.unchecked(cmd.Basic.Get, queue=_name(queue), no_ack=no_ack),
+            BASIC_GET_OK,
+            BASIC_GET_EMPTY,
         )
         if isinstance(reply, Message):
             if no_ack:
@@ -1141,7 +1145,8 @@ class Consumer:
         offset = self.offset
         if offset is not None:
             args["x-stream-offset"] = offset if self.last_offset is None else self.last_offset + 1
-        return cmd.Basic.Consume(
+        return wire.unchecked(
+            cmd.Basic.Consume,
             queue=self.queue_name,
             consumer_tag=self.consumer_tag,
             no_ack=self.no_ack,
@@ -1283,7 +1288,10 @@ class Consumer:
         self._plain = False
         try:
             if ch._state == _OPEN:
-                await ch._call(cmd.Basic.Cancel(consumer_tag=self.consumer_tag), BASIC_CANCEL_OK)
+                await ch._call(
+                    wire.unchecked(cmd.Basic.Cancel, consumer_tag=self.consumer_tag),
+                    BASIC_CANCEL_OK,
+                )
         except (ChannelClosed, ConnectionClosed):
             pass
         finally:
@@ -1330,7 +1338,8 @@ class Exchange:
         return f"<leveret.client.Exchange {self.name!r} ({self.type})>"
 
     def _method(self, passive: bool = False) -> Any:
-        return cmd.Exchange.Declare(
+        return wire.unchecked(
+            cmd.Exchange.Declare,
             exchange=self.name,
             exchange_type=self.type,
             passive=passive,
@@ -1383,7 +1392,8 @@ class Queue:
         )
 
     def _method(self, passive: bool = False) -> Any:
-        return cmd.Queue.Declare(
+        return wire.unchecked(
+            cmd.Queue.Declare,
             queue="" if self.server_named else self.name,
             passive=passive,
             durable=self.durable,
@@ -1476,14 +1486,16 @@ class _Binding:
         dest = _name(self.destination)
         if self.kind == "queue":
             cls = cmd.Queue.Bind if bind else cmd.Queue.Unbind
-            return cls(
+            return wire.unchecked(
+                cls,
                 queue=dest,
                 exchange=self.source,
                 routing_key=self.routing_key,
                 arguments=self.arguments,
             )
         cls = cmd.Exchange.Bind if bind else cmd.Exchange.Unbind
-        return cls(
+        return wire.unchecked(
+            cls,
             destination=dest,
             source=self.source,
             routing_key=self.routing_key,

@@ -84,18 +84,23 @@ class Forwarder:
         self._wake = asyncio.Event()
         self._consumer: Consumer | None = None
         self._pump: asyncio.Task[None] | None = None
-        self._paused = False
+        self._paused = False  # pause(): the owner wants no messages now
+        self._held = False  # too many waiting here (no-ack or prefetch 0): consumer cancelled
         self._unbounded = ack_mode == "no-ack" or prefetch == 0
         self._running = False
 
     # --- life ---------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, consume: bool = True) -> None:
+        """Start publishing; with `consume` False the consumer waits for resume()."""
         self.source.connection.add_listener(self._on_source_event)
         self.destination.connection.add_listener(self._on_dest_event)
         self._pump = asyncio.ensure_future(self._run())
         self._running = True
-        await self._consume()
+        if consume:
+            await self._consume()
+        else:
+            self._paused = True
 
     async def stop(self) -> None:
         """Stop publishing (the connections are closed by the owner)."""
@@ -115,19 +120,26 @@ class Forwarder:
 
     async def pause(self) -> None:
         """Stop consuming (a federated queue with nobody to feed); in-flight ones still go."""
-        if self._consumer is not None and not self._paused:
+        if not self._paused:
             self._paused = True
             consumer, self._consumer = self._consumer, None
-            await consumer.cancel()
+            if consumer is not None:
+                await consumer.cancel()
 
     async def resume(self) -> None:
         if self._paused and self._running:
             self._paused = False
-            await self._consume()
+            if self._consumer is None and not self._held:
+                await self._consume()
 
     @property
     def paused(self) -> bool:
         return self._paused
+
+    async def _unhold(self) -> None:
+        self._held = False
+        if not self._paused and self._running and self._consumer is None:
+            await self._consume()
 
     async def _consume(self) -> None:
         ack = self.ack_mode != "no-ack"
@@ -146,11 +158,10 @@ class Forwarder:
     def _on_message(self, message: Message) -> None:
         self.pending.append(message)
         self._wake.set()
-        if self._unbounded and len(self.pending) > PAUSE_AT and not self._paused:
-            self._paused = True  # resumed by the pump once half are gone
+        if self._unbounded and len(self.pending) > PAUSE_AT and self._consumer is not None:
+            self._held = True  # resumed by the publishing loop once half are gone
             consumer, self._consumer = self._consumer, None
-            if consumer is not None:
-                asyncio.ensure_future(consumer.cancel())
+            asyncio.ensure_future(consumer.cancel())
 
     def _on_source_event(self, event: ev.ClientEvent) -> None:
         if type(event) is ev.ConnectionLost and event.recovering:
@@ -194,8 +205,8 @@ class Forwarder:
         sent = 0
         while True:
             if not pending:
-                if self._paused and self._unbounded and self._running:
-                    await self.resume()
+                if self._held:
+                    await self._unhold()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -221,8 +232,8 @@ class Forwarder:
                 if not no_ack:
                     message.ack()
                 self._count(1)
-            if self._unbounded and self._paused and len(pending) < PAUSE_AT // 2:
-                await self.resume()
+            if self._held and len(pending) < PAUSE_AT // 2:
+                await self._unhold()
             sent += 1
             if sent >= YIELD_EVERY:
                 sent = 0

@@ -5,6 +5,7 @@ from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
 from leveret.broker.exchanges.deduplication import DeduplicationExchange
 from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
+from leveret.broker.exchanges.federation_upstream import FederationUpstreamExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
 
@@ -17,6 +18,7 @@ EXCHANGE_TYPES: dict[str, type[ExchangeType]] = {
         HeadersExchange,
         ConsistentHashExchange,
         DeduplicationExchange,
+        FederationUpstreamExchange,
     )
 }
 
