@@ -275,15 +275,18 @@ class ExchangeLink(FederationLink):
         return transform
 
     async def clean_upstream(self) -> None:
+        """Delete the upstream queue and internal exchange, on a connection of its own
+        (the link's are closed by now)."""
         if self._queue is None:
             return
-        upstream = self._conns[1] if len(self._conns) > 1 else None
-        if upstream is None or upstream.is_closed:
-            return
         queue, internal = self._queue, self._internal
-        await _disposable(upstream, lambda ch: ch.delete_queue(queue))
-        if internal is not None:
-            await _disposable(upstream, lambda ch: ch.delete_exchange(internal))
+        conn = await self.manager.connect(self.last_uri(), "Federation link cleanup", 0)
+        try:
+            await _disposable(conn, lambda ch: ch.delete_queue(queue))
+            if internal is not None:
+                await _disposable(conn, lambda ch: ch.delete_exchange(internal))
+        finally:
+            await _quietly_close(conn)
 
 
 def _key(binding: Any) -> tuple[str, str]:

@@ -190,9 +190,14 @@ class FederationLink:
             self.attempt += 1
             await asyncio.sleep(up.reconnect_delay or DEFAULT_RECONNECT_DELAY)
 
+    def last_uri(self) -> LinkURI:
+        """The upstream URI of the latest attempt."""
+        up = self.upstream
+        return parse(up.uris[max(self.attempt, 0) % len(up.uris)], default_vhost=self.vhost)
+
     async def _connect(self) -> tuple[Connection, Connection, LinkURI]:
         up = self.upstream
-        uri = parse(up.uris[self.attempt % len(up.uris)], default_vhost=self.vhost)
+        uri = self.last_uri()
         name = f"Federation link (upstream: {up.name}, policy: {self.policy})"
         local = parse("amqp://", default_vhost=self.vhost)
         downstream = await self.manager.connect(local, name, up.reconnect_delay)
