@@ -59,7 +59,7 @@ async def overview(request: web.Request) -> web.Response:
             "rabbitmq_version": RABBITMQ_VERSION,
             "product_name": "Leveret",
             "product_version": leveret.__version__,
-            "cluster_name": "leveret",
+            "cluster_name": _broker(request).cluster_name,
             "node": "leveret@localhost",
             "object_totals": {
                 "connections": len(connections),
@@ -98,7 +98,13 @@ def _listeners(server: Any) -> list[dict[str, Any]]:
 
 
 def _exchange_types() -> list[dict[str, Any]]:
-    return [{"name": name, "description": "", "enabled": True} for name in sorted(EXCHANGE_TYPES)]
+    out: list[dict[str, Any]] = []
+    for name in sorted(EXCHANGE_TYPES):
+        entry: dict[str, Any] = {"name": name, "description": "", "enabled": True}
+        if name == "x-federation-upstream":
+            entry["internal_purpose"] = "federation"  # as RabbitMQ lists it
+        out.append(entry)
+    return out
 
 
 def _open_fds() -> int:
