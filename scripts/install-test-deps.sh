@@ -30,3 +30,17 @@ if ! command -v rabbitmqadmin >/dev/null && [ ! -x $tools/rabbitmqadmin ]; then
   chmod +x $tools/rabbitmqadmin
   rm -rf "$work"
 fi
+
+# etcd for the cluster tests (tests/cluster): the binaries of Debian's etcd-server
+# (etcd) and etcd-client (etcdctl) packages, taken out of the packages as for
+# rabbitmqadmin, because installing etcd-server also starts a system etcd on 2379.
+if ! command -v etcd >/dev/null && [ ! -x $tools/etcd/etcd ]; then
+  echo "install-test-deps: fetching etcd from Debian's etcd-server and etcd-client packages"
+  apt_update
+  work=$(mktemp -d)
+  (cd "$work" && apt-get download -qq etcd-server etcd-client >/dev/null &&
+    for deb in ./*.deb; do dpkg-deb -x "$deb" root; done)
+  mkdir -p $tools/etcd
+  cp "$work/root/usr/bin/etcd" "$work/root/usr/bin/etcdctl" $tools/etcd/
+  rm -rf "$work"
+fi

@@ -66,6 +66,42 @@ def _host_port(text: str) -> Listener:
     return Listener(host, port)
 
 
+def _add_cluster_arguments(server: argparse.ArgumentParser) -> None:
+    """High availability (docs/cluster.md): off unless --cluster-etcd is given."""
+    cluster = server.add_argument_group("cluster (docs/cluster.md)")
+    cluster.add_argument(
+        "--cluster-etcd",
+        metavar="URL[,URL...]",
+        help="etcd endpoints (http://host:2379,...): run as a node of a cluster",
+    )
+    cluster.add_argument("--node-name", help="this node's name (default: the host name)")
+    cluster.add_argument(
+        "--cluster-name",
+        help="the cluster's name, also RabbitMQ's cluster_name (default: leveret in a cluster)",
+    )
+    cluster.add_argument(
+        "--cluster-port",
+        type=_port,
+        default=5679,
+        help="the replication listener on --host (default %(default)s)",
+    )
+    cluster.add_argument(
+        "--cluster-min-replicas",
+        type=int,
+        default=0,
+        metavar="N",
+        help="nodes (the leader included) that must hold a write before it is confirmed "
+        "(default: a majority of the cluster's nodes)",
+    )
+    cluster.add_argument(
+        "--cluster-lease-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="the leader's etcd lease: how soon a dead leader is replaced (default %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leveret", description="Leveret: a RabbitMQ-compatible AMQP 0-9-1 broker"
@@ -209,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
         "permissions, queues, exchanges, bindings)",
     )
+    _add_cluster_arguments(server)
 
     streams = sub.add_parser("streams", help="manage super streams on a running broker")
     streams_sub = streams.add_subparsers(dest="streams_command", required=True)
@@ -372,6 +409,12 @@ def run_server(args: argparse.Namespace) -> int:
         load_definitions=args.load_definitions,
         management_port=args.management_port or None,
         prometheus_port=args.prometheus_port or None,
+        cluster_etcd=args.cluster_etcd,
+        **({"cluster_name": args.cluster_name} if args.cluster_name else {}),
+        node_name=args.node_name,
+        cluster_port=args.cluster_port,
+        cluster_min_replicas=args.cluster_min_replicas,
+        cluster_lease_seconds=args.cluster_lease_seconds,
         **args.extra_settings,
     )
     if any(listener.kind == "amqps" for listener in config.effective_listeners()):
@@ -402,11 +445,23 @@ def run_server(args: argparse.Namespace) -> int:
         return 1
 
 
+async def _serve_cluster_node(config: ServerConfig) -> int:
+    from leveret.cluster.node import ClusterNode
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return await ClusterNode(config, loop).run(stop)
+
+
 async def _serve(config: ServerConfig) -> int:
     from leveret.server import gc_tuning
     from leveret.server.listener import Server
 
     loop = asyncio.get_running_loop()
+    if config.cluster_etcd:
+        return await _serve_cluster_node(config)
     server = Server(config, loop=loop)
     # Handlers first: a SIGTERM that arrives while start() finishes (the port already
     # listens) must still stop the broker cleanly.

@@ -85,6 +85,14 @@ class ServerConfig:
     # Static shovels (the config file's [shovels.NAME] tables), name → definition
     # with the keys of a dynamic shovel's value; they run in vhost "/".
     shovels: dict[str, dict] = field(default_factory=dict)
+    # A cluster (leveret.cluster, docs/cluster.md): off unless cluster_etcd names etcd
+    # endpoints ("http://host:2379,..."); then the node leads or follows.
+    cluster_etcd: str | None = None
+    node_name: str | None = None  # None: the host name
+    # (cluster_name above names the cluster too: "leveret" when clustering and unset)
+    cluster_port: int = 5679  # the replication listener, on host
+    cluster_min_replicas: int = 0  # 0: a majority of the cluster's nodes
+    cluster_lease_seconds: float = 5.0
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

@@ -47,6 +47,7 @@ class Server:
         self.management: Any = None  # leveret.management.app.ManagementServer when running
         self.prometheus: Any = None  # leveret.management.prometheus.PrometheusServer
         self.links: Any = None  # leveret.links.manager.LinkManager once started
+        self.cluster: Any = None  # leveret.cluster.node.ClusterNode when this node leads
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []

@@ -28,6 +28,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
+from leveret.store import replica
 from leveret.store.files import fsync_dir, write_atomic
 
 log = logging.getLogger("leveret.store")
@@ -84,6 +85,7 @@ def take(path: str) -> CleanIndex | None:
         return None
     os.unlink(path)
     fsync_dir(os.path.dirname(path))
+    replica.unlinked(path)
     try:
         return _parse(data)
     except (ValueError, struct.error) as exc:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from leveret.store import replica
 from leveret.store.errors import StoreError, StoreWriteError
 from leveret.store.summaries import summary_path, write_file
 
@@ -103,6 +104,7 @@ class GroupCommitter:
         self._written: dict[int, int] = {}
         self._fds: dict[int, int] = {}
         self._new_file = False
+        self._batch_release: tuple[replica.FileTap, int] | None = None
         os.makedirs(directory, exist_ok=True)
         self._dirfd = os.open(directory, os.O_RDONLY)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -125,6 +127,8 @@ class GroupCommitter:
             if self._closing:
                 raise StoreError("store is closed")
             if generation is None or generation == self.generation:
+                if replica.TAP is not None:  # a cluster leader: the followers get them too
+                    _tap_writes(self.directory, records)
                 self._pending.append((_WRITE, records, on_durable))
                 self._pending_records += len(records)
                 if len(self._pending) == 1:
@@ -162,6 +166,9 @@ class GroupCommitter:
         and a segment holding ACKs must outlive the segment whose PUBLISHes they cancel.
         """
         with self._lock:
+            if replica.TAP is not None:
+                replica.unlinked(summary_path(self.directory, seq))
+                replica.unlinked(segment_path(self.directory, seq))
             self._pending.append((_UNLINK, seq, None))
             if len(self._pending) == 1:
                 self._work.notify()
@@ -223,6 +230,10 @@ class GroupCommitter:
                 batch = self._pending
                 self._pending = []
                 self._pending_records = 0
+                # A cluster leader confirms this batch once the followers hold everything
+                # reported to the tap so far (which includes the whole batch).
+                tap = replica.TAP
+                self._batch_release = (tap, tap.position) if tap is not None else None
             try:
                 self._process(batch)
             except Exception:  # never let the writer die silently
@@ -294,7 +305,11 @@ class GroupCommitter:
         if syncs:
             done += self._sync_other(syncs)
         if done:
-            self._deliver(done)
+            if self._batch_release is not None:
+                tap, position = self._batch_release
+                tap.release(position, done)
+            else:
+                self._deliver(done)
         for ev in barriers:
             ev.set()
         # Keep only the newest segment's descriptor open; older ones are sealed.
@@ -445,6 +460,14 @@ class GroupCommitter:
             self.loop.call_soon_threadsafe(_run_callbacks, calls)
         except RuntimeError:  # loop closed during shutdown; nobody is listening
             pass
+
+
+def _tap_writes(directory: str, records: Sequence[WriteOp]) -> None:
+    for seq, off, chunks in records:
+        if off < 0:  # SUMMARY_OP: the whole summary file
+            replica.replaced(summary_path(directory, seq), b"".join(chunks))
+        else:
+            replica.wrote(segment_path(directory, seq), off, chunks)
 
 
 def _run_callbacks(calls: list[tuple[OnDurable, BaseException | None]]) -> None:

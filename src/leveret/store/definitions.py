@@ -16,6 +16,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
+from leveret.store import replica
 from leveret.store.errors import StoreFormatError
 
 DEFINITIONS_FORMAT_VERSION = 1
@@ -108,6 +109,7 @@ class DefinitionStore:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
+        replica.watch_sqlite(self._db, path)
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")

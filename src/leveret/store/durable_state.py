@@ -25,6 +25,7 @@ from leveret.broker.message import Message
 from leveret.broker.queue_args import parse_expiration
 from leveret.broker.queues import Queue, QueueEntry
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
+from leveret.store import replica
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.errors import StoreError
@@ -137,6 +138,7 @@ class DurableState(DurabilityHooks):
         for kind in ("streams", "exchanges"):
             directory = os.path.join(self.data_dir, kind, quote(vhost, safe=""))
             shutil.rmtree(directory, ignore_errors=True)
+            replica.removed_tree(directory)
 
     # --- definitions --------------------------------------------------------
 

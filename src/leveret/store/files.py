@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from leveret.store import replica
+
 
 def fsync_dir(path: str) -> None:
     """Make a rename or unlink in `path` durable."""
@@ -26,3 +28,4 @@ def write_atomic(path: str, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path))
+    replica.replaced(path, data)

@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from leveret.store import clean_index, summaries
+from leveret.store import clean_index, replica, summaries
 from leveret.store.committer import GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreError, StoreFormatError
 from leveret.store.files import write_atomic
@@ -267,6 +267,7 @@ class QueueIds:
     def _append(self, data: bytes) -> None:
         os.write(self._fd, data)
         os.fsync(self._fd)
+        replica.appended(self.path, self._fd, data)
 
     def assign(self, key: QueueKey, drop: int | None = None) -> int:
         qid = self.next_id

@@ -40,6 +40,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from leveret.store import replica
+
 log = logging.getLogger("leveret.stream")
 
 # sync(fds, done): fsync the descriptors, then call done(error) on the event loop.
@@ -349,9 +351,13 @@ class StreamLog:
         while view:
             view = view[os.write(self._fd, view) :]
         seg = self.segments[-1]
+        if replica.TAP is not None:
+            replica.appended(seg.path, self._fd, data)
         if len(seg.idx_offset) > seg.idx_written:  # after the records they point at
-            os.write(self._idx_fd, _index_bytes(seg, seg.idx_written))
+            entries = _index_bytes(seg, seg.idx_written)
+            os.write(self._idx_fd, entries)
             seg.idx_written = len(seg.idx_offset)
+            replica.appended(seg.idx_path, self._idx_fd, entries)
 
     def _roll(self) -> Segment:
         self.flush()
@@ -390,6 +396,7 @@ class StreamLog:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
+                replica.unlinked(path)
             removed += 1
         return removed
 
@@ -482,6 +489,7 @@ class StreamLog:
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+        replica.removed_tree(self.directory)
 
 
 def _index_bytes(seg: Segment, start: int) -> bytes:
@@ -516,6 +524,7 @@ def _write_index(seg: Segment) -> None:
     with open(tmp, "wb") as f:
         f.write(_index_bytes(seg, 0))
     os.replace(tmp, seg.idx_path)
+    replica.replaced(seg.idx_path)
 
 
 def _fsync_all(fds: list[int]) -> None:

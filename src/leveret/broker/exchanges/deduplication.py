@@ -23,6 +23,7 @@ from typing import Any
 
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType, RefCounts
+from leveret.store import replica
 
 HEADER = "x-deduplication-header"
 
@@ -112,6 +113,7 @@ class DeduplicationExchange(ExchangeType):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._journal_path)
+        replica.replaced(self._journal_path)  # a cluster's followers get the same journal
         if self._journal >= 0:
             os.close(self._journal)
         self._journal = os.open(self._journal_path, os.O_WRONLY | os.O_APPEND)
@@ -127,6 +129,7 @@ class DeduplicationExchange(ExchangeType):
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
+                replica.unlinked(path)
 
     # --- routing ---------------------------------------------------------------------
 
@@ -156,7 +159,9 @@ class DeduplicationExchange(ExchangeType):
         self._remember(key, expiry)
         if self._journal >= 0:
             wall = time.time() + (expiry - now) if expiry else 0
-            os.write(self._journal, f"{key}\t{wall}\n".encode())
+            line = f"{key}\t{wall}\n".encode()
+            os.write(self._journal, line)
+            replica.appended(self._journal_path, self._journal, line)
             self._journal_lines += 1
             if self._journal_lines > 2 * self._size + 1000:
                 self._rewrite()

@@ -1,0 +1,189 @@
+"""The follower's side of replication: sync with the leader, then apply its stream.
+
+1. HELLO with the epoch this node believes the leader has; the leader refuses a
+   follower that knows a newer epoch (it is an old leader), and the follower
+   refuses a leader older than the one etcd names (`Follower.epoch`).
+2. MANIFEST: every file with its size and CRC32. The leader answers with the
+   files (or file tails) that differ, the files to delete, a fresh image of the
+   SQLite definitions and SNAP_END with the stream position they amount to.
+   Meanwhile `datadir.SYNCING_MARK` is on disk: a half-synced copy is never a
+   candidate for leadership.
+3. Then the live stream: each batch of OPS frames is written (and fsynced, but
+   under `--fsync never`) by one writer thread and acknowledged with the
+   position it reaches: a follower's group commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from leveret.cluster import datadir, wire
+
+log = logging.getLogger("leveret.cluster")
+
+
+class Refused(Exception):
+    pass
+
+
+class Follower:
+    def __init__(
+        self,
+        root: str,
+        node: str,
+        cluster: str,
+        leader: dict[str, Any],
+        epoch: int,
+        fsync: bool,
+        status: Any = None,
+    ) -> None:
+        self.root = root
+        self.node = node
+        self.cluster = cluster
+        self.leader = leader
+        self.epoch = epoch
+        self.applier = datadir.Applier(root, fsync)
+        self.position = -1  # acknowledged
+        self.synced = False
+        self._status = status  # () -> dict: this node's figures for /api/nodes
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="leveret-follower")
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def run(self) -> None:
+        """Follow until the link ends (returns or raises); the node decides what next."""
+        loop = asyncio.get_running_loop()
+        host, port = self.leader["host"], self.leader["cluster"]
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        self._writer = writer
+        try:
+            writer.write(
+                wire.json_frame(
+                    wire.HELLO, {"cluster": self.cluster, "node": self.node, "epoch": self.epoch}
+                )
+            )
+            kind, payload = await asyncio.wait_for(wire.read_frame(reader), 10)
+            if kind != wire.WELCOME:
+                reason = json.loads(payload).get("reason") if payload else "?"
+                raise Refused(f"leader refused: {reason}")
+            welcome = json.loads(payload)
+            if welcome.get("epoch") != self.epoch:
+                raise Refused(f"leader epoch {welcome.get('epoch')} is not {self.epoch}")
+            await loop.run_in_executor(self._pool, self._mark_syncing)
+            manifest = await loop.run_in_executor(self._pool, datadir.manifest, self.root)
+            writer.write(
+                wire.json_frame(wire.MANIFEST, [[p, s, c] for p, (s, c) in manifest.items()])
+            )
+            status_task = asyncio.ensure_future(self._send_status())
+            try:
+                await self._stream(reader, writer)
+            finally:
+                status_task.cancel()
+        finally:
+            writer.close()
+
+    async def _send_status(self) -> None:
+        while self._status is not None and self._writer is not None:
+            try:
+                self._writer.write(wire.json_frame(wire.STATUS, self._status()))
+            except Exception:  # the link is closing
+                return
+            await asyncio.sleep(1.0)
+
+    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                while True:
+                    queue.put_nowait(await wire.read_frame(reader))
+            finally:
+                queue.put_nowait(None)
+
+        reading = asyncio.ensure_future(read())
+        try:
+            while True:
+                item = await queue.get()
+                batch = [item]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                done = [b for b in batch if b is not None]
+                if done:
+                    acked = await loop.run_in_executor(self._pool, self._apply, done)
+                    if acked is not None:
+                        self.position = acked
+                        writer.write(wire.frame(wire.ACK, wire.U64.pack(acked)))
+                if len(done) < len(batch):
+                    break  # the leader went away
+        finally:
+            reading.cancel()
+        exc = reading.exception() if reading.done() and not reading.cancelled() else None
+        if exc is not None and not isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
+            raise exc
+
+    def _apply(self, frames: list[tuple[int, bytes]]) -> int | None:
+        """Writer thread: apply frames in order, sync, return the position to ack."""
+        ack = None
+        a = self.applier
+        for kind, payload in frames:
+            view = memoryview(payload)
+            if kind == wire.OPS:
+                (ack,) = wire.U64.unpack_from(view, 0)
+                a.apply(view[8:])
+            elif kind == wire.SNAP_FILE:
+                fresh, rel, offset, data = wire.parse_snap_file(view)
+                a.write(rel, offset, data, fresh)
+            elif kind == wire.SNAP_DELETE:
+                a.unlink(bytes(view).decode())
+            elif kind == wire.SNAP_SQLITE:
+                rel, image = wire.parse_snap_sqlite(view)
+                a.sqlite_image(rel, image)
+            elif kind == wire.SNAP_END:
+                (ack,) = wire.U64.unpack_from(view, 0)
+                a.sync()
+                self._clear_syncing()
+                self.synced = True
+            elif kind == wire.REFUSE:
+                raise Refused(json.loads(payload).get("reason", "refused"))
+        if ack is not None:
+            a.sync()
+        return ack
+
+    def _mark_syncing(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        path = os.path.join(self.root, datadir.SYNCING_MARK)
+        with open(path, "wb") as f:
+            os.fsync(f.fileno())
+        _fsync_dir(self.root)
+
+    def _clear_syncing(self) -> None:
+        try:
+            os.unlink(os.path.join(self.root, datadir.SYNCING_MARK))
+            _fsync_dir(self.root)
+        except FileNotFoundError:
+            pass
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self.applier.close)
+        self._pool.shutdown(wait=True)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncing(root: str) -> bool:
+    """True while a snapshot is half applied: this copy must not lead."""
+    return os.path.exists(os.path.join(root, datadir.SYNCING_MARK))

@@ -1,0 +1,206 @@
+"""The leader's side of replication: the store's tap, one link per follower, and
+the gate that holds confirms until every in-sync follower has the write.
+
+Order of events for a confirmed publish on the leader:
+1. the store reports the record's bytes to the `Tap` (on the loop, as it submits
+   them to its writer thread); the tap numbers them (the stream position) and
+   sends everything of one loop turn to every follower in one OPS frame;
+2. the writer thread writes and fsyncs the group-commit batch, and hands its
+   callbacks (confirms, tx.commit-ok) to `Tap.release` with the position the
+   batch is covered by;
+3. the callbacks run once every follower that must hold the write (the in-sync
+   set, and a follower about to join it) has acknowledged that position, the
+   in-sync set is at least `--cluster-min-replicas`, and the leader's etcd lease
+   is certainly still valid. Otherwise they wait; if the node stops leading they
+   never run (the client sees its connection close and republishes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from leveret.cluster import datadir, wire
+from leveret.store.committer import _run_callbacks
+
+log = logging.getLogger("leveret.cluster")
+
+Calls = list[tuple[Callable[..., None], BaseException | None]]
+
+# A follower that has not acknowledged a write the leader waits on for this long
+# (or whose link is down that long) leaves the in-sync set, if enough remain.
+LAG_TIMEOUT_FRACTION = 0.4
+MAX_BACKLOG_BYTES = 256 * 1024 * 1024  # a snapshotting follower's queued live ops
+
+
+class Tap:
+    """Implements store.replica.FileTap for one data dir."""
+
+    def __init__(self, root: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.root = os.path.realpath(root) + os.sep
+        self.loop = loop
+        self.position = 0
+        self._loop_thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._buf: list[bytes] = []
+        self._armed = False
+        self.links: list[FollowerLink] = []
+        self.pending: deque[tuple[int, Calls]] = deque()
+        self.safe: Callable[[], int] = lambda: -1  # the position confirms may go up to
+        self.stopped = False
+
+    # ---- the store's side (any thread; the loop's in practice) -------------------------
+
+    def _rel(self, path: str) -> str | None:
+        real = os.path.realpath(path) if not path.startswith(self.root) else path
+        if not real.startswith(self.root):
+            return None
+        return real[len(self.root) :].replace(os.sep, "/")
+
+    def _add(self, parts: list[bytes]) -> None:
+        n = 0
+        for p in parts:
+            n += len(p)
+        with self._lock:
+            self._buf.extend(parts)
+            self.position += n
+            if self._armed:
+                return
+            self._armed = True
+        if threading.get_ident() == self._loop_thread:
+            self.loop.call_soon(self.ship)
+        else:
+            self.loop.call_soon_threadsafe(self.ship)
+
+    def write(self, path: str, offset: int, chunks: Sequence[bytes]) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self._add(wire.op_write(rel, offset, chunks))
+
+    def replace(self, path: str, data: bytes) -> None:
+        rel = self._rel(path)
+        if rel is not None and not datadir.skipped(rel):
+            self._add(wire.op_replace(rel, data))
+
+    def unlink(self, path: str) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self._add(wire.op_simple(wire.UNLINK, rel))
+
+    def truncate(self, path: str, size: int) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self._add(wire.op_truncate(rel, size))
+
+    def remove_tree(self, path: str) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self._add(wire.op_simple(wire.RMTREE, rel))
+
+    def sql(self, path: str, statements: list[str]) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self._add(wire.op_sql(rel, statements))
+
+    # ---- on the loop --------------------------------------------------------------------
+
+    def ship(self) -> None:
+        """Send what the store reported since the last ship, as one OPS frame."""
+        with self._lock:
+            self._armed = False
+            if not self._buf:
+                return
+            data = b"".join(self._buf)
+            self._buf = []
+            position = self.position
+        if not self.links:
+            return
+        frame = wire.frame(wire.OPS, wire.U64.pack(position) + data)
+        for link in self.links:
+            link.send_ops(frame, position)
+
+    def release(self, position: int, calls: Calls) -> None:
+        """From the writer thread: run `calls` once `position` is safe."""
+        try:
+            self.loop.call_soon_threadsafe(self._queue, position, calls)
+        except RuntimeError:
+            pass  # the loop is closed: the node is going away and confirms nothing
+
+    def _queue(self, position: int, calls: Calls) -> None:
+        if self.stopped:
+            return
+        self.pending.append((position, calls))
+        self.check()
+
+    def check(self) -> None:
+        """Run every held batch of callbacks that is now safe to confirm."""
+        if self.stopped or not self.pending:
+            return
+        safe = self.safe()
+        pending = self.pending
+        while pending and pending[0][0] <= safe:
+            _run_callbacks(pending.popleft()[1])
+
+    @property
+    def oldest_wait(self) -> int | None:
+        return self.pending[0][0] if self.pending else None
+
+    def stop(self) -> None:
+        """Stop leading: drop every held confirm, close every link."""
+        self.stopped = True
+        self.pending.clear()
+        for link in list(self.links):
+            link.close()
+        self.links.clear()
+
+
+@dataclass
+class FollowerLink:
+    """One follower's connection to this leader."""
+
+    name: str
+    writer: asyncio.StreamWriter
+    state: str = "snapshot"  # snapshot → live
+    acked: int = -1
+    sent: int = 0  # the position the last frame sent (or queued) brings it to
+    backlog: list[bytes] = field(default_factory=list)
+    backlog_bytes: int = 0
+    required: bool = False  # confirms wait for it (in the in-sync set, or joining it)
+    join_at: int | None = None  # joins the in-sync set once it acknowledges this
+    status: dict[str, Any] = field(default_factory=dict)
+    acked_at: float = field(default_factory=time.monotonic)
+    closed: bool = False
+
+    def send_ops(self, frame: bytes, position: int) -> None:
+        if self.closed:
+            return
+        self.sent = position
+        if self.state == "snapshot":
+            self.backlog.append(frame)
+            self.backlog_bytes += len(frame)
+            if self.backlog_bytes > MAX_BACKLOG_BYTES:
+                log.warning(
+                    "follower %s: snapshot too slow for the live stream; dropped", self.name
+                )
+                self.close()
+            return
+        self.writer.write(frame)
+
+    def go_live(self) -> None:
+        for frame in self.backlog:
+            self.writer.write(frame)
+        self.backlog = []
+        self.backlog_bytes = 0
+        self.state = "live"
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()

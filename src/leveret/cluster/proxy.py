@@ -1,0 +1,97 @@
+"""A follower's listeners: each connection is passed byte for byte to the leader.
+
+A byte-level proxy needs no codec: AMQP (plain or TLS: the TLS session is the
+leader's), HTTP and Prometheus all pass through unchanged, so a client or a load
+balancer that knows one address reaches the leader through any node. A
+connection that arrives while there is no leader waits for one (up to `hold`
+seconds) rather than being refused; when the leader changes every proxied
+connection is closed, and clients reconnect as after any broker restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("leveret.cluster")
+
+Target = Callable[[], tuple[str, int] | None]
+CHUNK = 256 * 1024
+
+
+class Proxy:
+    def __init__(self, host: str, port: int, target: Target, hold: float, what: str) -> None:
+        self.host = host
+        self.port = port
+        self.target = target
+        self.hold = hold
+        self.what = what
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_address=True, backlog=1024, limit=CHUNK
+        )
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self.drop_all()
+            await self._server.wait_closed()
+            self._server = None
+
+    def drop_all(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.hold
+            while True:
+                target = self.target()
+                if target is not None:
+                    try:
+                        up_reader, upstream = await asyncio.wait_for(
+                            asyncio.open_connection(*target, limit=CHUNK), 2
+                        )
+                        break
+                    except (TimeoutError, OSError):
+                        pass  # the leader is starting, or just went away
+                if loop.time() > deadline:
+                    log.info("proxy %s: no leader to pass a connection to", self.what)
+                    return
+                await asyncio.sleep(0.05)
+            self._writers.add(upstream)
+            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # either end went away, or the proxy is stopping
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            if upstream is not None:
+                self._writers.discard(upstream)
+                upstream.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            data = await reader.read(CHUNK)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        try:
+            if not writer.is_closing() and writer.can_write_eof():
+                writer.write_eof()
+        except (OSError, RuntimeError):
+            pass  # the other side is already closed
