@@ -86,7 +86,11 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "federation_status": ("the state of every federation link", (), False),
     "export_definitions": ("write definitions JSON to FILE ('-' for stdout)", ("file",), False),
     "import_definitions": ("import a definitions JSON file ('-' for stdin)", ("file",), False),
+    # A cluster node's own socket answers these (leveret.cluster, docs/cluster.md).
+    "cluster_status": ("the cluster's leader, each node's role, lag and sync", (), False),
+    "transfer_leadership": ("hand the lead to NODE (an in-sync follower)", ("node",), False),
 }
+CLUSTER_COMMANDS = ("cluster_status", "transfer_leadership")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -282,6 +286,8 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return c, {"vhost": args.only_vhost}
     if c == "import_definitions":
         return c, {"definitions": _read_definitions(args.file)}
+    if c == "transfer_leadership":
+        return c, {"node": args.node}
     return c, {}
 
 
@@ -324,9 +330,48 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _print_cluster(args: argparse.Namespace, result: Any) -> int:
+    if args.formatter == "json":
+        print(json.dumps(result))
+    elif args.ctl_command == "transfer_leadership":
+        changed = "now leads" if result.get("changed") else "already leads"
+        print(f"{result.get('leader')} {changed}")
+    else:
+        print(f"Cluster {result.get('cluster', '?')}: leader {result.get('leader') or '(none)'}")
+        rows = [
+            {
+                "node": n["name"],
+                "role": n["role"],
+                "running": n["running"],
+                "in_sync": n["in_sync"],
+                "lag_bytes": n["lag_bytes"],
+            }
+            for n in result.get("nodes", [])
+        ]
+        if rows:
+            print(format_table(rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         op, params = _request(args)
+        if args.ctl_command in CLUSTER_COMMANDS:
+            from leveret.cluster.node import CTL_SOCKET
+
+            path = os.path.join(args.data_dir, CTL_SOCKET)
+            if args.url or args.socket:
+                raise CtlError(
+                    f"{args.ctl_command} talks to a node's own socket: use --data-dir", EXIT_USAGE
+                )
+            if not os.path.exists(path):
+                raise CtlError(
+                    f"no cluster node socket at {path}: is `leveret server --cluster-etcd` "
+                    "running with this --data-dir?",
+                    EXIT_UNAVAILABLE,
+                )
+            result = call(path, op, params)
+            return _print_cluster(args, result)
         if args.url:
             from leveret.ctl_http import HttpControl
 

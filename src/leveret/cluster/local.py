@@ -145,6 +145,7 @@ class NodeProcess:
         lease: float = 5,
         extra: tuple[str, ...] = (),
         management: bool = False,
+        prometheus: bool = False,
     ) -> None:
         self.name = name
         self.etcd_url = etcd_url
@@ -156,6 +157,7 @@ class NodeProcess:
         self.port = free_port()
         self.cluster_port = free_port()
         self.management_port = free_port() if management else 0
+        self.prometheus_port = free_port() if prometheus else 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(directory, f"{name}.log")
 
@@ -176,6 +178,8 @@ class NodeProcess:
             self.data_dir,
             "--management-port",
             str(self.management_port),
+            "--prometheus-port",
+            str(self.prometheus_port),
             "--cluster-etcd",
             self.etcd_url,
             "--cluster-name",

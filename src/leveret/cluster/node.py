@@ -588,13 +588,18 @@ class ClusterNode:
         tap, server = self.tap, self.server
         if tap is None or server is None:
             return False
-        candidates = [
-            link
-            for link in self.links.values()
-            if link.state == "live" and not link.closed and link.name in self.isr
-        ]
-        if target is not None:
-            candidates = [link for link in candidates if link.name == target]
+        deadline = time.monotonic() + max(2.0, self.ttl)
+        while True:  # a follower may be finishing its sync: give it a moment
+            candidates = [
+                link
+                for link in self.links.values()
+                if link.state == "live" and not link.closed and link.name in self.isr
+            ]
+            if target is not None:
+                candidates = [link for link in candidates if link.name == target]
+            if candidates or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         if not candidates:
             log.info(
                 "cluster: no in-sync follower to hand over to%s", f" ({target})" * bool(target)
@@ -783,6 +788,40 @@ class ClusterNode:
             "position": position,
             "nodes": nodes,
         }
+
+    def metrics(self) -> Any:
+        from leveret.cluster.metrics import families
+
+        return families(self)
+
+    def api_nodes(self, own: dict[str, Any]) -> list[dict[str, Any]]:
+        """GET /api/nodes on the leader: every node, with RabbitMQ's fields (the leader's
+        own from the broker, a follower's from the figures it sends), `running` and
+        `leader`."""
+        nodes = []
+        for name in sorted(set(self.members) | set(self.alive) | {self.name}):
+            if name == self.name:
+                entry = {**own, "running": True, "leader": True}
+            else:
+                link = self.links.get(name)
+                running = name in self.alive
+                entry = {
+                    **own,
+                    "os_pid": "",
+                    "uptime": 0,
+                    "mem_used": 0,
+                    "fd_used": 0,
+                    "sockets_used": 0,
+                    "proc_used": 0,
+                    "mem_alarm": False,
+                    "disk_free_alarm": False,
+                    **(link.status if link is not None and running else {}),
+                    "running": running,
+                    "leader": False,
+                }
+            entry["name"] = f"leveret@{name}"
+            nodes.append(entry)
+        return nodes
 
     def local_status(self) -> dict[str, Any]:
         """This node's figures for the leader's /api/nodes."""

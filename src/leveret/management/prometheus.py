@@ -376,6 +376,8 @@ class BrokerCollector:
         )
 
     def _leveret_families(self) -> Iterator[Metric]:
+        if self.server.cluster is not None:  # leveret.cluster: replication lag, in-sync set
+            yield from self.server.cluster.metrics()
         state = self.server.durable_state
         if state is None:
             return

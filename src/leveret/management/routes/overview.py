@@ -149,16 +149,24 @@ def _node_json(server: Any) -> dict[str, Any]:
     }
 
 
+def _nodes(server: Any) -> list[dict[str, Any]]:
+    """This node, or in a cluster every node (leveret.cluster adds running and leader)."""
+    if server.cluster is not None:
+        return server.cluster.api_nodes(_node_json(server))
+    return [_node_json(server)]
+
+
 async def list_nodes(request: web.Request) -> web.Response:
     require_monitor(request)
-    return listing(request, [_node_json(_server(request))])
+    return listing(request, _nodes(_server(request)))
 
 
 async def get_node(request: web.Request) -> web.Response:
     require_monitor(request)
-    if request.match_info["node"] != NODE:
-        raise NotFound(request.match_info["node"])
-    return web.json_response(_node_json(_server(request)))
+    for node in _nodes(_server(request)):
+        if node["name"] == request.match_info["node"]:
+            return web.json_response(node)
+    raise NotFound(request.match_info["node"])
 
 
 async def extensions(request: web.Request) -> web.Response:

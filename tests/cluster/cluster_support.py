@@ -1,0 +1,127 @@
+"""A real etcd and real `leveret server --cluster-etcd` subprocesses for the cluster tests.
+
+Leases are short (1 s; etcd runs with 50 ms heartbeats so it allows them), so a
+failover takes a second or two and the whole set stays within CI's budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from leveret.cluster.local import EtcdProcess, NodeProcess, etcd_binary
+
+LEASE = 1.0
+
+needs_etcd = pytest.mark.skipif(
+    etcd_binary() is None, reason="etcd not installed (scripts/install-test-deps.sh)"
+)
+
+
+def etcd_get(url: str, key: str) -> Any:
+    """One key's JSON value through etcd's JSON gateway (plain urllib: tests call this
+    from inside event loops too)."""
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    req = urllib.request.Request(url + "/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=2) as res:
+        kvs = json.loads(res.read()).get("kvs") or []
+    return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+
+class Cluster:
+    def __init__(self, directory: str, size: int = 3, lease: float = LEASE, **kwargs: Any) -> None:
+        self.directory = directory
+        self.etcd = EtcdProcess(os.path.join(directory, "etcd-data"))
+        os.makedirs(self.etcd.directory, exist_ok=True)
+        self.etcd.start()
+        self.name = "test"
+        self.nodes = [
+            NodeProcess(f"n{i}", self.etcd.url, directory, cluster=self.name, lease=lease, **kwargs)
+            for i in range(size)
+        ]
+        for node in self.nodes:
+            node.start()
+
+    def node(self, name: str) -> NodeProcess:
+        return next(n for n in self.nodes if n.name == name)
+
+    def urls(self, first: NodeProcess | None = None) -> list[str]:
+        nodes = sorted(self.nodes, key=lambda n: n is not first)
+        return [n.url for n in nodes]
+
+    def _get(self, key: str) -> Any:
+        return etcd_get(self.etcd.url, f"leveret/{self.name}/{key}")
+
+    def leader_name(self) -> str | None:
+        try:
+            info = self._get("leader")
+        except Exception:
+            return None
+        return info["node"] if info else None
+
+    def in_sync(self) -> list[str]:
+        info = self._get("isr")
+        return info["members"] if info else []
+
+    def status(self) -> dict[str, Any]:
+        return self._get("status") or {}
+
+    def wait_leader(self, *, other_than: str | None = None, timeout: float = 30) -> NodeProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            name = self.leader_name()
+            if name is not None and name != other_than:
+                return self.node(name)
+            time.sleep(0.05)
+        raise AssertionError(
+            f"no leader (other than {other_than}) within {timeout} s\n{self.logs()}"
+        )
+
+    def wait_in_sync(self, names: set[str], timeout: float = 30) -> None:
+        """Until exactly `names` are in sync and each follower among them is caught up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if set(self.in_sync()) == names and status.get("leader") == self.leader_name():
+                nodes = status.get("nodes", [])
+                lags = {n["name"]: n["lag_bytes"] for n in nodes}
+                if all(lags.get(name) == 0 for name in names):
+                    return
+            time.sleep(0.1)
+        raise AssertionError(
+            f"in-sync set {self.in_sync()} not {sorted(names)} in {timeout} s\n{self.logs()}"
+        )
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.name}\n{n.log_text()[-3000:]}" for n in self.nodes)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.kill()
+        self.etcd.stop()
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Any) -> Iterator[str]:
+    path = str(tmp_path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(cluster_dir: str) -> Iterator[Cluster]:
+    c = Cluster(cluster_dir)
+    try:
+        c.wait_leader()
+        c.wait_in_sync({n.name for n in c.nodes})
+        yield c
+    finally:
+        c.close()
