@@ -198,14 +198,21 @@ def test_two_of_three_killed_confirms_stop_then_resume(cluster: Cluster) -> None
         with pytest.raises(PublishTimeout):
             await ch.publish(b"1", "two", persistent=True, timeout=4 * LEASE)
         pending = asyncio.ensure_future(ch.publish(b"2", "two", persistent=True))
+        # A definition change is not acknowledged either until a follower holds it.
+        admin = await connect([leader.url], recovery=False)
+        admin_ch = await admin.channel()
+        declaring = asyncio.ensure_future(admin_ch.declare_queue("two.new", durable=True))
         await asyncio.sleep(LEASE)
         assert not pending.done()
+        assert not declaring.done()
         # One node comes back (whichever left the in-sync set last is still in it).
         back = next((n for n in followers if n.name not in cluster.in_sync()), followers[0])
         back.start()
         await asyncio.wait_for(pending, 60)  # confirmed once it caught up
+        await asyncio.wait_for(declaring, 30)
         await ch.publish(b"3", "two", persistent=True)
         await conn.close()
+        await admin.close()
 
     try:
         asyncio.run(run())

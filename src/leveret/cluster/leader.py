@@ -55,6 +55,10 @@ class Tap:
         self.pending: deque[tuple[int, Calls]] = deque()
         self.safe: Callable[[], int] = lambda: -1  # the position confirms may go up to
         self.stopped = False
+        # Definition changes (SQL) are answered (declare-ok, HTTP 201/204) only once
+        # the followers hold them: `sql_position` is where the last one ends.
+        self.sql_position = 0
+        self._waiters: list[tuple[int, Callable[[], None]]] = []
 
     # ---- the store's side (any thread; the loop's in practice) -------------------------
 
@@ -108,6 +112,20 @@ class Tap:
         rel = self._rel(path)
         if rel is not None:
             self._add(wire.op_sql(rel, statements))
+            self.sql_position = self.position
+
+    def reached(self, position: int) -> bool:
+        return not self.stopped and position <= self.safe()
+
+    def when_safe(self, position: int, callback: Callable[[], None]) -> None:
+        """Call `callback` on the loop once `position` may be confirmed."""
+        self._waiters.append((position, callback))
+
+    async def wait_safe(self, position: int) -> None:
+        future = self.loop.create_future()
+        self.when_safe(position, lambda: future.done() or future.set_result(None))
+        self.check()
+        await future
 
     # ---- on the loop --------------------------------------------------------------------
 
@@ -141,12 +159,18 @@ class Tap:
 
     def check(self) -> None:
         """Run every held batch of callbacks that is now safe to confirm."""
-        if self.stopped or not self.pending:
+        if self.stopped or not (self.pending or self._waiters):
             return
         safe = self.safe()
         pending = self.pending
         while pending and pending[0][0] <= safe:
             _run_callbacks(pending.popleft()[1])
+        if self._waiters:
+            ready = [cb for pos, cb in self._waiters if pos <= safe]
+            if ready:
+                self._waiters = [(p, cb) for p, cb in self._waiters if p > safe]
+                for cb in ready:
+                    cb()
 
     @property
     def oldest_wait(self) -> int | None:
@@ -156,6 +180,7 @@ class Tap:
         """Stop leading: drop every held confirm, close every link."""
         self.stopped = True
         self.pending.clear()
+        self._waiters.clear()
         for link in list(self.links):
             link.close()
         self.links.clear()

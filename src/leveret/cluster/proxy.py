@@ -28,7 +28,8 @@ class Proxy:
         self.hold = hold
         self.what = what
         self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._writers: set[asyncio.StreamWriter] = set()  # every client and upstream
+        self._joined: set[asyncio.StreamWriter] = set()  # clients passed to a leader
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -38,14 +39,21 @@ class Proxy:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-            self.drop_all()
+            self._abort_everything()
             await self._server.wait_closed()
             self._server = None
 
     def drop_all(self) -> None:
+        """Close the connections passed to a leader (those waiting for one stay)."""
+        for writer in list(self._joined):
+            writer.transport.abort()
+        self._joined.clear()
+
+    def _abort_everything(self) -> None:
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
+        self._joined.clear()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
@@ -68,11 +76,13 @@ class Proxy:
                     return
                 await asyncio.sleep(0.05)
             self._writers.add(upstream)
+            self._joined.add(writer)
             await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # either end went away, or the proxy is stopping
         finally:
             self._writers.discard(writer)
+            self._joined.discard(writer)
             writer.close()
             if upstream is not None:
                 self._writers.discard(upstream)

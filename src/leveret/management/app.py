@@ -24,6 +24,7 @@ from aiohttp import web
 
 from leveret.broker.errors import AccessRefused, AlreadyExists, InvalidValue, ModelError, NotFound
 from leveret.broker.stats import Sampler
+from leveret.store import replica
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -82,6 +83,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             # with counts that are right (health checks and whoami need no queue).
             await server.wait_recovered()
     try:
+        if replica.TAP is not None and request.method != "GET":
+            return await _replicated(handler, request)
         return await handler(request)
     except Denied as exc:
         return error(401, "not_authorised", exc.reason)  # RabbitMQ's spelling here
@@ -98,6 +101,16 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     except Exception:
         log.exception("management API: %s %s failed", request.method, request.path)
         return error(500, "internal_server_error", "see the broker log")
+
+
+async def _replicated(handler: Handler, request: web.Request) -> web.StreamResponse:
+    """A cluster leader answers a definition change once its followers hold it."""
+    tap: Any = replica.TAP
+    mark = tap.sql_position
+    response = await handler(request)
+    if tap.sql_position != mark:
+        await tap.wait_safe(tap.sql_position)
+    return response
 
 
 def _authenticate(server: Server, header: str) -> Any:

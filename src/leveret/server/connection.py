@@ -51,6 +51,7 @@ from leveret.server.channel import Channel
 from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 from leveret.server.reading import ReadSizer
+from leveret.store import replica
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -153,6 +154,8 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self._out = self.core.output  # one queue for our frames and the core's
         self._out_bytes = 0
         self._out_large = False  # a large body is queued: flush with writelines
+        self._hold = 0  # a cluster leader's output waits for this stream position
+        self._hold_waiting = False
         self._sizer = ReadSizer()
         self._flush_handle: asyncio.Handle | None = None
         self._transport_paused = False
@@ -269,8 +272,10 @@ class AMQPConnection(asyncio.BufferedProtocol):
                             ch.ack(event.delivery_tag, event.multiple)
                         except (AMQPError, ModelError) as exc:
                             self._channel_exception(ch, exc, BASIC_ACK)
-                else:
+                elif replica.TAP is None:
                     self._event(event)
+                else:
+                    self._event_replicated(event)
                 if self.state == "closed":
                     break
         except AMQPError as exc:
@@ -545,10 +550,35 @@ class AMQPConnection(asyncio.BufferedProtocol):
             for channel in channels:
                 channel.flush_confirms()
 
+    def _event_replicated(self, event: pc.Event) -> None:
+        """A cluster leader: a method that changed definitions is answered (with all
+        output after it) once the followers hold the change (leveret.cluster)."""
+        tap = replica.TAP
+        mark = tap.sql_position  # type: ignore[union-attr]
+        self._event(event)
+        if tap is not None and tap.sql_position != mark:
+            self._hold = tap.sql_position
+
+    def _hold_for_followers(self) -> bool:
+        tap = replica.TAP
+        if tap is None or tap.reached(self._hold):  # type: ignore[attr-defined]
+            self._hold = 0
+            return False
+        if not self._hold_waiting:
+            self._hold_waiting = True
+            tap.when_safe(self._hold, self._hold_over)  # type: ignore[attr-defined]
+        return True
+
+    def _hold_over(self) -> None:
+        self._hold_waiting = False
+        self._flush()
+
     def _flush(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        if self._hold and self._hold_for_followers():
+            return
         if self._confirm_channels:
             self._flush_confirms()
         out = self._out
