@@ -83,9 +83,10 @@ class PikaPublisher:
     """Confirmed publishing of 0, 1, 2, ... with pika over several hosts; a publish
     that fails (the connection went) is retried on a new connection."""
 
-    def __init__(self, urls: list[str], queue: str) -> None:
+    def __init__(self, urls: list[str], queue: str, arguments: dict | None = None) -> None:
         self.urls = urls
         self.queue = queue
+        self.arguments = arguments
         self.confirmed: set[int] = set()
         self.retried: set[int] = set()
         self.next = 0
@@ -95,7 +96,7 @@ class PikaPublisher:
         self.conn = _connect(self.urls)
         self.ch = self.conn.channel()
         self.ch.confirm_delivery()
-        self.ch.queue_declare(self.queue, durable=True)
+        self.ch.queue_declare(self.queue, durable=True, arguments=self.arguments)
 
     def publish_one(self) -> None:
         value = self.next
