@@ -28,6 +28,8 @@ def test_readme_commands_match_ci():
     ci = (README.parent / ".ci" / "run").read_text()
     command = "bash scripts/install-test-deps.sh && python -m pytest"
     assert command in text and command in ci
+    pure = "bash scripts/test-pure-python.sh"
+    assert pure in text and pure in ci
 
 
 # -- the leveret.client examples ------------------------------------------------------------

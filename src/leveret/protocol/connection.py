@@ -36,6 +36,11 @@ from typing import Any
 from pamqp import commands as cmd
 from pamqp import decode as pamqp_decode
 
+try:
+    import cython
+except ImportError:  # no Cython installed: the annotations below are only comments
+    from leveret import _cython_shim as cython
+
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     BASIC_ACK,
@@ -125,6 +130,18 @@ CH_OPEN = 2
 CH_CLOSING = 3
 
 MAX_BODY_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+
+# The hot loops' constants as C values when compiled (cython.declare; plain ints in
+# Python): comparing a C int with a module global would box the int every time.
+_C_FRAME_END = cython.declare(cython.int, 0xCE)
+_C_FRAME_METHOD = cython.declare(cython.int, 1)
+_C_FRAME_HEADER = cython.declare(cython.int, 2)
+_C_FRAME_BODY = cython.declare(cython.int, 3)
+_C_CLASS_BASIC = cython.declare(cython.int, 60)
+_C_BASIC_PUBLISH = cython.declare(cython.Py_ssize_t, 0x003C0028)
+_C_BASIC_DELIVER = cython.declare(cython.Py_ssize_t, 0x003C003C)
+_C_BASIC_ACK = cython.declare(cython.Py_ssize_t, 0x003C0050)
+_C_CH_OPEN = cython.declare(cython.int, 2)
 
 
 class UsageError(Exception):
@@ -816,7 +833,7 @@ class Connection:
 
     # --- input --------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> Iterator[Event]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> Iterator[Event]:
         """Feed bytes from the peer; iterate the result for the events they complete.
 
         Take the events in order, and act on each before taking the next: the
@@ -831,6 +848,8 @@ class Connection:
         """
         if self.state == CLOSED:
             return iter(())
+        if type(data) is not bytes:  # the parser indexes bytes (typed so when compiled)
+            data = bytes(data)
         self._buf = self._buf + data if self._buf else data
         return self._parse()
 
@@ -839,13 +858,27 @@ class Connection:
         """Received bytes not parsed yet: the start of a frame whose rest has not come."""
         return self._buf
 
-    def receive_after_pending(self, data: bytes) -> Iterator[Event]:
+    def receive_after_pending(self, data: bytes | bytearray | memoryview) -> Iterator[Event]:
         """Like receive_data(), for a caller that put `pending` in front of its new
         bytes itself (it reads into one buffer behind them): `data` replaces it."""
         self._buf = b""
         return self.receive_data(data)
 
     def _parse(self) -> Iterator[Event]:
+        # Compiled (leveret._build), the annotated locals are C integers: the loop's
+        # arithmetic and comparisons cost no Python objects.
+        buf: bytes
+        n: cython.Py_ssize_t
+        pos: cython.Py_ssize_t
+        end: cython.Py_ssize_t
+        size: cython.Py_ssize_t
+        done: cython.Py_ssize_t
+        frame_max: cython.Py_ssize_t
+        contents: cython.Py_ssize_t
+        frame_type: cython.int
+        number: cython.int
+        index: cython.Py_ssize_t
+        fast_content: cython.Py_ssize_t
         events = self._events
         events.clear()
         buf = self._buf
@@ -863,7 +896,7 @@ class Connection:
         head = _FRAME_HEAD.unpack_from
         u32 = _U32.unpack_from
         channels = self._channels
-        fast_content = BASIC_DELIVER if self.client else BASIC_PUBLISH
+        fast_content = _C_BASIC_DELIVER if self.client else _C_BASIC_PUBLISH
         frame_max = self.reader.frame_max
         contents = 0
         try:
@@ -878,18 +911,18 @@ class Connection:
                     )
                 if end >= n:
                     break
-                if buf[end] != FRAME_END:
+                if buf[end] != _C_FRAME_END:
                     raise FrameError(
                         FRAME_ERROR,
                         f"bad frame end octet 0x{buf[end]:02x} (expected 0xce) on channel {number}",
                     )
-                if frame_type == FRAME_METHOD and number:
+                if frame_type == _C_FRAME_METHOD and number:
                     ch = channels.get(number)
                     if ch is not None and ch.state == CH_OPEN and ch.content is None:
                         index = u32(buf, pos + 7)[0]
                         if index == fast_content:
                             done = pos
-                            if index == BASIC_DELIVER:
+                            if index == _C_BASIC_DELIVER:
                                 done = self._deliveries(buf, pos, n)
                             if done == pos:
                                 done = self._whole_content(buf, pos, end, n, number, index)
@@ -901,7 +934,7 @@ class Connection:
                                 yield from events
                                 events.clear()
                                 continue
-                        elif index == BASIC_ACK and size >= 13 and self.state == OPEN:
+                        elif index == _C_BASIC_ACK and size >= 13 and self.state == OPEN:
                             # (A shorter ack takes the general path, which reports it.)
                             tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
                             pos = end + 1
@@ -927,10 +960,32 @@ class Connection:
             if self._deferred:
                 self._release_replies()
 
-    def _deliveries(self, buf: bytes, pos: int, n: int) -> int:
+    def _deliveries(self, buf: bytes, pos: cython.Py_ssize_t, n: cython.Py_ssize_t) -> int:
         """Client role: a run of consecutive whole deliveries (method, header, one
         body frame each) from `pos`, in one tight loop; returns the position after
         the last one taken (`pos` itself if the first is not such a delivery)."""
+        end: cython.Py_ssize_t
+        hpos: cython.Py_ssize_t
+        hend: cython.Py_ssize_t
+        bpos: cython.Py_ssize_t
+        bend: cython.Py_ssize_t
+        after: cython.Py_ssize_t
+        p: cython.Py_ssize_t
+        q: cython.Py_ssize_t
+        r: cython.Py_ssize_t
+        msize: cython.Py_ssize_t
+        hsize: cython.Py_ssize_t
+        bsize: cython.Py_ssize_t
+        body_size: cython.ulonglong  # a peer may send any 64-bit size
+        frame_max: cython.Py_ssize_t
+        max_body: cython.Py_ssize_t
+        mtype: cython.int
+        htype: cython.int
+        btype: cython.int
+        number: cython.int
+        hnum: cython.int
+        bnum: cython.int
+        class_id: cython.int
         append = self._events.append
         method_head = _METHOD_HEAD.unpack_from
         header_head = _HEADER_FRAME.unpack_from
@@ -945,11 +1000,11 @@ class Connection:
             mtype, number, msize, index = method_head(buf, pos)
             end = pos + 7 + msize
             if (
-                mtype != FRAME_METHOD
-                or index != BASIC_DELIVER
+                mtype != _C_FRAME_METHOD
+                or index != _C_BASIC_DELIVER
                 or msize + 8 > frame_max
                 or end >= n
-                or buf[end] != FRAME_END
+                or buf[end] != _C_FRAME_END
             ):
                 break
             ch = channels.get(number)
@@ -961,14 +1016,14 @@ class Connection:
             htype, hnum, hsize, class_id, _weight, body_size = header_head(buf, hpos)
             hend = hpos + 7 + hsize
             if (
-                htype != FRAME_HEADER
+                htype != _C_FRAME_HEADER
                 or hnum != number
                 or hsize < 14
-                or class_id != CLASS_BASIC
+                or class_id != _C_CLASS_BASIC
                 or hsize + 8 > frame_max
                 or body_size > max_body
                 or hend >= n
-                or buf[hend] != FRAME_END
+                or buf[hend] != _C_FRAME_END
             ):
                 break
             if body_size:
@@ -978,12 +1033,12 @@ class Connection:
                 btype, bnum, bsize = frame_head(buf, bpos)
                 bend = bpos + 7 + bsize
                 if (
-                    btype != FRAME_BODY
+                    btype != _C_FRAME_BODY
                     or bnum != number
                     or bsize != body_size
                     or bsize + 8 > frame_max
                     or bend >= n
-                    or buf[bend] != FRAME_END
+                    or buf[bend] != _C_FRAME_END
                 ):
                     break
                 body = buf[bpos + 7 : bend]
@@ -1019,27 +1074,53 @@ class Connection:
         return pos
 
     def _whole_content(
-        self, buf: bytes, pos: int, end: int, n: int, number: int, index: int
+        self,
+        buf: bytes,
+        pos: cython.Py_ssize_t,
+        end: cython.Py_ssize_t,
+        n: cython.Py_ssize_t,
+        number: cython.int,
+        index: cython.Py_ssize_t,
     ) -> int:
         """The fast path for a content method at `pos`: if its header and one body
         frame follow in the buffer, emit the event and return the position after
         them; -1 if they are not all here yet; 0 to take the frame-by-frame path
         (several body frames, or anything unusual, which that path reports)."""
+        hpos: cython.Py_ssize_t
+        hend: cython.Py_ssize_t
+        bpos: cython.Py_ssize_t
+        bend: cython.Py_ssize_t
+        after: cython.Py_ssize_t
+        p: cython.Py_ssize_t
+        q: cython.Py_ssize_t
+        r: cython.Py_ssize_t
+        k: cython.Py_ssize_t
+        k3: cython.Py_ssize_t
+        hsize: cython.Py_ssize_t
+        bsize: cython.Py_ssize_t
+        body_size: cython.ulonglong  # a peer may send any 64-bit size
+        frame_max: cython.Py_ssize_t
+        htype: cython.int
+        btype: cython.int
+        hnum: cython.int
+        bnum: cython.int
+        class_id: cython.int
+        bits: cython.int
         hpos = end + 1
         if n - hpos < 20:
             # Too short for a header frame (head, class, weight, size, flags, end).
             if n - hpos < 7:
                 return -1
             htype, hnum, hsize = _FRAME_HEAD.unpack_from(buf, hpos)
-            return -1 if htype == FRAME_HEADER and hnum == number and hsize >= 14 else 0
+            return -1 if htype == _C_FRAME_HEADER and hnum == number and hsize >= 14 else 0
         htype, hnum, hsize, class_id, _weight, body_size = _HEADER_FRAME.unpack_from(buf, hpos)
         hend = hpos + 7 + hsize
         frame_max = self.reader.frame_max
         if (
-            htype != FRAME_HEADER
+            htype != _C_FRAME_HEADER
             or hnum != number
             or hsize < 14
-            or class_id != CLASS_BASIC
+            or class_id != _C_CLASS_BASIC
             or hsize + 8 > frame_max
             or body_size > self.max_body_size
             or self.state != OPEN
@@ -1047,7 +1128,7 @@ class Connection:
             return 0
         if hend >= n:
             return -1
-        if buf[hend] != FRAME_END:
+        if buf[hend] != _C_FRAME_END:
             return 0
         if body_size:
             bpos = hend + 1
@@ -1055,18 +1136,23 @@ class Connection:
                 return -1
             btype, bnum, bsize = _FRAME_HEAD.unpack_from(buf, bpos)
             bend = bpos + 7 + bsize
-            if btype != FRAME_BODY or bnum != number or bsize != body_size or bsize + 8 > frame_max:
+            if (
+                btype != _C_FRAME_BODY
+                or bnum != number
+                or bsize != body_size
+                or bsize + 8 > frame_max
+            ):
                 return 0
             if bend >= n:
                 return -1
-            if buf[bend] != FRAME_END:
+            if buf[bend] != _C_FRAME_END:
                 return 0
             body = buf[bpos + 7 : bend]
             after = bend + 1
         else:
             body = b""
             after = hend + 1
-        if index == BASIC_DELIVER:
+        if index == _C_BASIC_DELIVER:
             # Inline basic.deliver: consumer tag, delivery tag, redelivered, exchange, key.
             p = pos + 11
             k = buf[p]
