@@ -68,6 +68,8 @@ def main() -> int:
                 order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
                 for scenario in scenarios:
                     for tool in tools:
+                        if tool not in scenario.tools:
+                            continue
                         for name in order:
                             port = brokers[name][1]
                             if tool == "amqbench":
@@ -98,6 +100,8 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for scenario in scenarios:
         for tool in tools:
+            if tool not in scenario.tools:
+                continue
             a = results[(scenario.key, tool, "A")]
             b = results[(scenario.key, tool, "B")]
             if scenario.figure == "latency":

@@ -193,6 +193,8 @@ class Scenario:
     flags: list[str]
     figure: str  # "consumed" | "confirmed" | "latency"
     perf_extra: list[str] = field(default_factory=list)
+    # The tools that can run it (amqbench has one queue per fanout branch only).
+    tools: tuple[str, ...] = ("amqbench", "leveret perf")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -227,6 +229,17 @@ SCENARIOS: dict[str, Scenario] = {
             ["--fanout", "10", "--persistent", "--confirm", "1000"],
             "consumed",
             ["--consumers", "10"],
+        ),
+        # Issue 31: many queues and connections at once. Producer i publishes to queue
+        # i mod 100, one consumer per queue; 100 unconfirmed a producer (10,000 in all).
+        Scenario(
+            "S8",
+            "100 durable queues, 100 producers, 100 consumers, persistent, confirm window "
+            "100 each: confirmed/s",
+            ["--persistent", "--confirm", "100"],
+            "confirmed",
+            ["--queues", "100", "--producers", "100", "--consumers", "100"],
+            tools=("leveret perf",),
         ),
     ]
 }
