@@ -65,6 +65,7 @@ class ClusterNode:
         self.role = "starting"
         self.epoch = 0  # the leader key's revision as this node last read it
         self.leader: dict[str, Any] | None = None
+        self.last_leader: str | None = None  # the node that led last, as far as we saw
         self.isr: list[str] = []
         self.isr_rev = 0
         self.term = 0
@@ -232,6 +233,7 @@ class ClusterNode:
         if leader is not None:
             self.leader = {**json.loads(leader.value), "lease": leader.lease}
             self.epoch = leader.mod_revision
+            self.last_leader = self.leader.get("node")
         else:
             self.leader = None
         isr = by_key.get(self.keys.isr)
@@ -277,6 +279,14 @@ class ClusterNode:
         members = list(self.isr) if self.isr else [self.name]
         if self.name not in members:
             members.append(self.name)
+        # The last leader's lease ran out (or it handed over): it is gone or cut off,
+        # so it leaves the set now rather than hold the new leader's first confirms
+        # until it times out; but never below the minimum (then it is still needed).
+        gone = self.last_leader
+        if gone and gone != self.name and gone in members:
+            without = [m for m in members if m != gone]
+            if len(without) >= self.min_replicas():
+                members = without
         ok, revision, _ = await self.etcd.txn(
             [
                 E.cmp_create_revision(self.keys.leader, 0),
