@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import pika
+import pika.exceptions
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -236,3 +237,226 @@ def test_the_pinned_families_are_rabbitmqs():
     for name, kind in PINNED.items():
         assert name in families, name
         assert families[name].type == kind, (name, families[name].type)
+
+
+# --- the families RabbitMQ's dashboards read that Leveret added (issue 28) ------------------
+
+
+def _gain(before, after, name, suffix="_total", **labels):
+    return value(after, name, suffix, **labels) - value(before, name, suffix, **labels)
+
+
+def _settle(connection, predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the broker never got there"
+        connection.process_data_events(0.05)
+
+
+def test_logins_are_counted(broker):
+    b, url = broker
+    before = scrape(url)
+    params = pika.URLParameters(b.url.replace("guest:guest", "guest:wrong"))
+    params.connection_attempts = 1
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(params)
+    pika.BlockingConnection(pika.URLParameters(b.url)).close()
+    after = scrape(url)
+    amqp = {"protocol": "amqp091"}
+    assert _gain(before, after, "rabbitmq_auth_attempts", **amqp) == 2
+    assert _gain(before, after, "rabbitmq_auth_attempts_succeeded", **amqp) == 1
+    assert _gain(before, after, "rabbitmq_auth_attempts_failed", **amqp) == 1
+
+
+def test_dead_lettering_is_counted_by_reason_and_strategy(broker):
+    b, url = broker
+    connection = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = connection.channel()
+    ch.exchange_declare("prom-dlx", "fanout", auto_delete=True)
+    ch.queue_declare("prom-dead", auto_delete=True)
+    ch.queue_bind("prom-dead", "prom-dlx")
+    dlx = {"x-dead-letter-exchange": "prom-dlx"}
+    ch.queue_declare("prom-rej", auto_delete=True, arguments=dlx)
+    ch.queue_declare("prom-rej-nodlx", auto_delete=True)
+    ch.queue_declare("prom-ttl", auto_delete=True, arguments={**dlx, "x-message-ttl": 1})
+    ch.queue_declare("prom-max", auto_delete=True, arguments={"x-max-length": 1})
+    before = scrape(url)
+    try:
+        for queue in ("prom-rej", "prom-rej-nodlx", "prom-ttl", "prom-max", "prom-max", "prom-max"):
+            ch.basic_publish("", queue, b"m")
+        for queue in ("prom-rej", "prom-rej-nodlx"):
+            _settle(
+                connection, lambda q=queue: ch.queue_declare(q, passive=True).method.message_count
+            )
+            method, _p, _b = ch.basic_get(queue)
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        _settle(
+            connection,
+            lambda: ch.queue_declare("prom-dead", passive=True).method.message_count == 2,
+        )
+        after = scrape(url)
+        classic = "rabbit_classic_queue"
+        name = "rabbitmq_global_messages_dead_lettered"
+        gains = {
+            (reason, strategy): _gain(
+                before, after, f"{name}_{reason}",
+                queue_type=classic, dead_letter_strategy=strategy,
+            )
+            for reason in ("rejected", "expired", "maxlen")
+            for strategy in ("at_most_once", "disabled")
+        }  # fmt: skip
+        assert gains == {
+            ("rejected", "at_most_once"): 1,
+            ("rejected", "disabled"): 1,
+            ("expired", "at_most_once"): 1,
+            ("expired", "disabled"): 0,
+            ("maxlen", "at_most_once"): 0,
+            ("maxlen", "disabled"): 2,
+        }
+        # RabbitMQ's quorum-queue series are listed too (none here).
+        assert value(after, f"{name}_confirmed", "_total", queue_type="rabbit_quorum_queue") == 0
+    finally:
+        for queue in ("prom-rej", "prom-rej-nodlx", "prom-ttl", "prom-max", "prom-dead"):
+            ch.queue_delete(queue)
+        connection.close()
+
+
+def test_confirm_publishers_unconfirmed_and_uncommitted(broker):
+    b, url = broker
+    before = scrape(url)
+    connection = pika.BlockingConnection(pika.URLParameters(b.url))
+    confirm = connection.channel()
+    confirm.confirm_delivery()
+    for _ in range(4):
+        confirm.basic_publish("", "prom-nowhere", b"x")
+    plain = connection.channel()
+    plain.basic_publish("", "prom-nowhere", b"x")
+    tx = connection.channel()
+    tx.tx_select()
+    tx.basic_publish("", "prom-nowhere", b"x")
+    tx.basic_publish("", "prom-nowhere", b"x")
+    idle = connection.channel()
+    idle.basic_qos(prefetch_count=7)
+    connection.process_data_events(0.1)
+    during = scrape(url)
+    amqp = {"protocol": "amqp091"}
+    assert _gain(before, during, "rabbitmq_global_messages_received_confirm", **amqp) == 4
+    # Channels that published, the transactional one too (as RabbitMQ counts them).
+    assert _gain(before, during, "rabbitmq_global_publishers", "", **amqp) == 3
+    per_channel = scrape(url + "/per-object")
+    uncommitted = [
+        s.value for s in per_channel["rabbitmq_channel_messages_uncommitted"].samples if s.value
+    ]
+    assert uncommitted == [2]
+    prefetch = [s.value for s in per_channel["rabbitmq_consumer_prefetch"].samples if s.value]
+    assert prefetch == [7]
+    assert value(during, "rabbitmq_channel_messages_unconfirmed") == 0  # all confirmed
+    connection.close()
+    deadline = time.monotonic() + 10
+    while value(after := scrape(url), "rabbitmq_channels") != value(before, "rabbitmq_channels"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # Closed channels' confirm-mode publishes stay counted; they publish no more.
+    assert _gain(before, after, "rabbitmq_global_messages_received_confirm", **amqp) == 4
+    assert _gain(before, after, "rabbitmq_global_publishers", "", **amqp) == 0
+
+
+def test_global_counters_by_queue_type_outlive_their_queues_and_vhosts(broker):
+    b, url = broker
+    b.admin.add_vhost("prom-v")
+    b.admin.set_permissions("guest", "prom-v", ".*", ".*", ".*")
+    before = scrape(url)
+    params = pika.URLParameters(b.url.rsplit("/", 1)[0] + "/prom-v")
+    connection = pika.BlockingConnection(params)
+    ch = connection.channel()
+    ch.queue_declare("prom-classic")
+    ch.queue_declare("prom-stream", durable=True, arguments={"x-queue-type": "stream"})
+    for queue in ("prom-classic", "prom-stream"):
+        ch.basic_publish("", queue, b"m")
+    ch.basic_get("prom-classic", auto_ack=True)
+    ch.basic_get("prom-classic", auto_ack=True)  # empty
+    ch.basic_qos(prefetch_count=1)
+    got = []
+    ch.basic_consume("prom-stream", lambda c, m, p, body: got.append(m.delivery_tag),
+                     arguments={"x-stream-offset": "first"})  # fmt: skip
+    _settle(connection, lambda: got)
+    ch.basic_ack(got[0])
+    connection.process_data_events(0.1)
+    name = "rabbitmq_global_messages"
+
+    def gains(after):
+        return {
+            (kind, queue_type): _gain(
+                before, after, f"{name}_{kind}", protocol="amqp091",
+                queue_type=f"rabbit_{queue_type}_queue",
+            )
+            for kind in ("delivered_get_auto_ack", "get_empty", "delivered_consume_manual_ack",
+                         "acknowledged")
+            for queue_type in ("classic", "stream")
+        }  # fmt: skip
+
+    expected = {
+        ("delivered_get_auto_ack", "classic"): 1,
+        ("delivered_get_auto_ack", "stream"): 0,
+        ("get_empty", "classic"): 1,
+        ("get_empty", "stream"): 0,
+        ("delivered_consume_manual_ack", "classic"): 0,
+        ("delivered_consume_manual_ack", "stream"): 1,
+        ("acknowledged", "classic"): 0,
+        ("acknowledged", "stream"): 1,
+    }
+    assert gains(scrape(url)) == expected
+    ch.queue_delete("prom-classic")
+    connection.close()
+    b.admin.delete_vhost("prom-v")  # its queues and closed connections go with it
+    after = scrape(url)
+    assert gains(after) == expected
+    assert _gain(before, after, f"{name}_received", protocol="amqp091") == 2
+    assert _gain(before, after, "rabbitmq_queues_deleted") == 2
+
+
+def test_detailed_gives_the_groups_asked_for(broker):
+    b, url = broker
+    connection = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = connection.channel()
+    ch.queue_declare("prom-detailed", auto_delete=True)
+    ch.basic_consume("prom-detailed", lambda *a: None)
+    base = url.removesuffix("/metrics")
+    try:
+        families = scrape(f"{base}/metrics/detailed?family=queue_consumer_count&vhost=%2F")
+        assert (
+            value(families, "rabbitmq_detailed_queue_consumers", vhost="/", queue="prom-detailed")
+            == 1
+        )
+        assert {f for f in families if f.startswith("rabbitmq_")} == {
+            "rabbitmq_detailed_queue_consumers",
+            "rabbitmq_identity_info",
+            "rabbitmq_build_info",
+        }
+        other = scrape(f"{base}/metrics/detailed?family=queue_coarse_metrics&vhost=nope")
+        assert other["rabbitmq_detailed_queue_messages"].samples == []
+        cluster = scrape(f"{base}/metrics/detailed?family=exchange_names&family=vhost_status")
+        assert value(cluster, "rabbitmq_cluster_vhost_status", vhost="/") == 1
+        assert value(
+            cluster, "rabbitmq_cluster_exchange_name", vhost="/", exchange="amq.topic",
+            type="topic",
+        ) == 1  # fmt: skip
+    finally:
+        connection.close()
+
+
+def test_identity_build_and_socket_limit(broker):
+    from leveret.management.prometheus import max_tcp_sockets
+
+    b, url = broker
+    families = scrape(url)
+    identity = families["rabbitmq_identity_info"].samples[0].labels
+    assert identity["rabbitmq_cluster"] == b.server.broker.cluster_name
+    assert identity["rabbitmq_cluster_permanent_id"].startswith("leveret-cluster-id-")
+    build = families["rabbitmq_build_info"].samples[0].labels
+    assert build["rabbitmq_version"] == "3.10.8"
+    assert build["erlang_version"].startswith("python-")
+    max_fds = value(families, "rabbitmq_process_max_fds")
+    assert value(families, "rabbitmq_process_max_tcp_sockets") == max_tcp_sockets(int(max_fds))
+    assert max_tcp_sockets(1024) == 832  # RabbitMQ 3.10's figure for a 1024 limit
+    assert value(families, "process_start_time_seconds") <= time.time()

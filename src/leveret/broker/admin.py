@@ -104,7 +104,7 @@ class Admin:
     # --- vhosts ---------------------------------------------------------------
 
     def _make_vhost(self, record: dict[str, Any]) -> VirtualHost:
-        vhost = VirtualHost(record["name"], self.hooks)
+        vhost = VirtualHost(record["name"], self.hooks, self.broker.counters)
         vhost.watchers = self.broker.vhost_watchers  # one list for all (federation)
         vhost.description = record.get("description", "")
         vhost.tags = list(record.get("tags", []))
@@ -170,6 +170,7 @@ class Admin:
         for policy in vhost.operator_policies.values():
             self.hooks.catalog_delete("operator_policy", _key(name, policy.name))
         self.hooks.catalog_delete("vhost", name)
+        self.broker.counters.vhost_deleted(vhost)  # node totals never go back
         log.info("vhost '%s' deleted", name)
 
     def list_vhosts(self) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from leveret.broker.admin import Admin
 from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.durability import DurabilityHooks
 from leveret.broker.parameters import RuntimeParameters
+from leveret.broker.stats import NodeCounters
 from leveret.broker.vhost import VirtualHost
 from leveret.config import ServerConfig
 
@@ -44,6 +45,7 @@ class Broker:
         self.channels_opened = 0
         # Watchers of every vhost's topology and policies (VirtualHost.watchers).
         self.vhost_watchers: list[Any] = []
+        self.counters = NodeCounters()  # node totals that outlive their objects (Prometheus)
         self.admin = Admin(self)
         self.admin.load()
         # Shovels and federation upstreams (leveret.links acts on them).

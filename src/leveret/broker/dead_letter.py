@@ -116,6 +116,16 @@ def _is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:
     return False
 
 
+def count(vhost: VirtualHost, queue: Queue, reason: str, n: int = 1) -> None:
+    """Count messages that left `queue` for `reason` without a delivery, whether or not
+    they go anywhere (RabbitMQ's rabbitmq_global_messages_dead_lettered_*_total): with
+    strategy "at_most_once" when the queue's DLX exists, "disabled" when they are
+    dropped. A queue type with other guarantees (quorum's at_least_once) passes its own."""
+    dlx = queue.options.dead_letter_exchange
+    strategy = "at_most_once" if dlx is not None and dlx in vhost.exchanges else "disabled"
+    vhost.counters.add_dead_lettered(reason, queue.queue_type, strategy, n)
+
+
 def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str) -> None:
     """Send `message`, which left `queue` for `reason`, to the queue's DLX if it has one."""
     dlx_name = queue.options.dead_letter_exchange

@@ -38,6 +38,9 @@ FIELDS = (
     "ack",
     "return_unroutable",  # mandatory and no queue: basic.return
     "drop_unroutable",  # no queue and not mandatory: dropped
+    # channel: published in confirm mode. Not counted per message: the channel's
+    # confirm sequence number is that count, folded in here when the channel closes.
+    "publish_confirm",
 )
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
 # Which keys RabbitMQ shows for each kind of object (all of them, zeros too, once any moved).
@@ -230,3 +233,67 @@ class Sampler:
         self.overview_rates, self._overview_last = rates_between(
             self._overview_last, overview, seconds
         )
+
+
+# --- node totals ----------------------------------------------------------------------------
+
+
+def queue_type_label(queue_type: str) -> str:
+    """A queue type as RabbitMQ's `queue_type` label names it ("classic" ->
+    "rabbit_classic_queue"): the one place the label is made, for every queue type."""
+    return f"rabbit_{queue_type}_queue"
+
+
+class NodeCounters:
+    """Node totals that must outlive the objects that made them, as RabbitMQ's
+    rabbit_global_counters do: the Prometheus `rabbitmq_global_*` and
+    `rabbitmq_auth_attempts_*` families never go back.
+
+    Nothing here is touched per published message. Queues' counts (deliveries,
+    acks, ...) are read from the live queues at scrape time; a deleted queue's are
+    folded in here by type, a deleted vhost's closed-connection counts and churn
+    likewise. Dead-lettering and logins add to their counters as they happen.
+    """
+
+    def __init__(self) -> None:
+        self.retired_queues: dict[str, MessageStats] = {}  # queue type -> deleted queues
+        self.retired_stats = MessageStats()  # channel-side counts of deleted vhosts
+        self.retired_churn = [0, 0, 0]  # queues declared, created, deleted, of deleted vhosts
+        # (reason, queue type, dead-letter strategy) -> messages
+        self.dead_lettered: dict[tuple[str, str, str], int] = {}
+        self.auth_attempts: dict[str, list[int]] = {}  # protocol -> [succeeded, failed]
+
+    def queue_deleted(self, queue: Any) -> None:
+        retired = self.retired_queues.get(queue.queue_type)
+        if retired is None:
+            retired = self.retired_queues[queue.queue_type] = MessageStats()
+        retired.add(queue.stats)
+
+    def vhost_deleted(self, vhost: Any) -> None:
+        """Keep a deleted vhost's totals. Its stats and churn objects then point here, so
+        that connections still closing add to the node's totals."""
+        self.retired_stats.add(vhost.stats)
+        vhost.stats = self.retired_stats
+        for i, n in enumerate(vhost.churn):
+            self.retired_churn[i] += n
+        vhost.churn = self.retired_churn
+
+    def add_dead_lettered(self, reason: str, queue_type: str, strategy: str, n: int = 1) -> None:
+        key = (reason, queue_type, strategy)
+        self.dead_lettered[key] = self.dead_lettered.get(key, 0) + n
+
+    def auth_attempt(self, succeeded: bool, protocol: str = "amqp091") -> None:
+        counts = self.auth_attempts.get(protocol)
+        if counts is None:
+            counts = self.auth_attempts[protocol] = [0, 0]
+        counts[0 if succeeded else 1] += 1
+
+    def queue_counts(self, vhosts: Iterable[Any]) -> dict[str, tuple[int, ...]]:
+        """Queue-side counts by queue type: the live queues' and the deleted ones'."""
+        by_type: dict[str, list[MessageStats | tuple[int, ...]]] = {
+            kind: [stats] for kind, stats in self.retired_queues.items()
+        }
+        for vhost in vhosts:
+            for queue in vhost.queues.values():
+                by_type.setdefault(queue.queue_type, []).append(queue.stats)
+        return {kind: total(stats) for kind, stats in by_type.items()}

@@ -28,7 +28,7 @@ from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
 from leveret.broker.queues import Queue, QueueEntry, new_queue
-from leveret.broker.stats import MessageStats
+from leveret.broker.stats import MessageStats, NodeCounters
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -69,9 +69,16 @@ def _check_equivalent(describe: str, *fields: tuple[str, str, str]) -> None:
 
 
 class VirtualHost:
-    def __init__(self, name: str = "/", hooks: DurabilityHooks | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "/",
+        hooks: DurabilityHooks | None = None,
+        counters: NodeCounters | None = None,
+    ) -> None:
         self.name = name
         self.hooks = hooks or DurabilityHooks()
+        # The broker's node totals (Prometheus): deleted queues and dead-lettering.
+        self.counters = counters if counters is not None else NodeCounters()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # Message counts of closed connections (broker.stats); open ones add their own.
@@ -375,6 +382,7 @@ class VirtualHost:
         queue.stop_timers()
         self.queues.pop(queue.name, None)
         self.churn[2] += 1
+        self.counters.queue_deleted(queue)
         count = len(queue.ready)
         for binding in list(queue.bindings):
             self._drop_binding(binding, cascade=True)

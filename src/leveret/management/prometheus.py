@@ -1,10 +1,20 @@
-"""Prometheus metrics in the names of RabbitMQ's rabbitmq_prometheus plugin.
+"""Prometheus metrics in the names, types and labels of RabbitMQ's rabbitmq_prometheus.
 
-`/metrics` gives totals over all objects, as RabbitMQ does by default, so its
-Grafana dashboards work unchanged; `/metrics/per-object` adds per-queue series
-labelled {vhost, queue}. Everything is read from the live model at scrape time
-(a Collector), so metrics cost nothing between scrapes and nothing per message
-beyond the counters broker/stats.py keeps anyway. The text is prometheus-client's.
+Three endpoints, as RabbitMQ 3.10 has them (tests/compat/prometheus records its):
+
+- `/metrics`: node totals; every per-object family summed into one unlabelled
+  sample, so RabbitMQ's Grafana dashboards and alerts work unchanged;
+- `/metrics/per-object`: the same families with a sample per queue, channel and
+  connection (labels `vhost`/`queue`, `channel`);
+- `/metrics/detailed?family=GROUP&vhost=V`: only the groups asked for (RabbitMQ's
+  group names: `queue_coarse_metrics`, `channel_metrics`, ...), per object, named
+  `rabbitmq_detailed_*`, plus the cluster-wide `rabbitmq_cluster_*` groups.
+
+The families are grouped as RabbitMQ's collector groups them (GROUPS below); each
+group reads the live model at scrape time (a Collector), so metrics cost nothing
+between scrapes and nothing per message beyond the counters broker/stats.py keeps
+anyway. Families that only an Erlang VM has (reductions, schedulers, Mnesia,
+allocators) are left out: docs/differences.md#prometheus lists them.
 
 Leveret's own series start with `leveret_`: the store's fsync latency and group
 commit sizes, and message bodies paged out to disk.
@@ -12,15 +22,19 @@ commit sizes, and message bodies paged out to disk.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import platform
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -30,7 +44,7 @@ from prometheus_client.core import (
 )
 
 import leveret
-from leveret.broker.stats import FIELDS, total, vhost_counts
+from leveret.broker.stats import FIELDS, queue_type_label, total, vhost_counts
 from leveret.server.alarms import resident_bytes
 
 if TYPE_CHECKING:
@@ -39,27 +53,853 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.prometheus")
 
-NODE = "leveret@localhost"
-AMQP = {"protocol": "amqp091"}
+NODE = "leveret@localhost"  # as the management API names the node
+PROTOCOL = "amqp091"
+#: the RabbitMQ version whose metrics these are (build_info's rabbitmq_version)
+RABBITMQ_VERSION = "3.10.8"
+#: queue types whose series RabbitMQ always lists, whether or not such queues exist
+QUEUE_TYPES = ("classic", "quorum", "stream")
+#: the (queue type, dead-letter strategy) series RabbitMQ 3.10 always lists, by reason
+DEAD_LETTER_SERIES: dict[str, set[tuple[str, str]]] = {
+    "confirmed": {("quorum", "at_least_once")},
+    "delivery_limit": {("quorum", s) for s in ("at_least_once", "at_most_once", "disabled")},
+    "expired": {("classic", "at_most_once"), ("classic", "disabled")}
+    | {("quorum", s) for s in ("at_least_once", "at_most_once", "disabled")},
+    "maxlen": {("classic", "at_most_once"), ("classic", "disabled")}
+    | {("quorum", s) for s in ("at_most_once", "disabled")},
+    "rejected": {("classic", "at_most_once"), ("classic", "disabled")}
+    | {("quorum", s) for s in ("at_least_once", "at_most_once", "disabled")},
+}
 _I = {name: i for i, name in enumerate(FIELDS)}
+_NAN = float("nan")
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
+@dataclass
+class Family:
+    """One family before rendering: samples carry every label; `kept` names the labels
+    that stay when `/metrics` sums the per-object samples (e.g. `protocol`)."""
+
+    name: str
+    kind: str  # "gauge", "counter" (name without _total), "untyped"
+    doc: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    kept: tuple[str, ...] = ()
+
+    def add(self, value: float, **labels: str) -> Family:
+        self.samples.append((labels, value))
+        return self
 
 
-def _counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:
-    if labels is None:
-        return CounterMetricFamily(name, doc, value=value)
-    family = CounterMetricFamily(name, doc, labels=list(labels))
-    family.add_metric(list(labels.values()), value)
-    return family
+@dataclass
+class Scrape:
+    """What one scrape reads from the broker, collected once and shared by the groups."""
+
+    server: Server
+    vhost_filter: set[str] | None = None
+
+    def __post_init__(self) -> None:
+        broker = self.server.broker
+        self.broker = broker
+        self.vhosts = list(broker.vhosts.values())
+        self.connections = list(broker.connections)
+        self.channels = [
+            ch for c in self.connections for ch in c.channels.values() if not ch.closing
+        ]
+        self.queues = [q for v in self.vhosts for q in v.queues.values()]
+        if self.vhost_filter is not None:
+            self.queues = [q for q in self.queues if q.vhost.name in self.vhost_filter]
 
 
-def _untyped(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:
-    family = UnknownMetricFamily(name, doc, labels=list(labels or {}))
-    family.add_metric(list((labels or {}).values()), value)
-    return family
+def _channel_label(ch: Any) -> str:
+    """A channel as the management API names it: "<connection name> (<number>)"."""
+    return f"{ch.conn.name} ({ch.number})"
+
+
+# --- the groups, in RabbitMQ's names ----------------------------------------------------
+
+
+def _connection_churn(s: Scrape) -> Iterator[Family]:
+    broker = s.broker
+    retired = broker.counters.retired_churn
+    churn = [sum(v.churn[i] for v in s.vhosts) + retired[i] for i in range(3)]
+    for name, doc, value in (
+        ("connections_opened", "Total number of connections opened", broker.connections_opened),
+        (
+            "connections_closed",
+            "Total number of connections closed or terminated",
+            broker.connections_opened - len(s.connections),
+        ),
+        ("channels_opened", "Total number of channels opened", broker.channels_opened),
+        (
+            "channels_closed",
+            "Total number of channels closed",
+            broker.channels_opened - len(s.channels),
+        ),
+        ("queues_declared", "Total number of queues declared", churn[0]),
+        ("queues_created", "Total number of queues created", churn[1]),
+        ("queues_deleted", "Total number of queues deleted", churn[2]),
+    ):
+        yield Family(name, "counter", doc).add(value)
+
+
+def _node_coarse(s: Scrape) -> Iterator[Family]:
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        fds = 0
+    try:
+        st = os.statvfs(s.server.config.data_dir or ".")
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 0
+    yield Family("process_open_fds", "gauge", "Open file descriptors").add(fds)
+    yield Family("process_open_tcp_sockets", "gauge", "Open TCP sockets").add(
+        len(s.server.connections)
+    )
+    yield Family("process_resident_memory_bytes", "gauge", "Memory used in bytes").add(
+        resident_bytes()
+    )
+    yield Family("disk_space_available_bytes", "gauge", "Disk space available in bytes").add(free)
+
+
+def max_tcp_sockets(max_fds: int) -> int:
+    """Sockets that fit in the descriptor limit, reckoned as RabbitMQ reckons its
+    sockets_total: 90% of what is left after 100 descriptors for files."""
+    return max(0, round((max_fds - 100) * 0.9))
+
+
+def _node(s: Scrape) -> Iterator[Family]:
+    alarms = s.server.alarms
+    max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    yield Family("process_max_fds", "gauge", "Open file descriptors limit").add(max_fds)
+    yield Family("process_max_tcp_sockets", "gauge", "Open TCP sockets limit").add(
+        max_tcp_sockets(max_fds)
+    )
+    yield Family("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes").add(
+        alarms.memory_limit if alarms is not None else 0
+    )
+    yield Family(
+        "disk_space_available_limit_bytes", "gauge", "Free disk space low watermark in bytes"
+    ).add(alarms.disk_free_limit if alarms is not None else 0)
+    yield Family("erlang_uptime_seconds", "gauge", "Node uptime").add(
+        time.monotonic() - s.server.started_at
+    )
+
+
+def _node_persister(s: Scrape) -> Iterator[Family]:
+    """The message store's fsyncs, as RabbitMQ's I/O sync counters."""
+    state = s.server.durable_state
+    committer = state.messages.committer if state is not None else None
+    fsyncs = committer.fsync_seconds if committer is not None else None
+    yield Family("io_sync_ops", "counter", "Total number of I/O sync operations").add(
+        fsyncs.count if fsyncs is not None else 0
+    )
+    yield Family("io_sync_time_seconds", "counter", "Total I/O sync time").add(
+        fsyncs.sum if fsyncs is not None else 0.0
+    )
+
+
+RAFT = (
+    ("raft_term", "counter", "Current Raft term number"),
+    ("raft_log_snapshot_index", "gauge", "Raft log snapshot index"),
+    ("raft_log_last_applied_index", "gauge", "Raft log last applied index"),
+    ("raft_log_commit_index", "gauge", "Raft log commit index"),
+    ("raft_log_last_written_index", "gauge", "Raft log last written index"),
+    ("raft_entry_commit_latency_seconds", "gauge", "Time taken for a log entry to be committed"),
+)
+
+
+def _ra(s: Scrape) -> Iterator[Family]:
+    """Raft logs of replicated queues: a queue type that has one gives
+    `raft_metrics()` -> {family: value}; none does yet, so these are empty."""
+    families = [Family(name, kind, doc) for name, kind, doc in RAFT]
+    for q in s.queues:
+        raft = getattr(q, "raft_metrics", None)
+        if raft is None:
+            continue
+        values = raft()
+        for family in families:
+            if family.name in values:
+                family.add(values[family.name], vhost=q.vhost.name, queue=q.name)
+    yield from families
+
+
+def _auth_attempts(s: Scrape) -> Iterator[Family]:
+    attempts = s.broker.counters.auth_attempts or {PROTOCOL: [0, 0]}
+    kept = ("protocol",)
+    every = Family("auth_attempts", "counter", "Total number of authorization attempts", kept=kept)
+    ok = Family(
+        "auth_attempts_succeeded",
+        "counter",
+        "Total number of successful authentication attempts",
+        kept=kept,
+    )
+    failed = Family(
+        "auth_attempts_failed",
+        "counter",
+        "Total number of failed authentication attempts",
+        kept=kept,
+    )
+    for protocol, (succeeded, refused) in sorted(attempts.items()):
+        every.add(succeeded + refused, protocol=protocol)
+        ok.add(succeeded, protocol=protocol)
+        failed.add(refused, protocol=protocol)
+    yield from (every, ok, failed)
+
+
+def _auth_attempts_detailed(s: Scrape) -> Iterator[Family]:
+    """Attempts by source address and user: RabbitMQ keeps them only when told to
+    (off by default, as here), so the families are listed without samples."""
+    for name, doc in (
+        ("auth_attempts_detailed", "Total number of authorization attempts with source info"),
+        (
+            "auth_attempts_detailed_succeeded",
+            "Total number of successful authorization attempts with source info",
+        ),
+        (
+            "auth_attempts_detailed_failed",
+            "Total number of failed authorization attempts with source info",
+        ),
+    ):
+        yield Family(name, "counter", doc, kept=("remote_address", "username", "protocol"))
+
+
+def _per_queue(
+    s: Scrape, specs: Iterable[tuple[str, str, str, Callable[[Any], float]]]
+) -> Iterator[Family]:
+    for name, kind, doc, of in specs:
+        family = Family(name, kind, doc)
+        for q in s.queues:
+            family.add(of(q), vhost=q.vhost.name, queue=q.name)
+        yield family
+
+
+def _ready_bytes(q: Any) -> int:
+    return getattr(q.ready, "bytes", 0)
+
+
+def _paged(q: Any) -> int:
+    return getattr(q.ready, "paged", 0)
+
+
+def _queue_coarse(s: Scrape) -> Iterator[Family]:
+    yield from _per_queue(
+        s,
+        (
+            (
+                "queue_messages_ready",
+                "gauge",
+                "Messages ready to be delivered to consumers",
+                lambda q: q.message_count,
+            ),
+            (
+                "queue_messages_unacked",
+                "gauge",
+                "Messages delivered to consumers but not yet acknowledged",
+                lambda q: q.unacked,
+            ),
+            (
+                "queue_messages",
+                "gauge",
+                "Sum of ready and unacknowledged messages - total queue depth",
+                lambda q: q.message_count + q.unacked,
+            ),
+        ),
+    )
+
+
+QUEUE_CONSUMERS = ("queue_consumers", "gauge", "Consumers on a queue", lambda q: q.consumer_count)
+
+
+def _queue_consumer_count(s: Scrape) -> Iterator[Family]:
+    yield from _per_queue(s, (QUEUE_CONSUMERS,))
+
+
+def _queue(s: Scrape) -> Iterator[Family]:
+    """As the management API's queue fields, with its stand-ins where Leveret keeps no
+    such sum (docs/management.md#stand-ins): persistent and unacknowledged bytes."""
+    yield from _per_queue(
+        s,
+        (
+            QUEUE_CONSUMERS,
+            (
+                "queue_consumer_capacity",
+                "gauge",
+                "Consumer capacity",
+                lambda q: 1.0 if q.consumer_count else 0.0,
+            ),
+            (
+                "queue_consumer_utilisation",
+                "gauge",
+                "Same as consumer capacity",
+                lambda q: 1.0 if q.consumer_count else 0.0,
+            ),
+            (
+                "queue_process_memory_bytes",
+                "gauge",
+                "Memory in bytes used by the Erlang queue process",
+                lambda q: 0,
+            ),
+            (
+                "queue_messages_ram",
+                "gauge",
+                "Ready and unacknowledged messages stored in memory",
+                lambda q: q.message_count + q.unacked - _paged(q),
+            ),
+            (
+                "queue_messages_ram_bytes",
+                "gauge",
+                "Size of ready and unacknowledged messages stored in memory",
+                _ready_bytes,
+            ),
+            (
+                "queue_messages_ready_ram",
+                "gauge",
+                "Ready messages stored in memory",
+                lambda q: q.message_count - _paged(q),
+            ),
+            (
+                "queue_messages_unacked_ram",
+                "gauge",
+                "Unacknowledged messages stored in memory",
+                lambda q: q.unacked,
+            ),
+            ("queue_messages_persistent", "gauge", "Persistent messages", lambda q: 0),
+            (
+                "queue_messages_persistent_bytes",
+                "gauge",
+                "Size in bytes of persistent messages",
+                lambda q: 0,
+            ),
+            (
+                "queue_messages_bytes",
+                "gauge",
+                "Size in bytes of ready and unacknowledged messages",
+                _ready_bytes,
+            ),
+            (
+                "queue_messages_ready_bytes",
+                "gauge",
+                "Size in bytes of ready messages",
+                _ready_bytes,
+            ),
+            (
+                "queue_messages_unacked_bytes",
+                "gauge",
+                "Size in bytes of all unacknowledged messages",
+                lambda q: 0,
+            ),
+            ("queue_messages_paged_out", "gauge", "Messages paged out to disk", _paged),
+            (
+                "queue_messages_paged_out_bytes",
+                "gauge",
+                "Size in bytes of messages paged out to disk",
+                lambda q: 0,
+            ),
+            (
+                "queue_head_message_timestamp",
+                "gauge",
+                "Timestamp of the first message in the queue, if any",
+                lambda q: _NAN,
+            ),
+            (
+                "queue_disk_reads",
+                "counter",
+                "Total number of times queue read messages from disk",
+                lambda q: 0,
+            ),
+            (
+                "queue_disk_writes",
+                "counter",
+                "Total number of times queue wrote messages to disk",
+                lambda q: 0,
+            ),
+        ),
+    )
+
+
+def _per_channel(
+    s: Scrape, specs: Iterable[tuple[str, str, str, Callable[[Any], float]]], vhost: bool = False
+) -> Iterator[Family]:
+    for name, kind, doc, of in specs:
+        family = Family(name, kind, doc)
+        for ch in s.channels:
+            if vhost:
+                family.add(of(ch), channel=_channel_label(ch), vhost=ch.vhost.name)
+            else:
+                family.add(of(ch), channel=_channel_label(ch))
+        yield family
+
+
+def _uncommitted(ch: Any, part: str) -> int:
+    tx = ch.tx
+    return len(getattr(tx, part)) if tx is not None else 0
+
+
+def _channel(s: Scrape) -> Iterator[Family]:
+    yield from _per_channel(
+        s,
+        (
+            ("channel_consumers", "gauge", "Consumers on a channel", lambda ch: len(ch.consumers)),
+            (
+                "channel_messages_unacked",
+                "gauge",
+                "Delivered but not yet acknowledged messages",
+                lambda ch: ch.unacked_count,
+            ),
+            (
+                "channel_messages_unconfirmed",
+                "gauge",
+                "Published but not yet confirmed messages",
+                lambda ch: ch.publish_seq - ch.confirmed_upto if ch.confirm_mode else 0,
+            ),
+            (
+                "channel_messages_uncommitted",
+                "gauge",
+                "Messages received in a transaction but not yet committed",
+                lambda ch: _uncommitted(ch, "publishes"),
+            ),
+            (
+                "channel_acks_uncommitted",
+                "gauge",
+                "Message acknowledgements in a transaction not yet committed",
+                lambda ch: _uncommitted(ch, "settlements"),
+            ),
+            (
+                "consumer_prefetch",
+                "gauge",
+                "Limit of unacknowledged messages for each consumer",
+                lambda ch: ch.prefetch_count,
+            ),
+            (
+                "channel_prefetch",
+                "gauge",
+                "Total limit of unacknowledged messages for all consumers on a channel",
+                lambda ch: ch.global_prefetch,
+            ),
+        ),
+    )
+
+
+def _stat(key: str) -> Callable[[Any], float]:
+    return lambda ch: getattr(ch.stats, key)
+
+
+def _channel_exchange(s: Scrape) -> Iterator[Family]:
+    """Per channel (RabbitMQ: per channel and exchange; docs/differences.md#prometheus)."""
+    yield from _per_channel(
+        s,
+        (
+            (
+                "channel_messages_published",
+                "counter",
+                "Total number of messages published into an exchange on a channel",
+                _stat("publish"),
+            ),
+            (
+                "channel_messages_confirmed",
+                "counter",
+                "Total number of messages published into an exchange and confirmed on the channel",
+                _stat("confirm"),
+            ),
+            (
+                "channel_messages_unroutable_returned",
+                "counter",
+                "Total number of messages published as mandatory into an exchange and returned "
+                "to the publisher as unroutable",
+                _stat("return_unroutable"),
+            ),
+            (
+                "channel_messages_unroutable_dropped",
+                "counter",
+                "Total number of messages published as non-mandatory into an exchange and "
+                "dropped as unroutable",
+                _stat("drop_unroutable"),
+            ),
+        ),
+        vhost=True,
+    )
+
+
+def _channel_queue(s: Scrape) -> Iterator[Family]:
+    """Per channel (RabbitMQ: per channel and queue; docs/differences.md#prometheus)."""
+    yield from _per_channel(
+        s,
+        (
+            (
+                "channel_get_ack",
+                "counter",
+                "Total number of messages fetched with basic.get in manual acknowledgement mode",
+                _stat("get"),
+            ),
+            (
+                "channel_get",
+                "counter",
+                "Total number of messages fetched with basic.get in automatic acknowledgement mode",
+                _stat("get_no_ack"),
+            ),
+            (
+                "channel_messages_delivered_ack",
+                "counter",
+                "Total number of messages delivered to consumers in manual acknowledgement mode",
+                _stat("deliver"),
+            ),
+            (
+                "channel_messages_delivered",
+                "counter",
+                "Total number of messages delivered to consumers in automatic acknowledgement mode",
+                _stat("deliver_no_ack"),
+            ),
+            (
+                "channel_messages_redelivered",
+                "counter",
+                "Total number of messages redelivered to consumers",
+                _stat("redeliver"),
+            ),
+            (
+                "channel_messages_acked",
+                "counter",
+                "Total number of messages acknowledged by consumers",
+                _stat("ack"),
+            ),
+            (
+                "channel_get_empty",
+                "counter",
+                "Total number of times basic.get operations fetched no message",
+                _stat("get_empty"),
+            ),
+        ),
+        vhost=True,
+    )
+
+
+def _per_connection(
+    s: Scrape, specs: Iterable[tuple[str, str, str, Callable[[Any], float]]]
+) -> Iterator[Family]:
+    for name, kind, doc, of in specs:
+        family = Family(name, kind, doc)
+        for conn in s.connections:
+            family.add(of(conn), channel=conn.name)  # sic: RabbitMQ's label name
+        yield family
+
+
+def _connection_coarse(s: Scrape) -> Iterator[Family]:
+    yield from _per_connection(
+        s,
+        (
+            (
+                "connection_incoming_bytes",
+                "counter",
+                "Total number of bytes received on a connection",
+                lambda c: c.recv_oct,
+            ),
+            (
+                "connection_outgoing_bytes",
+                "counter",
+                "Total number of bytes sent on a connection",
+                lambda c: c.send_oct,
+            ),
+        ),
+    )
+
+
+def _connection(s: Scrape) -> Iterator[Family]:
+    yield from _per_connection(
+        s,
+        (
+            (
+                "connection_incoming_packets",
+                "counter",
+                "Total number of packets received on a connection",
+                lambda c: c.recv_cnt,
+            ),
+            (
+                "connection_outgoing_packets",
+                "counter",
+                "Total number of packets sent on a connection",
+                lambda c: c.send_cnt,
+            ),
+            (
+                "connection_pending_packets",
+                "gauge",
+                "Number of packets waiting to be sent on a connection",
+                lambda c: c.transport.get_write_buffer_size() if c.transport else 0,
+            ),
+            ("connection_channels", "gauge", "Channels on a connection", lambda c: len(c.channels)),
+        ),
+    )
+
+
+def _channel_queue_exchange(s: Scrape) -> Iterator[Family]:
+    """Per queue (RabbitMQ: per channel, exchange and queue; docs/differences.md#prometheus)."""
+    family = Family(
+        "queue_messages_published", "counter", "Total number of messages published to queues"
+    )
+    for q in s.queues:
+        family.add(q.stats.publish, queue_vhost=q.vhost.name, queue=q.name)
+    yield family
+
+
+#: RabbitMQ's collector groups (the `family` values /metrics/detailed takes), in its order
+GROUPS: dict[str, Callable[[Scrape], Iterator[Family]]] = {
+    "connection_churn_metrics": _connection_churn,
+    "node_coarse_metrics": _node_coarse,
+    "node_metrics": _node,
+    "node_persister_metrics": _node_persister,
+    "ra_metrics": _ra,
+    "auth_attempt_metrics": _auth_attempts,
+    "auth_attempt_detailed_metrics": _auth_attempts_detailed,
+    "queue_coarse_metrics": _queue_coarse,
+    "queue_consumer_count": _queue_consumer_count,
+    "queue_metrics": _queue,
+    "channel_metrics": _channel,
+    "channel_exchange_metrics": _channel_exchange,
+    "channel_queue_metrics": _channel_queue,
+    "connection_coarse_metrics": _connection_coarse,
+    "connection_metrics": _connection,
+    "channel_queue_exchange_metrics": _channel_queue_exchange,
+}
+#: /metrics: every group (queue_metrics has the consumers); per-object adds the detailed
+#: auth attempts
+DEFAULT_GROUPS = tuple(
+    g for g in GROUPS if g not in ("queue_consumer_count", "auth_attempt_detailed_metrics")
+)
+PER_OBJECT_GROUPS = tuple(g for g in GROUPS if g != "queue_consumer_count")
+
+
+def _vhost_status(s: Scrape) -> Iterator[Family]:
+    family = Family("vhost_status", "gauge", "Whether a given vhost is running")
+    for v in s.vhosts:
+        if s.vhost_filter is None or v.name in s.vhost_filter:
+            family.add(1, vhost=v.name)
+    yield family
+
+
+def _exchanges(s: Scrape) -> Iterator[tuple[Any, Any]]:
+    for v in s.vhosts:
+        if s.vhost_filter is None or v.name in s.vhost_filter:
+            for x in v.exchanges.values():
+                yield v, x
+
+
+def _exchange_bindings(s: Scrape) -> Iterator[Family]:
+    family = Family(
+        "exchange_bindings",
+        "gauge",
+        "Number of bindings for an exchange. This value is cluster-wide.",
+    )
+    for v, x in _exchanges(s):
+        family.add(len(getattr(x, "bindings", ())), vhost=v.name, exchange=x.name, type=x.type_name)
+    yield family
+
+
+def _exchange_names(s: Scrape) -> Iterator[Family]:
+    family = Family(
+        "exchange_name",
+        "gauge",
+        "Enumerates exchanges without any additional info. This value is cluster-wide. "
+        "A cheaper alternative to `exchange_bindings`",
+    )
+    for v, x in _exchanges(s):
+        family.add(1, vhost=v.name, exchange=x.name, type=x.type_name)
+    yield family
+
+
+#: /metrics/detailed only, named rabbitmq_cluster_*
+CLUSTER_GROUPS: dict[str, Callable[[Scrape], Iterator[Family]]] = {
+    "vhost_status": _vhost_status,
+    "exchange_bindings": _exchange_bindings,
+    "exchange_names": _exchange_names,
+}
+
+
+# --- node totals: objects now, and counters that never go back -----------------------------
+
+
+def _totals(s: Scrape) -> Iterator[Family]:
+    consumers = sum(q.consumer_count for q in s.queues)
+    yield Family("connections", "gauge", "Connections currently open").add(len(s.connections))
+    yield Family("channels", "gauge", "Channels currently open").add(len(s.channels))
+    yield Family("consumers", "gauge", "Consumers currently connected").add(consumers)
+    yield Family("queues", "gauge", "Queues available").add(len(s.queues))
+
+
+def _global(s: Scrape) -> Iterator[Family]:
+    """RabbitMQ's rabbit_global_counters: by protocol, and by queue type for what
+    queues do (deliveries, acks); never going back, deleted objects included."""
+    broker = s.broker
+    counters = broker.counters
+    proto = {"protocol": PROTOCOL}
+    kept = ("protocol", "queue_type", "dead_letter_strategy")
+
+    def one(name: str, kind: str, doc: str, value: float) -> Family:
+        return Family(name, kind, doc, kept=kept).add(value, **proto)
+
+    by_vhost: dict[str, list[Any]] = {v.name: [] for v in s.vhosts}
+    for conn in s.connections:
+        if conn.vhost is not None and conn.vhost.name in by_vhost:
+            by_vhost[conn.vhost.name].append(conn)
+    channel_side = total(
+        [counters.retired_stats, *(vhost_counts(v, by_vhost[v.name]) for v in s.vhosts)]
+    )
+    received = channel_side[_I["publish"]]
+    dropped = channel_side[_I["drop_unroutable"]]
+    returned = channel_side[_I["return_unroutable"]]
+    received_confirm = channel_side[_I["publish_confirm"]] + sum(
+        ch.publish_seq - ch.confirms_folded for ch in s.channels
+    )
+    publishers = sum(1 for ch in s.channels if ch.stats.publish)
+    consumers = sum(q.consumer_count for q in s.queues)
+    yield one("global_consumers", "gauge", "Current number of consumers", consumers)
+    yield one("global_publishers", "gauge", "Current number of publishers", publishers)
+    yield one(
+        "global_messages_received", "counter", "Total number of messages received from publishers",
+        received,
+    )  # fmt: skip
+    yield one(
+        "global_messages_received_confirm",
+        "counter",
+        "Total number of messages received from publishers expecting confirmations",
+        received_confirm,
+    )
+    yield one(
+        "global_messages_routed", "counter", "Total number of messages routed to queues or streams",
+        received - dropped - returned,
+    )  # fmt: skip
+    yield one(
+        "global_messages_unroutable_dropped",
+        "counter",
+        "Total number of messages published as non-mandatory into an exchange and dropped as "
+        "unroutable",
+        dropped,
+    )
+    yield one(
+        "global_messages_unroutable_returned",
+        "counter",
+        "Total number of messages published as mandatory into an exchange and returned to the "
+        "publisher as unroutable",
+        returned,
+    )
+    yield one(
+        "global_messages_confirmed", "counter", "Total number of messages confirmed to publishers",
+        channel_side[_I["confirm"]],
+    )  # fmt: skip
+    # What queues did, by queue type (queue-side counts, deleted queues included).
+    by_type = counters.queue_counts(s.vhosts)
+    zero = (0,) * len(FIELDS)
+    for name, doc, keys in (
+        ("delivered", "Total number of messages delivered to consumers",
+         ("deliver", "deliver_no_ack", "get", "get_no_ack")),
+        ("delivered_consume_manual_ack",
+         "Total number of messages delivered to consumers using basic.consume with manual "
+         "acknowledgment", ("deliver",)),
+        ("delivered_consume_auto_ack",
+         "Total number of messages delivered to consumers using basic.consume with automatic "
+         "acknowledgment", ("deliver_no_ack",)),
+        ("delivered_get_manual_ack",
+         "Total number of messages delivered to consumers using basic.get with manual "
+         "acknowledgment", ("get",)),
+        ("delivered_get_auto_ack",
+         "Total number of messages delivered to consumers using basic.get with automatic "
+         "acknowledgment", ("get_no_ack",)),
+        ("get_empty", "Total number of times basic.get operations fetched no message",
+         ("get_empty",)),
+        ("redelivered", "Total number of messages redelivered to consumers", ("redeliver",)),
+        ("acknowledged", "Total number of message acknowledgements received from consumers",
+         ("ack",)),
+    ):  # fmt: skip
+        family = Family(f"global_messages_{name}", "counter", doc, kept=kept)
+        for queue_type in sorted({*QUEUE_TYPES, *by_type}):
+            counts = by_type.get(queue_type, zero)
+            family.add(
+                sum(counts[_I[k]] for k in keys),
+                protocol=PROTOCOL,
+                queue_type=queue_type_label(queue_type),
+            )
+        yield family
+    dead = counters.dead_lettered
+    for reason, doc in (
+        ("confirmed", "Total number of messages dead-lettered and confirmed by target queues"),
+        ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit exceeded"),
+        ("expired", "Total number of messages dead-lettered due to message TTL exceeded"),
+        ("maxlen", "Total number of messages dead-lettered due to overflow drop-head or "
+         "reject-publish-dlx"),
+        ("rejected", "Total number of messages dead-lettered due to basic.reject or basic.nack"),
+    ):  # fmt: skip
+        family = Family(f"global_messages_dead_lettered_{reason}", "counter", doc, kept=kept)
+        keys = {(qt, st) for (r, qt, st) in dead if r == reason} | DEAD_LETTER_SERIES[reason]
+        for queue_type, strategy in sorted(keys):
+            family.add(
+                dead.get((reason, queue_type, strategy), 0),
+                queue_type=queue_type_label(queue_type),
+                dead_letter_strategy=strategy,
+            )
+        yield family
+
+
+def _permanent_id(cluster_name: str) -> str:
+    """RabbitMQ's internal_cluster_id, made from the stored cluster name: stable across
+    restarts, different for each broker."""
+    digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:22]
+    return f"leveret-cluster-id-{digest}"
+
+
+def _info(s: Scrape) -> Iterator[Metric]:
+    cluster = s.broker.cluster_name
+    yield _rendered(
+        Family("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info").add(
+            1,
+            rabbitmq_node=NODE,
+            rabbitmq_cluster=cluster,
+            rabbitmq_cluster_permanent_id=_permanent_id(cluster),
+        )
+    )
+    yield _rendered(
+        Family("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info").add(
+            1,
+            rabbitmq_version=RABBITMQ_VERSION,
+            prometheus_plugin_version=leveret.__version__,
+            prometheus_client_version=CLIENT_VERSION,
+            # No Erlang: the runtime that runs the broker, named as such.
+            erlang_version=f"python-{platform.python_version()}",
+        )
+    )
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+CLIENT_VERSION = _distribution_version("prometheus-client")
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _rendered(family: Family, prefix: str = "", per_object: bool = True) -> Metric:
+    name = prefix + family.name
+    samples = family.samples
+    if not per_object:
+        sums: dict[tuple[tuple[str, str], ...], float] = {}
+        for labels, value in samples:
+            key = tuple((k, v) for k, v in labels.items() if k in family.kept)
+            sums[key] = sums.get(key, 0) + value
+        if not sums and not family.kept:
+            sums[()] = 0
+        samples = [(dict(k), v) for k, v in sums.items()]
+    names = list(samples[0][0]) if samples else []
+    if family.kind == "counter":
+        metric: Metric = CounterMetricFamily(name, family.doc, labels=names)
+    elif family.kind == "gauge":
+        metric = GaugeMetricFamily(name, family.doc, labels=names)
+    else:
+        metric = UnknownMetricFamily(name, family.doc, labels=names)
+    for labels, value in samples:
+        metric.add_metric([labels[k] for k in names], value)
+    return metric
 
 
 def _histogram(name: str, doc: str, buckets: Buckets) -> HistogramMetricFamily:
@@ -70,369 +910,153 @@ def _histogram(name: str, doc: str, buckets: Buckets) -> HistogramMetricFamily:
     return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=buckets.sum)
 
 
+def _leveret(server: Server) -> Iterator[Metric]:
+    if server.cluster is not None:  # leveret.cluster: replication lag, in-sync set
+        yield from server.cluster.metrics()
+    state = server.durable_state
+    if state is None:
+        return
+    committer = state.messages.committer
+    if committer is not None:
+        yield _histogram(
+            "leveret_store_fsync_seconds",
+            "Time one group-commit fsync of the message store took",
+            committer.fsync_seconds,
+        )
+        yield _histogram(
+            "leveret_store_group_commit_writes",
+            "Writes made durable by one group commit (one write and fsync)",
+            committer.batch_sizes,
+        )
+    for family in (
+        Family("leveret_paged_out_messages", "counter", "Message bodies moved out of RAM to disk")
+        .add(state.paged_out),
+        Family("leveret_paged_out_bytes", "counter", "Bytes of message bodies moved out of RAM to disk")
+        .add(state.paged_out_bytes),
+        Family("leveret_message_bodies_in_memory_bytes", "gauge", "Bytes of queued message bodies held in RAM")
+        .add(state.memory_used),
+    ):  # fmt: skip
+        yield _rendered(family)
+
+
+def _process_start_time() -> float:
+    """When this process started (seconds since the epoch), from /proc as
+    prometheus-client's process collector reads it; else when this module loaded."""
+    try:
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+PROCESS_STARTED = _process_start_time()
+
+
+def _process_start() -> Metric:
+    return GaugeMetricFamily(
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
+        value=PROCESS_STARTED,
+    )
+
+
 class BrokerCollector:
     """Reads the broker when Prometheus scrapes; keeps nothing between scrapes."""
 
-    def __init__(self, server: Server, per_object: bool) -> None:
+    def __init__(
+        self,
+        server: Server,
+        mode: str = "metrics",
+        groups: Iterable[str] | None = None,
+        vhosts: Iterable[str] | None = None,
+    ) -> None:
         self.server = server
-        self.per_object = per_object
+        self.mode = mode  # "metrics", "per-object" or "detailed"
+        self.groups = tuple(groups) if groups is not None else None
+        self.vhosts = set(vhosts) if vhosts else None
 
     def collect(self) -> Iterator[Metric]:
-        server = self.server
-        broker = server.broker
-        vhosts = list(broker.vhosts.values())
-        queues = [q for v in vhosts for q in v.queues.values()]
-        connections = list(broker.connections)
-        channels = [ch for c in connections for ch in c.channels.values()]
-        yield _untyped(
-            "rabbitmq_identity_info",
-            "RabbitMQ node & cluster identity info",
-            1,
-            {"rabbitmq_node": NODE, "rabbitmq_cluster": "leveret"},
-        )
-        yield _untyped(
-            "rabbitmq_build_info",
-            "RabbitMQ & Erlang/OTP version info",
-            1,
-            {"rabbitmq_version": "3.10.8", "leveret_version": leveret.__version__},
-        )
-        # --- objects
-        yield _gauge("rabbitmq_connections", "Connections currently open", len(connections))
-        yield _gauge("rabbitmq_channels", "Channels currently open", len(channels))
-        yield _gauge("rabbitmq_queues", "Queues available", len(queues))
-        consumers = sum(q.consumer_count for q in queues)
-        yield _gauge("rabbitmq_consumers", "Consumers currently connected", consumers)
-        yield _gauge("rabbitmq_global_consumers", "Current number of consumers", consumers)
-        queue_churn = [sum(v.churn[i] for v in vhosts) for i in range(3)]
-        churn = {
-            "connections_opened": broker.connections_opened,
-            "connections_closed": broker.connections_opened - len(connections),
-            "channels_opened": broker.channels_opened,
-            "channels_closed": broker.channels_opened - len(channels),
-            "queues_declared": queue_churn[0],
-            "queues_created": queue_churn[1],
-            "queues_deleted": queue_churn[2],
-        }
-        for key, doc in (
-            ("connections_opened", "Total number of connections opened"),
-            ("connections_closed", "Total number of connections closed or terminated"),
-            ("channels_opened", "Total number of channels opened"),
-            ("channels_closed", "Total number of channels closed"),
-            ("queues_declared", "Total number of queues declared"),
-            ("queues_created", "Total number of queues created"),
-            ("queues_deleted", "Total number of queues deleted"),
-        ):
-            yield _counter(f"rabbitmq_{key}_total", doc, churn[key])
-        # --- queue depths, totalled (per queue in per_object mode)
-        ready = sum(q.message_count for q in queues)
-        unacked = sum(q.unacked for q in queues)
-        yield from self._queue_families(queues, ready, unacked)
-        # --- channels and connections open now (RabbitMQ's channel metrics vanish on close)
-        open_counts = total(ch.stats for ch in channels)
-        for key, name, doc in (
-            (
-                "publish",
-                "messages_published",
-                "Total number of messages published into an exchange on a channel",
-            ),  # noqa: E501
-            (
-                "confirm",
-                "messages_confirmed",
-                "Total number of messages published into an exchange and confirmed on the channel",
-            ),  # noqa: E501
-            (
-                "return_unroutable",
-                "messages_unroutable_returned",
-                "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
-            ),  # noqa: E501
-            (
-                "drop_unroutable",
-                "messages_unroutable_dropped",
-                "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
-            ),  # noqa: E501
-            (
-                "get",
-                "get_ack",
-                "Total number of messages fetched with basic.get in manual acknowledgement mode",
-            ),  # noqa: E501
-            (
-                "get_no_ack",
-                "get",
-                "Total number of messages fetched with basic.get in automatic acknowledgement mode",
-            ),  # noqa: E501
-            (
-                "deliver",
-                "messages_delivered_ack",
-                "Total number of messages delivered to consumers in manual acknowledgement mode",
-            ),  # noqa: E501
-            (
-                "deliver_no_ack",
-                "messages_delivered",
-                "Total number of messages delivered to consumers in automatic acknowledgement mode",
-            ),  # noqa: E501
-            (
-                "redeliver",
-                "messages_redelivered",
-                "Total number of messages redelivered to consumers",
-            ),  # noqa: E501
-            ("ack", "messages_acked", "Total number of messages acknowledged by consumers"),
-            (
-                "get_empty",
-                "get_empty",
-                "Total number of times basic.get operations fetched no message",
-            ),  # noqa: E501
-        ):
-            yield _counter(f"rabbitmq_channel_{name}_total", doc, open_counts[_I[key]])
-        yield _gauge(
-            "rabbitmq_channel_consumers",
-            "Consumers on a channel",
-            sum(len(ch.consumers) for ch in channels),
-        )
-        yield _gauge(
-            "rabbitmq_channel_messages_unacked",
-            "Delivered but not yet acknowledged messages",
-            sum(ch.unacked_count for ch in channels),
-        )
-        yield _counter(
-            "rabbitmq_connection_incoming_bytes_total",
-            "Total number of bytes received on a connection",
-            sum(c.recv_oct for c in connections),
-        )
-        yield _counter(
-            "rabbitmq_connection_outgoing_bytes_total",
-            "Total number of bytes sent on a connection",
-            sum(c.send_oct for c in connections),
-        )
-        # --- since start, closed channels and connections included
-        by_vhost: dict[str, list[Any]] = {v.name: [] for v in vhosts}
-        for conn in connections:
-            if conn.vhost is not None and conn.vhost.name in by_vhost:
-                by_vhost[conn.vhost.name].append(conn)
-        alltime = total(vhost_counts(v, by_vhost[v.name]) for v in vhosts)
-        received = alltime[_I["publish"]]
-        dropped, returned = alltime[_I["drop_unroutable"]], alltime[_I["return_unroutable"]]
-        delivered = sum(alltime[_I[k]] for k in ("deliver", "deliver_no_ack", "get", "get_no_ack"))
-        for name, value, doc in (
-            ("received", received, "Total number of messages received from publishers"),
-            (
-                "routed",
-                received - dropped - returned,
-                "Total number of messages routed to queues or streams",
-            ),  # noqa: E501
-            (
-                "unroutable_dropped",
-                dropped,
-                "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
-            ),  # noqa: E501
-            (
-                "unroutable_returned",
-                returned,
-                "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
-            ),  # noqa: E501
-            (
-                "confirmed",
-                alltime[_I["confirm"]],
-                "Total number of messages confirmed to publishers",
-            ),  # noqa: E501
-            ("delivered", delivered, "Total number of messages delivered to consumers"),
-            (
-                "delivered_consume_manual_ack",
-                alltime[_I["deliver"]],
-                "Total number of messages delivered to consumers using basic.consume with manual acknowledgment",
-            ),  # noqa: E501
-            (
-                "delivered_consume_auto_ack",
-                alltime[_I["deliver_no_ack"]],
-                "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment",
-            ),  # noqa: E501
-            (
-                "delivered_get_manual_ack",
-                alltime[_I["get"]],
-                "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
-            ),  # noqa: E501
-            (
-                "delivered_get_auto_ack",
-                alltime[_I["get_no_ack"]],
-                "Total number of messages delivered to consumers using basic.get with automatic acknowledgment",
-            ),  # noqa: E501
-            (
-                "get_empty",
-                alltime[_I["get_empty"]],
-                "Total number of times basic.get operations fetched no message",
-            ),  # noqa: E501
-            (
-                "redelivered",
-                alltime[_I["redeliver"]],
-                "Total number of messages redelivered to consumers",
-            ),  # noqa: E501
-            (
-                "acknowledged",
-                alltime[_I["ack"]],
-                "Total number of message acknowledgements received from consumers",
-            ),  # noqa: E501
-        ):
-            yield _counter(f"rabbitmq_global_messages_{name}_total", doc, value, AMQP)
-        yield from self._process_families()
-        yield from self._leveret_families()
-
-    def _queue_families(self, queues: list[Any], ready: int, unacked: int) -> Iterator[Metric]:
-        specs = (
-            (
-                "rabbitmq_queue_messages_ready",
-                "Messages ready to be delivered to consumers",
-                lambda q: q.message_count,
-                ready,
-            ),  # noqa: E501
-            (
-                "rabbitmq_queue_messages_unacked",
-                "Messages delivered to consumers but not yet acknowledged",
-                lambda q: q.unacked,
-                unacked,
-            ),  # noqa: E501
-            (
-                "rabbitmq_queue_messages",
-                "Sum of ready and unacknowledged messages - total queue depth",
-                lambda q: q.message_count + q.unacked,
-                ready + unacked,
-            ),  # noqa: E501
-            ("rabbitmq_queue_consumers", "Consumers on a queue", lambda q: q.consumer_count, None),
-        )
-        for name, doc, of, whole in specs:
-            if self.per_object:
-                family = GaugeMetricFamily(name, doc, labels=["vhost", "queue"])
-                for q in queues:
-                    family.add_metric([q.vhost.name, q.name], of(q))
-                yield family
-            else:
-                yield _gauge(name, doc, whole if whole is not None else sum(of(q) for q in queues))
-        doc = "Total number of messages published to queues"
-        if self.per_object:
-            family = CounterMetricFamily(
-                "rabbitmq_queue_messages_published", doc, labels=["vhost", "queue"]
-            )
-            for q in queues:
-                family.add_metric([q.vhost.name, q.name], q.stats.publish)
-            yield family
-        else:
-            yield _counter(
-                "rabbitmq_queue_messages_published_total", doc, sum(q.stats.publish for q in queues)
-            )
-
-    def _process_families(self) -> Iterator[Metric]:
-        server = self.server
-        alarms = server.alarms
-        active = alarms.active if alarms is not None else set()
-        yield _gauge(
-            "rabbitmq_process_resident_memory_bytes", "Memory used in bytes", resident_bytes()
-        )
-        yield _gauge(
-            "rabbitmq_resident_memory_limit_bytes",
-            "Memory high watermark in bytes",
-            alarms.memory_limit if alarms is not None else 0,
-        )
-        try:
-            fds = len(os.listdir("/proc/self/fd"))
-        except OSError:
-            fds = 0
-        yield _gauge("rabbitmq_process_open_fds", "Open file descriptors", fds)
-        yield _gauge(
-            "rabbitmq_process_max_fds",
-            "Open file descriptors limit",
-            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-        )
-        yield _gauge(
-            "rabbitmq_process_open_tcp_sockets", "Open TCP sockets", len(server.connections)
-        )
-        try:
-            st = os.statvfs(server.config.data_dir or ".")
-            free = st.f_bavail * st.f_frsize
-        except OSError:
-            free = 0
-        yield _gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", free)
-        yield _gauge(
-            "rabbitmq_disk_space_available_limit_bytes",
-            "Free disk space low watermark in bytes",
-            alarms.disk_free_limit if alarms is not None else 0,
-        )
-        yield _untyped(
-            "rabbitmq_alarms_memory_used_watermark",
-            "is 1 if VM memory watermark alarm is in effect",
-            int("memory" in active),
-        )
-        yield _untyped(
-            "rabbitmq_alarms_free_disk_space_watermark",
-            "is 1 if free disk space watermark alarm is in effect",
-            int("disk" in active),
-        )
-        yield _untyped(
-            "rabbitmq_alarms_file_descriptor_limit",
-            "is 1 if file descriptor limit alarm is in effect",
-            0,  # Leveret raises no file-descriptor alarm
-        )
-        yield _gauge(
-            "rabbitmq_erlang_uptime_seconds",
-            "Node uptime",
-            time.monotonic() - server.started_at,
-        )
-
-    def _leveret_families(self) -> Iterator[Metric]:
-        if self.server.cluster is not None:  # leveret.cluster: replication lag, in-sync set
-            yield from self.server.cluster.metrics()
-        state = self.server.durable_state
-        if state is None:
+        s = Scrape(self.server, self.vhosts if self.mode == "detailed" else None)
+        if self.mode == "detailed":
+            wanted = self.groups or ()
+            for name in wanted:
+                if name in GROUPS:
+                    for family in GROUPS[name](s):
+                        yield _rendered(family, "rabbitmq_detailed_")
+                elif name in CLUSTER_GROUPS:
+                    for family in CLUSTER_GROUPS[name](s):
+                        yield _rendered(family, "rabbitmq_cluster_")
+            yield from _info(s)
             return
-        committer = state.messages.committer
-        if committer is not None:
-            yield _histogram(
-                "leveret_store_fsync_seconds",
-                "Time one group-commit fsync of the message store took",
-                committer.fsync_seconds,
-            )
-            yield _histogram(
-                "leveret_store_group_commit_writes",
-                "Writes made durable by one group commit (one write and fsync)",
-                committer.batch_sizes,
-            )
-        yield _counter(
-            "leveret_paged_out_messages_total",
-            "Message bodies moved out of RAM to disk",
-            state.paged_out,
-        )
-        yield _counter(
-            "leveret_paged_out_bytes_total",
-            "Bytes of message bodies moved out of RAM to disk",
-            state.paged_out_bytes,
-        )
-        yield _gauge(
-            "leveret_message_bodies_in_memory_bytes",
-            "Bytes of queued message bodies held in RAM",
-            state.memory_used,
-        )
+        per_object = self.mode == "per-object"
+        for name in PER_OBJECT_GROUPS if per_object else DEFAULT_GROUPS:
+            for family in GROUPS[name](s):
+                yield _rendered(family, "rabbitmq_", per_object)
+        for family in _totals(s):
+            yield _rendered(family, "rabbitmq_")
+        for family in _global(s):
+            yield _rendered(family, "rabbitmq_", per_object=False)
+        if not per_object:  # RabbitMQ's per-object registry has the core metrics only
+            yield from self._alarms()
+            yield _process_start()
+        yield from _info(s)
+        yield from _leveret(self.server)
+
+    def _alarms(self) -> Iterator[Metric]:
+        alarms = self.server.alarms
+        active = alarms.active if alarms is not None else set()
+        for name, doc, on in (
+            ("memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
+             "memory" in active),
+            ("free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
+             "disk" in active),
+            # Leveret raises no file-descriptor alarm
+            ("file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", False),
+        ):  # fmt: skip
+            yield _rendered(Family(f"rabbitmq_alarms_{name}", "untyped", doc).add(int(on)))
+
+
+class _Once:
+    """A registry-like object for generate_latest: one collector, collected once."""
+
+    def __init__(self, collector: BrokerCollector) -> None:
+        self.collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        return self.collector.collect()
 
 
 class PrometheusServer:
-    """`/metrics` and `/metrics/per-object` on their own port, in the broker's loop."""
+    """`/metrics`, `/metrics/per-object` and `/metrics/detailed` on their own port, in
+    the broker's loop."""
 
     def __init__(self, server: Server, host: str, port: int) -> None:
         self.server = server
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
-        self._registries = {}
-        for per_object in (False, True):
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(BrokerCollector(server, per_object))  # type: ignore[arg-type]
-            self._registries[per_object] = registry
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        per_object = request.path.endswith("/per-object")
-        body = generate_latest(self._registries[per_object])
+        path = request.path.rstrip("/")
+        if path.endswith("/per-object"):
+            collector = BrokerCollector(self.server, "per-object")
+        elif path.endswith("/detailed"):
+            query = request.query
+            collector = BrokerCollector(
+                self.server, "detailed", query.getall("family", []), query.getall("vhost", [])
+            )
+        else:
+            collector = BrokerCollector(self.server)
+        body = generate_latest(_Once(collector))  # type: ignore[arg-type]
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def start(self) -> int:
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/metrics/per-object", self._metrics)
+        for path in ("/metrics", "/metrics/per-object", "/metrics/detailed"):
+            app.router.add_get(path, self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)

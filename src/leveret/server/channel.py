@@ -92,6 +92,7 @@ class Channel(ModelMethods, PublishMethods):
         # Publisher confirms: seq → None (waiting on disk), True (ok) or False (nack).
         self.confirm_mode = False
         self.publish_seq = 0
+        self.confirms_folded = 0  # of publish_seq, added to stats.publish_confirm at close
         self.confirmed_upto = 0
         self.confirm_waiting: dict[int, bool | None] = {}
         self.tx: Transaction | None = None
@@ -502,6 +503,8 @@ class Channel(ModelMethods, PublishMethods):
         """Channel closed: drop consumers, requeue what it had not acked."""
         self.closing = True
         # Its counts go on counting in the connection's totals (cleanup may run twice).
+        self.stats.publish_confirm = self.publish_seq - self.confirms_folded
+        self.confirms_folded = self.publish_seq
         self.conn.stats.add(self.stats)
         self.stats = MessageStats()
         if self._ack_timer is not None:

@@ -670,6 +670,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
             host = self.peer.rpartition(":")[0]
             if not is_loopback(host):
                 user, reason = None, f"user '{username}' can only connect via localhost"
+        self.broker.counters.auth_attempt(user is not None)
         if user is None:
             log.warning(
                 "authentication of user %r from %s failed (mechanism %s): %s",
@@ -694,6 +695,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
     def _login_external(self, cn: str) -> None:
         """SASL EXTERNAL: the verified certificate's CN names the user."""
         user = self.broker.access.users.get(cn)
+        self.broker.counters.auth_attempt(user is not None)
         if user is None:
             log.warning(
                 "EXTERNAL login from %s refused: no user '%s' (certificate CN)", self.peer, cn

@@ -541,6 +541,7 @@ class ClassicQueue(Queue):
         limited = opts.max_length is not None or opts.max_length_bytes is not None
         if limited and opts.overflow != "drop-head" and self._would_overflow(message):
             if opts.overflow == "reject-publish-dlx":
+                dead_letter.count(self.vhost, self, dead_letter.MAXLEN)
                 dead_letter.dead_letter(self.vhost, self, message, dead_letter.MAXLEN)
             return False
         # A queue with TTLs may page too: the deadline stays with the disk position.
@@ -619,6 +620,7 @@ class ClassicQueue(Queue):
 
     def _discard(self, entry: QueueEntry, reason: str) -> None:
         """A ready message leaves without delivery (expired, overflow): dead-letter it."""
+        dead_letter.count(self.vhost, self, reason)
         if self.options.dead_letter_exchange is not None:
             dead_letter.dead_letter(self.vhost, self, self.with_body(entry), reason)
         self.vhost.on_message_removed(self, entry)
@@ -689,6 +691,8 @@ class ClassicQueue(Queue):
     def reject(self, entry: QueueEntry) -> None:
         """A delivery was rejected or nacked without requeue: dead-letter it."""
         self.unacked -= 1
+        if not self.deleted:
+            dead_letter.count(self.vhost, self, dead_letter.REJECTED)
         if self.options.dead_letter_exchange is not None and not self.deleted:
             dead_letter.dead_letter(self.vhost, self, self.with_body(entry), dead_letter.REJECTED)
         self.vhost.on_message_removed(self, entry)
