@@ -37,11 +37,11 @@ class Proxy:
         )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        server, self._server = self._server, None  # waiting handlers see it and end
+        if server is not None:
+            server.close()
             self._abort_everything()
-            await self._server.wait_closed()
-            self._server = None
+            await server.wait_closed()
 
     def drop_all(self) -> None:
         """Close the connections passed to a leader (those waiting for one stay)."""
@@ -71,9 +71,10 @@ class Proxy:
                         break
                     except (TimeoutError, OSError):
                         pass  # the leader is starting, or just went away
-                if loop.time() > deadline:
-                    log.info("proxy %s: no leader to pass a connection to", self.what)
-                    return
+                if loop.time() > deadline or self._server is None or writer.is_closing():
+                    if loop.time() > deadline:
+                        log.info("proxy %s: no leader to pass a connection to", self.what)
+                    return  # (or the proxy stopped: this node leads now)
                 await asyncio.sleep(0.05)
             self._writers.add(upstream)
             self._joined.add(writer)
