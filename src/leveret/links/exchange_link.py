@@ -54,6 +54,7 @@ class ExchangeLink(FederationLink):
         self._bindings: dict[tuple[str, str], set[Any]] = defaultdict(set)
         self._upstream_vhost = "/"
         self._upstream_cluster: str | None = None
+        self._accepting = False
 
     def queue_name(self, upstream_vhost: str) -> str:
         """RabbitMQ's upstream queue name: `federation: X -> node[:vhost:X]`."""
@@ -65,6 +66,13 @@ class ExchangeLink(FederationLink):
         return f"federation: {self.upstream.exchange} -> {node}{down}"
 
     async def _session(self) -> None:
+        self._accepting = False
+        try:
+            await self._run_session()
+        finally:
+            self._accepting = False
+
+    async def _run_session(self) -> None:
         up = self.upstream
         upstream, downstream, uri = await self._connect()
         self._upstream_vhost = uri.vhost
@@ -97,6 +105,7 @@ class ExchangeLink(FederationLink):
         await uch.bind_queue(queue, internal, "")
         _suffixes[key] = suffix
         self._bindings.clear()
+        self._accepting = True  # from here on, binding changes go upstream as they come
         for binding in list(exchange.bindings.values()):
             await self._add(binding)
         await _disposable(upstream, lambda ch: ch.delete_exchange(f"{queue} {old}"))
@@ -111,9 +120,9 @@ class ExchangeLink(FederationLink):
             on_moved=self.moved,
         )
         self.forwarder = forwarder
-        await forwarder.start()
-        self.running(downstream)
         try:
+            await forwarder.start()
+            self.running(downstream)
             await forwarder.finished
         finally:
             await forwarder.stop()
@@ -173,8 +182,8 @@ class ExchangeLink(FederationLink):
     # --- bindings -------------------------------------------------------------------
 
     def binding_changed(self, added: bool, binding: Any) -> None:
-        if self._channel is None or self.status_name != "running":
-            return  # the next session binds what is there then
+        if not self._accepting:
+            return  # the session binds what is there when it starts
         self.federation._spawn(self._change(added, binding))
 
     async def _change(self, added: bool, binding: Any) -> None:

@@ -187,4 +187,6 @@ class LinkManager:
     async def _open_direct(
         self, protocol_factory: Callable[[], Any], host: str, port: int, *, user: str | None
     ) -> Any:
+        if not self._started:  # a link reconnecting while the broker stops
+            raise ConnectionRefusedError("the broker is stopping")
         return await direct.open_connection(self.server, protocol_factory, user)

@@ -87,9 +87,9 @@ class QueueLink(FederationLink):
             on_moved=self.moved,
         )
         self.forwarder = forwarder
-        await forwarder.start(consume=False)  # consumes only while the queue wants messages
-        self.running(downstream)
         try:
+            await forwarder.start(consume=False)  # consumes only while the queue wants messages
+            self.running(downstream)
             while not forwarder.finished.done():
                 want = self.wanted()
                 if want and forwarder.paused:

@@ -170,7 +170,8 @@ class Shovel:
                     if d.reconnect_delay
                     else "not restarting",
                 )
-                self._set("terminated", reason)
+                # As RabbitMQ: still "starting" if it never ran (with Leveret's reason).
+                self._set("terminated" if self.state == "running" else "starting", reason)
                 completed = False
             except Exception as exc:
                 log.exception("shovel '%s' in vhost '%s' failed", self.name, self.vhost)
@@ -233,10 +234,10 @@ class Shovel:
             on_moved=self._moved,
         )
         self._forwarder = forwarder
-        await forwarder.start()
-        self._set("running")
-        log.info("shovel '%s' in vhost '%s' running", self.name, self.vhost)
         try:
+            await forwarder.start()
+            self._set("running")
+            log.info("shovel '%s' in vhost '%s' running", self.name, self.vhost)
             await forwarder.finished
         finally:
             await forwarder.stop()
