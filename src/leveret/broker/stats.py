@@ -288,12 +288,20 @@ class NodeCounters:
             counts = self.auth_attempts[protocol] = [0, 0]
         counts[0 if succeeded else 1] += 1
 
-    def queue_counts(self, vhosts: Iterable[Any]) -> dict[str, tuple[int, ...]]:
-        """Queue-side counts by queue type: the live queues' and the deleted ones'."""
-        by_type: dict[str, list[MessageStats | tuple[int, ...]]] = {
-            kind: [stats] for kind, stats in self.retired_queues.items()
-        }
+    def queue_counts(
+        self, vhosts: Iterable[Any], keys: tuple[str, ...]
+    ) -> dict[str, dict[str, int]]:
+        """Queue-side counts of `keys` by queue type: the live queues' and the deleted
+        ones'. One pass, reading only those keys (a scrape of many queues)."""
+        by_type: dict[str, list[int]] = {}
+        for kind, stats in self.retired_queues.items():
+            by_type[kind] = [getattr(stats, k) for k in keys]
         for vhost in vhosts:
             for queue in vhost.queues.values():
-                by_type.setdefault(queue.queue_type, []).append(queue.stats)
-        return {kind: total(stats) for kind, stats in by_type.items()}
+                sums = by_type.get(queue.queue_type)
+                if sums is None:
+                    sums = by_type[queue.queue_type] = [0] * len(keys)
+                stats = queue.stats
+                for i, k in enumerate(keys):
+                    sums[i] += getattr(stats, k)
+        return {kind: dict(zip(keys, sums, strict=True)) for kind, sums in by_type.items()}
