@@ -29,6 +29,7 @@ from leveret.client.errors import ClientError, ConnectionClosed, NotFound
 from leveret.links import headers as hd
 from leveret.links.federation import INTERNAL_PURPOSE, FederationLink
 from leveret.links.forwarder import Forwarder
+from leveret.protocol import fieldtable as ft
 from leveret.protocol.constants import COMMAND_INVALID
 
 if TYPE_CHECKING:
@@ -89,11 +90,11 @@ class ExchangeLink(FederationLink):
         await self._ensure_upstream_exchange(upstream, exchange)
         queue = self.queue_name(uri.vhost)
         self._queue = queue
-        arguments: dict[str, Any] = {}
+        arguments: dict[str, Any] = {}  # typed as RabbitMQ types them
         if up.expires is not None:
-            arguments["x-expires"] = up.expires
+            arguments["x-expires"] = ft.Long(up.expires)
         if up.message_ttl is not None:
-            arguments["x-message-ttl"] = up.message_ttl
+            arguments["x-message-ttl"] = ft.Long(up.message_ttl)
         arguments[INTERNAL_PURPOSE] = "federation"
         await uch.declare_queue(queue, durable=True, arguments=arguments)
         key = (self.vhost, self.name, up.name)
@@ -153,7 +154,7 @@ class ExchangeLink(FederationLink):
         await _disposable(upstream, lambda ch: ch.delete_exchange(name))
         purpose = {INTERNAL_PURPOSE: "federation"}
         arguments = {
-            "x-max-hops": self.upstream.max_hops,
+            "x-max-hops": ft.Long(self.upstream.max_hops),
             "x-downstream-name": self.manager.cluster_name,
             "x-downstream-vhost": self.vhost,
             **purpose,
@@ -248,7 +249,7 @@ class ExchangeLink(FederationLink):
             "cluster-name": self.manager.cluster_name,
             "vhost": self.vhost,
             "exchange": f"{self.vhost}:{self.name} {suffix}",
-            "hops": hops,
+            "hops": ft.Short(hops),
         }
         return {**arguments, BOUND_FROM: [entry, *previous]}
 

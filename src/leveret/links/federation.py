@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker.policies import winner
 from leveret.client.errors import ClientError
-from leveret.links.forwarder import Forwarder, LinkFailed
+from leveret.links.forwarder import Forwarder, LinkFailed, cancel_for_good
 from leveret.links.shovel import status_time
 from leveret.links.uris import LinkURI, parse
 
@@ -133,19 +133,20 @@ class FederationLink:
         self._task: asyncio.Task[None] | None = None
         self._conns: list[Connection] = []
         self.forwarder: Forwarder | None = None
+        self._stopped = False
 
     @property
     def upstream_name(self) -> str:
         return self.upstream.exchange if self.kind == "exchange" else self.upstream.queue
 
     def start(self) -> None:
+        self._stopped = False
         self._task = asyncio.ensure_future(self._run())
 
     async def stop(self, cleanup: bool = False) -> None:
+        self._stopped = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_for_good(task)
         if cleanup and self.upstream.cleanup != "never":
             try:
                 await asyncio.wait_for(self.clean_upstream(), 15)
@@ -170,7 +171,7 @@ class FederationLink:
 
     async def _run(self) -> None:
         up = self.upstream
-        while True:
+        while not self._stopped:
             if self.status_name != "starting":
                 self._set("starting")
             try:

@@ -107,9 +107,7 @@ class Forwarder:
         self._running = False
         self.source.connection.remove_listener(self._on_source_event)
         self.destination.connection.remove_listener(self._on_dest_event)
-        if self._pump is not None:
-            self._pump.cancel()
-            await asyncio.gather(self._pump, return_exceptions=True)
+        await cancel_for_good(self._pump)
         if not self.finished.done():
             self.finished.set_result(None)
 
@@ -258,3 +256,15 @@ class Forwarder:
             self.on_moved(n)
         if self.limit is not None and self.moved >= self.limit and not self.finished.done():
             self.finished.set_result(None)
+
+
+async def cancel_for_good(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` and wait for it to end.
+
+    Cancelled again until it is done: on Python 3.11, asyncio.wait_for (used when
+    closing connections) can swallow a cancellation that arrives as its inner call
+    completes, and a link's loop would then go on retrying after its stop.
+    """
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=1.0)

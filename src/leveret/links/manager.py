@@ -100,6 +100,8 @@ class LinkManager:
     def _start_shovel(
         self, vhost: str, name: str, value: dict[str, Any], kind: str = "dynamic"
     ) -> None:
+        if not self._started:
+            return  # stopped meanwhile (an old shovel was stopping to make room)
         shovel = Shovel(self, vhost, name, value, kind)
         self.shovels[(vhost, name)] = shovel
         shovel.start()

@@ -32,7 +32,7 @@ from leveret.client.channel import Channel
 from leveret.client.errors import ClientError, NotFound
 from leveret.client.message import Message
 from leveret.links import headers as hd
-from leveret.links.forwarder import Forwarder, LinkFailed
+from leveret.links.forwarder import Forwarder, LinkFailed, cancel_for_good
 from leveret.links.uris import LinkURI, parse
 
 if TYPE_CHECKING:
@@ -129,17 +129,18 @@ class Shovel:
         self._task: asyncio.Task[None] | None = None
         self._conns: list[Connection] = []
         self._forwarder: Forwarder | None = None
+        self._stopped = False
 
     # --- life ---------------------------------------------------------------------
 
     def start(self) -> None:
+        self._stopped = False
         self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
+        self._stopped = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_for_good(task)
         await self._close()
 
     async def restart(self) -> None:
@@ -152,7 +153,7 @@ class Shovel:
 
     async def _run(self) -> None:
         d = self.definition
-        while True:
+        while not self._stopped:
             if self.state != "starting":
                 self._set("starting", self.reason)
             try:

@@ -39,6 +39,10 @@ class Long(int):
     """An int to be written as AMQP 'l' (signed 64-bit), as RabbitMQ writes counts."""
 
 
+class Short(int):
+    """An int to be written as AMQP 's' (signed 16-bit), as RabbitMQ writes some counts."""
+
+
 def skip_value(buf: bytes, pos: int) -> int:
     """End offset of the typed value (type octet + payload) starting at pos."""
     kind = buf[pos]
@@ -101,6 +105,8 @@ def encode_value(value: Any) -> bytes:
         return b"t" + (b"\x01" if value else b"\x00")
     if isinstance(value, Long):
         return b"l" + struct.pack(">q", value)
+    if isinstance(value, Short):
+        return b"s" + struct.pack(">h", value)
     if isinstance(value, int):
         if -(2**31) <= value < 2**31:
             return b"I" + struct.pack(">i", value)

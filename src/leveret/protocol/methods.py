@@ -29,6 +29,7 @@ from leveret.protocol.constants import (
     SYNTAX_ERROR,
 )
 from leveret.protocol.errors import FrameError
+from leveret.protocol.fieldtable import Long, Short, encode_value
 
 METHOD_INDEX = struct.Struct(">I")
 _SHORT = struct.Struct(">H")
@@ -99,17 +100,82 @@ _UNCHECKED: dict[type, type] = {}
 
 
 def unchecked(cls: type, *args: Any, **kwargs: Any) -> Any:
-    """A method object for the broker to send, built without pamqp's name checks.
+    """A method object to send, built without pamqp's name checks.
 
     pamqp checks exchange and queue names against a conservative pattern when a
     method is constructed; RabbitMQ, and so Leveret, accept any UTF-8 name up to
-    255 bytes, so replies that echo a client's name (declare-ok, get-ok, return)
-    must not run that check.
+    255 bytes, so replies that echo a client's name (declare-ok, get-ok, return),
+    and leveret.client's declares, must not run that check. Its field tables may
+    also hold `fieldtable.Long` / `Short` values, written with exactly that type
+    (RabbitMQ checks the type of some arguments, e.g. x-federation-upstream's
+    `x-max-hops` must be a long); pamqp picks the smallest type for an int.
     """
     sub = _UNCHECKED.get(cls)
     if sub is None:
-        sub = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_validation})
+        sub = _UNCHECKED[cls] = type(
+            cls.__name__, (cls,), {"validate": _no_validation, "marshal": _marshal_typed}
+        )
     return sub(*args, **kwargs)
+
+
+def _marshal_typed(self: Any) -> bytes:
+    """pamqp's Frame.marshal, with tables that keep Long and Short values' types."""
+    from pamqp import encode
+
+    byte, offset, output, in_bits = -1, 0, [], False
+    for argument in self.__slots__:
+        data_type = self.amqp_type(argument)
+        if not in_bits and data_type == "bit":
+            byte, offset, in_bits = 0, 0, True
+        value = getattr(self, argument, 0)
+        if in_bits:
+            if data_type != "bit":
+                in_bits = False
+                output.append(encode.octet(byte))
+            else:
+                byte = encode.bit(value, byte, offset)
+                offset += 1
+                if offset == 8:
+                    output.append(encode.octet(byte))
+                    in_bits = False
+                continue
+        if data_type == "table" and value and _has_typed(value):
+            output.append(_typed_table(value))
+        else:
+            output.append(encode.by_type(value, data_type))
+    if in_bits:
+        output.append(encode.octet(byte))
+    return b"".join(output)
+
+
+def _has_typed(value: Any) -> bool:
+    if isinstance(value, Long | Short):
+        return True
+    if isinstance(value, dict):
+        return any(_has_typed(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_typed(v) for v in value)
+    return False
+
+
+def _typed_table(table: dict[str, Any]) -> bytes:
+    from pamqp import encode
+
+    body = b"".join(encode.short_string(k) + _typed_value(v) for k, v in sorted(table.items()))
+    return len(body).to_bytes(4, "big") + body
+
+
+def _typed_value(value: Any) -> bytes:
+    from pamqp import encode
+
+    if isinstance(value, Long | Short):
+        return encode_value(value)
+    if isinstance(value, dict):
+        return b"F" + _typed_table(value)
+    if isinstance(value, list):
+        body = b"".join(_typed_value(v) for v in value)
+        return b"A" + len(body).to_bytes(4, "big") + body
+    return encode.encode_table_value(value)
 
 
 def encode_method(method: Any, channel: int) -> bytes:
