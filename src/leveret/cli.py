@@ -197,9 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue-ram-messages",
         type=_positive_int,
         default=defaults.queue_ram_messages,
-        help="ready messages a queue keeps in RAM; past them a queue without TTL, "
-        "length limits or priorities keeps only each message's place on disk "
-        "(default %(default)s; 0: no limit per queue)",
+        help="ready messages a queue keeps in RAM; past them a queue keeps only each "
+        "message's place on disk (default %(default)s; 0: no limit per queue)",
+    )
+    server.add_argument(
+        "--queue-ram-bytes",
+        type=_positive_int,
+        default=defaults.queue_ram_bytes,
+        help="RAM for all queues' ready messages together, counting bodies and about "
+        "400 B of bookkeeping each; past it every queue longer than 256 messages keeps "
+        "new messages as their places on disk (default: an eighth of "
+        "--max-memory-bytes, at most 256 MB, %(default)s)",
     )
 
     server.add_argument(
@@ -403,6 +411,7 @@ def run_server(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         max_memory_bytes=args.max_memory_bytes,
         queue_ram_messages=args.queue_ram_messages,
+        queue_ram_bytes=args.queue_ram_bytes,
         consumer_timeout_ms=args.consumer_timeout_ms,
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,

@@ -6,6 +6,12 @@ import os
 from dataclasses import dataclass, field
 
 
+def _default_queue_ram_bytes() -> int:
+    """An eighth of the body budget, at most 256 MB: the heads of long queues need
+    only enough to keep consumers fed (each refills 256 messages at a time)."""
+    return min(_default_memory_budget() // 8, 256 * 1024 * 1024)
+
+
 def _default_memory_budget() -> int:
     """A quarter of physical RAM, as RabbitMQ's paging threshold is a fraction of it."""
     try:
@@ -71,6 +77,9 @@ class ServerConfig:
     # Ready messages a queue without TTL, length limits or priorities keeps in RAM;
     # past them it keeps each message as its place on disk only (0: no such limit).
     queue_ram_messages: int = 8192
+    # All queues' heads together (ready messages kept as objects: bodies plus about
+    # 400 B of bookkeeping each); past it long queues page whatever their own length.
+    queue_ram_bytes: int = field(default_factory=lambda: _default_queue_ram_bytes())
     # Disable disk persistence entirely (the embedded test broker uses this by default).
     persistence: bool = True
     consumer_timeout_ms: int = 30 * 60 * 1000

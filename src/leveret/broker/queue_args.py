@@ -62,9 +62,12 @@ class QueueOptions:
         """True when the queue may keep messages as disk positions only. Message TTLs
         are fine (the deadline is kept with the position), so are length limits
         (x-max-length-bytes makes the tail count its bodies' bytes exactly) and
-        priorities (each level pages on its own). Deduplication needs every
-        message's id, which a position does not know."""
-        return not self.deduplication
+        priorities (each level pages on its own), and deduplication: the ids of the
+        paged messages stay in RAM (a set of strings, not an entry each), and a paged
+        message's id is forgotten when it is read back and leaves the queue. A
+        restart still reads a deduplicating queue whole, to rebuild its ids
+        (ClassicQueue.can_page)."""
+        return True
 
     @property
     def plain(self) -> bool:

@@ -213,6 +213,7 @@ class Server:
             self.config.max_memory_bytes,
             self.loop,
             self.config.queue_ram_messages,
+            self.config.queue_ram_bytes,
         )
         self.broker = Broker(self.config, state)
         self.durable_state = state

@@ -121,6 +121,11 @@ class ReadyMessages:
         tail = self.tail
         return tail.n if tail is not None else 0
 
+    def head_cost(self, overhead: int) -> int:
+        """RAM the head takes: its bodies, and `overhead` bytes for each entry's objects
+        (the store's budget for all queues' heads)."""
+        return self._bytes + (len(self._fresh) + len(self._returned)) * overhead
+
     def append(self, entry: QueueEntry) -> None:
         tail = self.tail
         if tail is not None and tail.n:
@@ -210,6 +215,9 @@ class PriorityReadyMessages:
     @property
     def paged(self) -> int:
         return sum(level.paged for level in self.levels)
+
+    def head_cost(self, overhead: int) -> int:
+        return sum(level.head_cost(overhead) for level in self.levels)
 
     def level_for(self, message: Message) -> ReadyMessages:
         return self.levels[min(message.priority, self.max_priority)]
@@ -394,8 +402,10 @@ class ClassicQueue(Queue):
 
     @property
     def can_page(self) -> bool:
-        """Whether this queue may keep messages as locations only (the store asks)."""
-        return self.pageable
+        """Whether a restart may keep this queue's messages as locations only, and a
+        durable fan-out may share one record with it (the store asks). Not with
+        deduplication: a restart reads every message back to learn its id."""
+        return self.pageable and self.dedup is None
 
     def _start_expiry(self, entry: QueueEntry, now: float) -> None:
         ttl = self.options.message_ttl
@@ -500,11 +510,18 @@ class ClassicQueue(Queue):
             connection.resume_after_flow(self)
 
     def purge(self) -> list[QueueEntry]:
-        entries = self.ready.clear()
         if self.dedup is not None:
-            for entry in entries:
+            # Paged messages are read back so that their ids can be forgotten.
+            entries = []
+            ready = self.ready
+            while ready.n:
+                entry = ready.popleft()
+                if entry is None:  # the rest of a tail was corrupt; `n` is recounted
+                    continue
+                entries.append(entry)
                 self.dedup.forget(entry.message)
-        return entries
+            return entries
+        return self.ready.clear()
 
     def get(self) -> QueueEntry | None:
         """basic.get: the next ready message, if any."""
