@@ -247,6 +247,15 @@ MEMORY_SCENARIOS = {
     "S6": "1000 idle connections: RSS KB per connection",
     "S7": "1M x 1 KB queued: publish msg/s, RSS MB",
 }
+# Issue 31: many long queues (bench/long_queues.py, the same client for both brokers).
+LONG_QUEUE_SCENARIOS = {
+    "S9": "1,000 long durable queues x 10,000 persistent 16 B messages: RSS full, time to drain",
+}
+LONG_QUEUE_FIGURES = {
+    "rss_full_mb": ("RSS MB with every queue full", 1),
+    "drain_seconds": ("seconds to drain them all (one consumer a queue, autoack)", 2),
+    "fill_per_s": ("fill rate, confirmed msg/s", 0),
+}
 # Stream queues (issue 9): bench/streams.py, the same leveret.client code for both brokers.
 STREAM_SCENARIOS = {
     "ST": "stream queues: publish with confirms, consume from first x1 and x4",
@@ -256,7 +265,7 @@ STREAM_FIGURES = {
     "consume_x1": "ST2 stream consume from first, 1 consumer, prefetch 1000: msg/s",
     "consume_x4": "ST3 stream consume from first, 4 consumers at once: msg/s (all)",
 }
-ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS, *STREAM_SCENARIOS]
+ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS, *LONG_QUEUE_SCENARIOS, *STREAM_SCENARIOS]
 
 
 @dataclass
@@ -372,6 +381,24 @@ def run_streams(broker: Broker, python: str, messages: int) -> dict[str, Outcome
     return {
         k: Outcome(value=float(data[k])) if k in data else Outcome(error=f"no {k} in output")
         for k in STREAM_FIGURES
+    }
+
+
+def run_long_queues(
+    broker: Broker, python: str, queues: int, messages: int
+) -> dict[str, Outcome]:
+    """One bench/long_queues.py run (S9) against one broker: an Outcome per figure."""
+    if broker.pid is None:
+        return {k: Outcome(error="broker PID unknown") for k in LONG_QUEUE_FIGURES}
+    argv = [python, str(REPO / "bench" / "long_queues.py"), "--port", str(broker.port)]
+    argv += ["--pid", str(broker.pid), "--queues", str(queues), "--messages", str(messages)]
+    try:
+        data = run_json_command(argv, timeout=7200, env=perf_env())
+    except (RuntimeError, json.JSONDecodeError) as exc:
+        return {k: Outcome(error=str(exc)) for k in LONG_QUEUE_FIGURES}
+    return {
+        k: Outcome(value=float(data[k])) if k in data else Outcome(error=f"no {k} in output")
+        for k in LONG_QUEUE_FIGURES
     }
 
 

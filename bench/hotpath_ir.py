@@ -140,7 +140,7 @@ async def run(case: str, messages: int, warmup: int) -> dict[str, float]:
     spec = CASES[case]
     data_dir = tempfile.mkdtemp(prefix="leveret-hotpath-")
     config = ServerConfig(
-        port=0, data_dir=data_dir, persistence=spec["persistent"], fsync="never",
+        port=0, data_dir=data_dir, persistence=True, fsync="never",  # as `leveret server`
         management_port=None, prometheus_port=None,
     )  # fmt: skip
     server = Server(config, loop=asyncio.get_running_loop())
