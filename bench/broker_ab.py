@@ -9,6 +9,10 @@ neither always runs on a warmer machine. Prints the median of the rounds as a ta
     git worktree add --detach /tmp/before 8caa1c2^
     bench/broker_ab.py --a /tmp/before --rounds 5 --seconds 5 --scenarios S1,S3
 
+The same tree compiled (B) and as pure Python (A):
+
+    bench/broker_ab.py --a . --b . --a-env LEVERET_PURE_PYTHON=1 --scenarios S1,S2,S5
+
 The same tree twice, with and without the management API and metrics:
 
     bench/broker_ab.py --a . --b . --b-args "--management-port 15680 --prometheus-port 15681"
@@ -35,8 +39,10 @@ HERE = Path(__file__).resolve().parent
 AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
 
 
-def _env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree / "src")}
+def _env(tree: Path, extra: list[str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    env.update(item.split("=", 1) for item in extra or [])
+    return env
 
 
 def main() -> int:
@@ -55,6 +61,9 @@ def main() -> int:
     p.add_argument("--b-args", default="--management-port 0 --prometheus-port 0",
                    help="the same for B; e.g. '--management-port 15680 --prometheus-port 15681'"
                    " to measure what the management API costs")  # fmt: skip
+    p.add_argument("--a-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of A's broker, e.g. LEVERET_PURE_PYTHON=1 (repeatable)")
+    p.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
     tools = args.tools.split(",")
@@ -62,7 +71,11 @@ def main() -> int:
     trees = {"A": args.a.resolve(), "B": args.b.resolve()}
     with tempfile.TemporaryDirectory() as tmp:
         extra = {"A": args.a_args.split(), "B": args.b_args.split()}
-        brokers = {name: _start(tree, f"{tmp}/{name}", extra[name]) for name, tree in trees.items()}
+        envs = {"A": args.a_env, "B": args.b_env}
+        brokers = {
+            name: _start(tree, f"{tmp}/{name}", extra[name], envs[name])
+            for name, tree in trees.items()
+        }
         try:
             for r in range(args.rounds):
                 order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
@@ -116,7 +129,9 @@ def main() -> int:
     return 0
 
 
-def _start(tree: Path, data_dir: str, extra: list[str]) -> tuple[subprocess.Popen, int]:
+def _start(
+    tree: Path, data_dir: str, extra: list[str], env: list[str]
+) -> tuple[subprocess.Popen, int]:
     """`leveret server` from `tree` (its src/ alone on the path), once its port listens."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,7 +139,7 @@ def _start(tree: Path, data_dir: str, extra: list[str]) -> tuple[subprocess.Pope
     proc = subprocess.Popen(
         [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir,
          "--log-level", "warning", *extra],
-        env=_env(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=_env(tree, env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
