@@ -205,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=defaults.queue_ram_bytes,
         help="RAM for all queues' ready messages together, counting bodies and about "
-        "400 B of bookkeeping each; past it every queue longer than 256 messages keeps "
+        "400 B of bookkeeping each; past it every queue longer than 64 messages keeps "
         "new messages as their places on disk (default: an eighth of "
-        "--max-memory-bytes, at most 256 MB, %(default)s)",
+        "--max-memory-bytes, at most 128 MB, %(default)s)",
     )
 
     server.add_argument(

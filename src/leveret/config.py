@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 
 def _default_queue_ram_bytes() -> int:
-    """An eighth of the body budget, at most 256 MB: the heads of long queues need
+    """An eighth of the body budget, at most 128 MB: the heads of long queues need
     only enough to keep consumers fed (each refills 256 messages at a time)."""
-    return min(_default_memory_budget() // 8, 256 * 1024 * 1024)
+    return min(_default_memory_budget() // 8, 128 * 1024 * 1024)
 
 
 def _default_memory_budget() -> int:

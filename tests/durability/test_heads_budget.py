@@ -58,8 +58,8 @@ def test_long_queues_share_one_budget_and_come_back_in_order(broker):
     heads = _head_costs(broker)
     paged = broker.call(lambda: [q.ready.paged for q in _queues(broker)])
     state = broker.server.durable_state
-    # Spent, then each queue kept at most one refill batch's worth beyond it.
-    slack = QUEUES * HEADS_CHECK_FROM * (ENTRY_OVERHEAD + 16)
+    # Spent; then each queue kept its first HEADS_CHECK_FROM, and its figure lags by 64.
+    slack = QUEUES * (HEADS_CHECK_FROM + 64) * (ENTRY_OVERHEAD + 16)  # floor, and lag
     assert sum(heads) <= BUDGET + slack, (sum(heads), heads)
     assert state.heads_used >= BUDGET * 0.9
     assert all(p > 0 for p in paged), paged  # every queue paged, not one queue alone

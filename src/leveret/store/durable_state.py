@@ -45,14 +45,14 @@ DISK_BACKLOG = 4096
 # Ready messages a plain queue holds in RAM; past them it keeps locations only.
 # Above FLOW_LIMIT (4096), so consumers that keep up never make a queue page.
 DEFAULT_QUEUE_RAM_MESSAGES = 8192
-DEFAULT_QUEUE_RAM_BYTES = 256 * 1024 * 1024
+DEFAULT_QUEUE_RAM_BYTES = 128 * 1024 * 1024
 # What a ready message kept as objects costs beside its body (QueueEntry, Message, the
 # header bytes, the deque slot): 409 B measured with tracemalloc at 16 B bodies.
 ENTRY_OVERHEAD = 400
 # A queue with fewer ready messages than this is never paged for the shared budget
-# (the one-queue fast path pays nothing), so the heads can pass the budget by at most
-# this many entries a queue: one refill batch's worth (broker/queues/classic.py).
-HEADS_CHECK_FROM = 256
+# (a short queue's fast path pays nothing), so every queue may keep this many
+# entries beyond the budget.
+HEADS_CHECK_FROM = 64
 
 
 def _key(queue: Queue) -> tuple[str, str]:
