@@ -253,6 +253,7 @@ class RawClient:
         channel_max: int | None = None,
         heartbeat: int | None = 0,
         open_connection: bool = True,
+        capabilities: dict[str, bool] | None = None,
     ):
         """Protocol header, start-ok, tune-ok and (optionally) connection.open.
 
@@ -268,7 +269,8 @@ class RawClient:
         start_ok = commands.Connection.StartOk(
             client_properties={
                 "product": "leveret-rawamqp",
-                "capabilities": {
+                "capabilities": capabilities
+                or {
                     "authentication_failure_close": True,
                     "consumer_cancel_notify": True,
                     "basic.nack": True,

@@ -19,7 +19,11 @@ QUEUE_MODES = ("default", "lazy")
 
 
 def amqp_type_name(value: Any) -> str:
-    """The field-table type name RabbitMQ uses in its error texts."""
+    """The field-table type name RabbitMQ uses in its error texts: the wire type the
+    client sent when the value was decoded (protocol.fieldtable's typed numbers)."""
+    wire_type = getattr(value, "amqp_type", None)
+    if wire_type is not None:
+        return wire_type
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):

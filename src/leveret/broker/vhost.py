@@ -240,7 +240,11 @@ class VirtualHost:
         if existing is not None:
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
-                self.get_queue(name, object())  # same 405 text as RabbitMQ
+                raise ResourceLocked(  # RabbitMQ's 405 for an exclusive redeclare
+                    f"cannot obtain exclusive access to locked {existing.describe()}. It could "
+                    "be originally declared on another connection or the exclusive property "
+                    "value does not match that of the original declaration.",
+                )
             _check_equivalent(
                 existing.describe(),
                 ("durable", _flag(durable), _flag(existing.durable)),

@@ -87,6 +87,7 @@ from leveret.protocol.frames import (
     FrameReader,
     body_frames,
     header_frame,
+    method_frame,
 )
 from leveret.protocol.properties import content_header_frame, parse_header
 
@@ -142,6 +143,10 @@ _C_BASIC_PUBLISH = cython.declare(cython.Py_ssize_t, 0x003C0028)
 _C_BASIC_DELIVER = cython.declare(cython.Py_ssize_t, 0x003C003C)
 _C_BASIC_ACK = cython.declare(cython.Py_ssize_t, 0x003C0050)
 _C_CH_OPEN = cython.declare(cython.int, 2)
+
+
+# channel.open-ok as RabbitMQ sends it: an empty channel-id (pamqp only writes "0").
+_CHANNEL_OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 
 
 class UsageError(Exception):
@@ -1343,7 +1348,7 @@ class Connection:
             if self.channel_guard is not None:
                 self.channel_guard(number)  # may refuse it with a connection error
             self._channels[number] = _Channel(number, CH_OPEN)
-            self._reply(number, cmd.Channel.OpenOk())
+            self._deferred.append(method_frame(number, _CHANNEL_OPEN_OK_PAYLOAD))
             self._events.append(ChannelOpened(number))
             return
         if frame_type == FRAME_METHOD:
@@ -1355,7 +1360,7 @@ class Connection:
                 return
             raise ConnectionError_(
                 CHANNEL_ERROR,
-                f"expected 'channel.open' on channel {number}, got {wire.method_name(index)}",
+                "expected 'channel.open'",  # RabbitMQ's text (it names neither)
                 index >> 16,
                 index & 0xFFFF,
             )
@@ -1414,7 +1419,10 @@ class Connection:
             self._channel_closed_by_peer(ch, method)
         elif index == CHANNEL_OPEN:
             raise ConnectionError_(
-                CHANNEL_ERROR, f"second 'channel.open' seen on channel {ch.number}", 20, 10
+                CHANNEL_ERROR,
+                "second 'channel.open' seen",
+                20,
+                10,  # RabbitMQ's text
             )
         else:
             self._events.append(MethodReceived(ch.number, method))

@@ -38,6 +38,73 @@ _PREFIXED = frozenset(b"SxAF")
 class Long(int):
     """An int to be written as AMQP 'l' (signed 64-bit), as RabbitMQ writes counts."""
 
+    amqp_type = "long"
+
+
+# --- numbers that remember their wire type --------------------------------------------
+#
+# RabbitMQ's texts name the field type a client sent ("received none but current is
+# the value '5' of type 'byte'": pamqp and aio-pika send small ints as 'b', pika as
+# 'I'). pamqp decodes every integer type to a plain int, so decoding is taught to
+# return these int (and float) subclasses instead; they behave as ints everywhere.
+
+
+class Byte(int):
+    amqp_type = "byte"
+
+
+class UnsignedByte(int):
+    amqp_type = "unsignedbyte"
+
+
+class Short(int):
+    amqp_type = "short"
+
+
+class UnsignedShort(int):
+    amqp_type = "unsignedshort"
+
+
+class SignedInt(int):
+    amqp_type = "signedint"
+
+
+class UnsignedInt(int):
+    amqp_type = "unsignedint"
+
+
+class Float(float):
+    amqp_type = "float"
+
+
+def _typed(decoder, kind):
+    def decode(value: bytes):
+        consumed, number = decoder(value)
+        return consumed, kind(number)
+
+    return decode
+
+
+def _install_typed_numbers() -> None:
+    if getattr(pamqp_decode, "_leveret_typed_numbers", False):
+        return
+    mapping = pamqp_decode.TABLE_MAPPING
+    for code, kind in (
+        (b"b", Byte),
+        (b"B", UnsignedByte),
+        (b"s", Short),
+        (b"u", UnsignedShort),
+        (b"I", SignedInt),
+        (b"i", UnsignedInt),
+        (b"l", Long),
+        (b"f", Float),
+    ):
+        mapping[code] = _typed(mapping[code], kind)
+    pamqp_decode._leveret_typed_numbers = True  # type: ignore[attr-defined]
+
+
+_install_typed_numbers()
+
 
 class Short(int):
     """An int to be written as AMQP 's' (signed 16-bit), as RabbitMQ writes some counts."""

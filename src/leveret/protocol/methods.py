@@ -20,6 +20,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.exceptions import UnmarshalingException
 
+from leveret.protocol import fieldtable  # noqa: F401  (decoded numbers keep their wire type)
 from leveret.protocol.constants import (
     BASIC_ACK,
     BASIC_NACK,
