@@ -45,6 +45,27 @@ def amqp_type_name(value: Any) -> str:
     return "void"
 
 
+def type_class(value: Any) -> str:
+    """RabbitMQ's `type_class` of a field value: every integer type (and decimal) is
+    "int", float and double "float"; others are their own. Redeclarations and the
+    headers exchange compare values of one class, so 5 sent as a byte equals 5 sent
+    as a long, but not "5" or 5.0."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | decimal.Decimal):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    return type(value).__name__
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as RabbitMQ compares field values (same type class, same value)."""
+    return type_class(a) == type_class(b) and a == b
+
+
 @dataclass(frozen=True)
 class QueueOptions:
     """The arguments that change how a queue behaves, parsed once at declare time."""

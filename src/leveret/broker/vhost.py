@@ -26,7 +26,7 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
-from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments
+from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments, same_value
 from leveret.broker.queues import Queue, QueueEntry, new_queue
 from leveret.broker.stats import MessageStats, NodeCounters
 
@@ -252,7 +252,7 @@ class VirtualHost:
             )
             for key in EQUIVALENCE_ARGS:
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
-                if got_arg != cur_arg or type(got_arg) is not type(cur_arg):
+                if not same_value(got_arg, cur_arg):
                     raise PreconditionFailed(
                         inequivalent_text(key, existing.describe(), got_arg, cur_arg),
                     )

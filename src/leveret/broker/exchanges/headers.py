@@ -10,13 +10,14 @@ from typing import Any
 
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
+from leveret.broker.queue_args import same_value
 
 _MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
 def _same(a: Any, b: Any) -> bool:
-    # AMQP tables keep the type; 1 and True or 1 and 1.0 are different values.
-    return type(a) is type(b) and a == b
+    # As RabbitMQ: 1 and True or 1 and 1.0 differ, 1 as a byte and 1 as a long do not.
+    return same_value(a, b)
 
 
 class HeadersExchange(ExchangeType):
