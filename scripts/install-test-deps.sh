@@ -44,3 +44,12 @@ if ! command -v etcd >/dev/null && [ ! -x $tools/etcd/etcd ]; then
   cp "$work/root/usr/bin/etcd" "$work/root/usr/bin/etcdctl" $tools/etcd/
   rm -rf "$work"
 fi
+
+# Node's amqplib runs its own tests against Leveret (tests/peers/node_amqplib.py): node,
+# npm, and amqplib's package with mocha, fetched from npm into .cache/peers.
+if ! command -v npm >/dev/null; then
+  echo "install-test-deps: installing Debian's nodejs and npm for amqplib's tests"
+  apt_update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+python tests/peers/node_amqplib.py --fetch >/dev/null

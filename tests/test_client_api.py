@@ -171,15 +171,42 @@ def test_redeclare_with_other_arguments_is_precondition_failed(amqp_url, names):
     run(main())
 
 
-def test_publish_to_missing_exchange_raises_on_the_publish(amqp_url, names):
+def test_publish_to_missing_exchange_raises_on_the_publish(amqp_url, names, amqp_vhost):
+    """On a confirm channel the publish itself raises NotFound with the broker's 404
+    (issue 27: it raised Unconfirmed); the connection carries on."""
+
     async def main():
         async with await connect(amqp_url) as conn:
             ch = await conn.channel()
-            with pytest.raises((NotFound, ClientError)) as info:
-                await ch.publish(b"x", exchange=names.exchange("missing"), routing_key="k")
-            assert "404" in str(info.value) or "NOT_FOUND" in str(info.value)
+            missing = names.exchange("missing")
+            with pytest.raises(NotFound) as info:
+                await ch.publish(b"x", exchange=missing, routing_key="k")
+            err = info.value
+            assert err.reply_code == 404
+            assert err.reply_text == f"NOT_FOUND - no exchange '{missing}' in vhost '{amqp_vhost}'"
+            assert (err.class_id, err.method_id) == (60, 40)
+            # publish_many: every publish the channel had not confirmed fails with it.
+            ch2 = await conn.channel()
+            q = await ch2.declare_queue(names.queue())
+            with pytest.raises(PublishFailed) as failed:
+                await ch2.publish_many([b"a", b"b"], exchange=missing, routing_key="k")
+            assert failed.value.failures
+            assert all(isinstance(e, NotFound) for _i, e in failed.value.failures)
+            ch3 = await conn.channel()
+            await ch3.publish(b"fine", routing_key=q.name)
+            assert (await ch3.get(q, no_ack=True)).body == b"fine"
 
     run(main())
+
+
+def test_blocking_publish_to_missing_exchange_raises_not_found(amqp_url, names):
+    from leveret.client import blocking
+
+    with blocking.connect(amqp_url) as conn:
+        ch = conn.channel()
+        with pytest.raises(NotFound) as info:
+            ch.publish(b"x", exchange=names.exchange("missing"), routing_key="k")
+        assert info.value.reply_code == 404
 
 
 # -- publishing ---------------------------------------------------------------------------

@@ -238,9 +238,21 @@ class Channel:
         self._unconfirmed = {}
         self._order.clear()
         closed_by_us = exc.reply_code == REPLY_SUCCESS
+        broker_error = isinstance(exc, ChannelClosed) and not closed_by_us
         for p in pending.values():
             p.returned = None
-            p.settle(Unconfirmed(f"channel closed before the confirm arrived: {exc}"))
+            if broker_error:
+                # The broker closed the channel (a publish to a missing exchange: 404):
+                # what waits raises its error, NotFound and the like, with the code.
+                # The broker sent every confirm it had before its close, so these
+                # were not confirmed; one waiting for the disk may still be stored.
+                p.settle(
+                    ChannelClosed.from_reply(
+                        exc.reply_code, exc.reply_text, exc.class_id, exc.method_id
+                    )
+                )
+            else:
+                p.settle(Unconfirmed(f"channel closed before the confirm arrived: {exc}"))
         self._room.set()
         for consumer in list(self._consumers.values()):
             consumer._end(None if closed_by_us else exc)
@@ -675,8 +687,9 @@ class Channel:
 
         On a confirm channel (the default) this returns once the broker
         confirmed it, and raises MessageReturned (mandatory and unroutable),
-        MessageNacked, PublishTimeout, or Unconfirmed (connection lost and
-        republish off). Properties come as `properties=BasicProperties(...)`
+        MessageNacked, PublishTimeout, Unconfirmed (connection lost and
+        republish off), or the error with which the broker closed the channel
+        (NotFound for a missing exchange, AccessRefused, ...: ChannelClosed). Properties come as `properties=BasicProperties(...)`
         or as keywords (`message_id="m1", persistent=True, headers={...}`).
         While the broker blocks publishing this waits, at most `timeout` s
         (BlockedTimeout).
