@@ -383,3 +383,62 @@ def test_pipelined_confirms_across_many_segments_survive_sigkill(tmp_path):
         got = _consume(conn, "rolled", n, offset="first", prefetch=500)
         assert got == [(i, b"p%05d" % i + b"." * 90) for i in range(n)]
         conn.close()
+
+
+def test_offset_past_the_end_starts_there_once_it_exists(connection, stream):
+    """A reader resuming at a stored offset beyond the end (issue 27) gets that
+    offset first, once it is written: nothing before it, nothing skipped."""
+    ch = connection.channel()
+    _publish(ch, stream, [b"m0", b"m1", b"m2"])
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=10)
+    got = []
+    consumer.basic_consume(
+        stream,
+        lambda c, m, p, b: (
+            got.append((p.headers["x-stream-offset"], b)),
+            c.basic_ack(m.delivery_tag),
+        ),
+        arguments={"x-stream-offset": 5},
+    )
+    connection.process_data_events(0.3)
+    assert got == []
+    _publish(ch, stream, [b"m3", b"m4", b"m5", b"m6"])
+    deadline = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert got == [(5, b"m5"), (6, b"m6")]
+
+
+def test_server_named_stream_is_refused(connection):
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare("", durable=True, arguments=STREAM)
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue"
+    )
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("x-max-age", "2D"),
+        ("x-max-length-bytes", 2_000_000),
+        ("x-stream-max-segment-size-bytes", 200_000),
+    ],
+)
+def test_redeclare_with_other_retention_is_inequivalent(connection, names, key, value):
+    name = names.queue("s")
+    args = {
+        **STREAM,
+        "x-max-age": "1D",
+        "x-max-length-bytes": 1_000_000,
+        "x-stream-max-segment-size-bytes": 100_000,
+    }
+    connection.channel().queue_declare(name, durable=True, arguments=args)
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(name, durable=True, arguments={**args, key: value})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text.startswith(f"PRECONDITION_FAILED - inequivalent arg '{key}'")

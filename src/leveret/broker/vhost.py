@@ -236,8 +236,9 @@ class VirtualHost:
             return self.get_queue(name, connection)
         self.churn[0] += 1
         existing = self.queues.get(name) if name else None
-        options = parse_queue_arguments(arguments, f"queue '{name}' in vhost '{self.name}'")
         if existing is not None:
+            # As RabbitMQ: a redeclaration is compared with the queue (equivalence),
+            # not validated again ("x-queue-type: bogus" is inequivalent, not invalid).
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
                 raise ResourceLocked(  # RabbitMQ's 405 for an exclusive redeclare
@@ -250,7 +251,7 @@ class VirtualHost:
                 ("durable", _flag(durable), _flag(existing.durable)),
                 ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
             )
-            for key in EQUIVALENCE_ARGS:
+            for key in getattr(existing, "equivalence_args", EQUIVALENCE_ARGS):
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
                 if not same_value(got_arg, cur_arg):
                     raise PreconditionFailed(
@@ -258,6 +259,7 @@ class VirtualHost:
                     )
             existing.touch()
             return existing
+        options = parse_queue_arguments(arguments, f"queue '{name}' in vhost '{self.name}'")
         if not name:
             name = self.new_queue_name()
         elif name.startswith("amq.") and not server_named:

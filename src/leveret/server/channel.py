@@ -436,7 +436,18 @@ class Channel(ModelMethods, PublishMethods):
             self._take(tag, multiple, peek=True)
             self.tx.settlements.append((kind, tag, multiple, requeue))
             return
-        self._return_or_drop(self._take(tag, multiple), requeue)
+        taken = self._take(tag, multiple)
+        for queue, _entry, _consumer in taken:
+            if queue.queue_type == "stream":
+                # RabbitMQ 3.10 closes the connection (540): a stream cannot take a
+                # message back or drop it. What was taken goes back as unacked credit.
+                self._return_or_drop(taken, True)
+                raise ConnectionError_(
+                    NOT_IMPLEMENTED,
+                    "basic.nack and basic.reject not supported by stream queues "
+                    + queue.describe(),
+                )
+        self._return_or_drop(taken, requeue)
 
     def _return_or_drop(self, taken: list, requeue: bool) -> None:
         by_queue: dict[Queue, list[QueueEntry]] = {}

@@ -240,6 +240,7 @@ class Placeholders:
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
         self.counts: dict[str, int] = {}
+        self.volatile: set[str] = set()  # method fields masked in this scenario
 
     def sub(self, text: str) -> str:
         return _GENERATED.sub(self._one, text)
@@ -299,7 +300,7 @@ def method_fields(method: Any, names: Placeholders) -> dict[str, Any]:
     for key, value in method:
         if key in ("ticket", "nowait"):
             continue
-        out[key] = plain(value, names, key)
+        out[key] = VOLATILE if key in names.volatile else plain(value, names, key)
     return out
 
 
@@ -357,6 +358,8 @@ class Conn:
     pending: dict[int, deque[Event]] = field(default_factory=dict)
     confirm_seq: dict[int, int] = field(default_factory=dict)
     settled: dict[int, dict[int, str]] = field(default_factory=dict)
+    close_event: Event | None = None  # the broker's connection.close, once it came
+    close_reported: bool = False
 
     # -- recording --
 
@@ -407,6 +410,7 @@ class Conn:
         if isinstance(ev.method, commands.Connection.Close):
             self._send(0, commands.Connection.CloseOk())
             self.closed = True
+            self.close_event = ev
             return ev
         if isinstance(ev.method, commands.Channel.Close):
             self._send(ev.channel, commands.Channel.CloseOk())
@@ -437,6 +441,7 @@ class Conn:
                     self.closed = True
                 return None
             if isinstance(ev.method, commands.Connection.Close):
+                self.close_reported = True  # the caller records it as the answer
                 return ev
             if ev.channel == ch and isinstance(ev.method, commands.Channel.Close):
                 return ev
@@ -581,6 +586,9 @@ class Conn:
                 break
             self.pending.setdefault(ev.channel, deque()).append(ev)
         got = [self._reply(ev) for ev in self.pending.pop(ch, deque())]
+        if self.close_event is not None and not self.close_reported:
+            self.close_reported = True  # the connection ended meanwhile: say how
+            got.append(self._reply(self.close_event))
         self._step("events", ch, got=got)
         return got
 
@@ -618,8 +626,8 @@ class Conn:
             ch, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
         )
 
-    def close(self) -> None:
-        """Close politely if still open (recorded as a step only when it was open)."""
+    def close(self, record: bool = True) -> None:
+        """Close politely if still open (a step only when it was open and `record`)."""
         if self.closed:
             return
         self._send(
@@ -627,7 +635,8 @@ class Conn:
         )
         ev = self.wait(0, commands.Connection.CloseOk)
         self.closed = True
-        self._step("connection.close", 0, reply=self._reply(ev))
+        if record:
+            self._step("connection.close", 0, reply=self._reply(ev))
         self.raw.sock.close()
 
     def alive(self) -> bool:
@@ -644,7 +653,13 @@ class Conn:
                 )
                 self.wait(ch, commands.Channel.CloseOk)
         ok = ev is not None and isinstance(ev.method, commands.Channel.OpenOk)
-        self._step("alive", None, alive=ok)
+        if ok:
+            self._step("alive", None, alive=True)
+        else:  # what ended it, if anything came
+            if ev is None and self.close_event is not None and not self.close_reported:
+                ev = self.close_event
+            self.close_reported = True
+            self._step("alive", None, alive=False, reply=self._reply(ev))
         return ok
 
 
@@ -730,6 +745,11 @@ class Session:
         self.users.append(name)
         self.target.admin.set_permissions(name, self.vhost, conf, write, read)
 
+    def mask(self, *fields: str) -> None:
+        """Mask these method fields from now on (a value that changes between runs of
+        the same broker, such as a stream's message_count on RabbitMQ)."""
+        self.names.volatile.update(fields)
+
     def policy(self, name: str, pattern: str, definition: dict, **kw: Any) -> None:
         self.target.admin.set_policy(self.vhost, name, pattern, definition, **kw)
 
@@ -757,7 +777,7 @@ def run(target: Target, sc: Scenario) -> dict[str, Any]:
     finally:
         for conn in session.conns:
             try:
-                conn.close()
+                conn.close(record=False)  # teardown: not part of what is compared
             except Exception:
                 pass
             try:
@@ -777,7 +797,8 @@ def run(target: Target, sc: Scenario) -> dict[str, Any]:
 
 
 def compare(case: str, expected: Any, actual: Any, path: str = "") -> list[Difference]:
-    """Differences between two records, path by path (`steps[3].reply.reply_text`)."""
+    """Differences between two records, path by path (`steps.3.reply.reply_text`:
+    list items by index, so allow-list patterns need no brackets)."""
     out: list[Difference] = []
     _diff(case, expected, actual, path, out)
     return out
@@ -799,11 +820,11 @@ def _diff(case: str, a: Any, b: Any, path: str, out: list[Difference]) -> None:
                 _diff(case, a[key], b[key], sub, out)
     elif isinstance(a, list) and isinstance(b, list):
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            _diff(case, x, y, f"{path}[{i}]", out)
+            _diff(case, x, y, f"{path}.{i}", out)
         if len(a) > len(b):
-            out.append(Difference(case, "missing", f"{path}[{len(b)}:]", a[len(b) :], None))
+            out.append(Difference(case, "missing", f"{path}.{len(b)}-", a[len(b) :], None))
         elif len(b) > len(a):
-            out.append(Difference(case, "extra", f"{path}[{len(a)}:]", None, b[len(a) :]))
+            out.append(Difference(case, "extra", f"{path}.{len(a)}-", None, b[len(a) :]))
     elif a != b or type(a) is not type(b):
         kind = "status" if path.endswith("reply_code") else "value"
         out.append(Difference(case, kind, path, a, b))

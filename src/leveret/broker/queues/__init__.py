@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.errors import PreconditionFailed
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import ClassicQueue, QueueEntry
 from leveret.broker.queues.stream import StreamQueue
@@ -32,6 +33,11 @@ def new_queue(
 ) -> Queue:
     """A queue of the type `arguments` ask for (validated by parse_queue_arguments)."""
     cls = QUEUE_CLASSES[arguments.get("x-queue-type", "classic")]
+    if name.startswith("amq.") and not getattr(cls, "server_named_ok", True):
+        # amq.* names reach here only as names this broker generated (amq.gen-*)
+        raise PreconditionFailed(
+            f"Cannot declare a server-named queue for type {cls.type_module}"  # type: ignore[attr-defined]
+        )
     cls.check_declare(
         f"queue '{name}' in vhost '{vhost.name}'",
         durable,

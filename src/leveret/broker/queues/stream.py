@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker.errors import NotSupported, PreconditionFailed
 from leveret.broker.message import Message
+from leveret.broker.queue_args import amqp_type_name
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import QueueEntry
 from leveret.broker.stats import MessageStats
@@ -135,6 +136,18 @@ class _Backlog:
 
 class StreamQueue(Queue):
     queue_type = "stream"
+    # RabbitMQ's module name, in its texts ("... for type rabbit_stream_queue")
+    type_module = "rabbit_stream_queue"
+    server_named_ok = False  # "Cannot declare a server-named queue for type ..."
+    # Redeclaration compares these, in this order (RabbitMQ's for streams).
+    equivalence_args = (
+        "x-max-length-bytes",
+        "x-queue-type",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    )
 
     def __init__(
         self,
@@ -198,16 +211,29 @@ class StreamQueue(Queue):
                 raise PreconditionFailed(
                     f"invalid arg '{key}' for {describe} of queue type rabbit_stream_queue",
                 )
-        if "x-max-age" in arguments and parse_age(arguments["x-max-age"]) is None:
-            raise PreconditionFailed(f"invalid arg 'x-max-age' for {describe}: invalid_max_age")
-        for key in ("x-stream-max-segment-size-bytes", "x-max-length-bytes"):
-            value = arguments.get(key)
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value <= 0
-            ):
+        if "x-max-age" in arguments:
+            age = arguments["x-max-age"]
+            if not isinstance(age, str | bytes):
                 raise PreconditionFailed(
-                    f"invalid arg '{key}' for {describe}: expected a positive integer, "
-                    f"got {value!r}",
+                    f"invalid arg 'x-max-age' for {describe}: "
+                    f"{{unacceptable_type,{amqp_type_name(age)}}}"
+                )
+            if parse_age(age) is None:
+                raise PreconditionFailed(f"invalid arg 'x-max-age' for {describe}: invalid_max_age")
+        # (x-max-length-bytes is checked for every queue type by parse_queue_arguments.)
+        # RabbitMQ 3.10 takes any size that is not negative, 0 included: the log then
+        # starts a segment for every message.
+        size = arguments.get("x-stream-max-segment-size-bytes")
+        if size is not None:
+            key = "x-stream-max-segment-size-bytes"
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise PreconditionFailed(
+                    f"invalid arg '{key}' for {describe}: "
+                    f'"expected integer, got {amqp_type_name(size)}"'
+                )
+            if size < 0:
+                raise PreconditionFailed(
+                    f"invalid arg '{key}' for {describe}: {{value_negative,{size}}}"
                 )
 
     def apply_policy(self, arguments: dict[str, Any], options: QueueOptions) -> None:
@@ -301,7 +327,9 @@ class StreamQueue(Queue):
         if isinstance(spec, bool):
             pass
         elif isinstance(spec, int):
-            return min(max(spec, log.first), log.next)
+            # Past the end: the consumer starts at that offset once it exists (a
+            # reader resuming at a stored offset must not get what came before it).
+            return max(spec, log.first)
         elif isinstance(spec, str | bytes):
             text = spec.decode() if isinstance(spec, bytes) else spec
             if text == "first":
@@ -316,9 +344,18 @@ class StreamQueue(Queue):
         elif isinstance(spec, datetime.datetime):
             ts = spec if spec.tzinfo else spec.replace(tzinfo=datetime.UTC)
             return log.offset_for_timestamp(int(ts.timestamp() * 1000))
+        # RabbitMQ's text; it answers some of these (a word that is no interval, a
+        # boolean, a float) with 541 INTERNAL_ERROR and closes the connection.
+        if isinstance(spec, str | bytes):
+            text = spec.decode(errors="replace") if isinstance(spec, bytes) else spec
+            shown = f'<<"{text}">>'
+        elif isinstance(spec, bool):
+            shown = "true" if spec else "false"
+        else:
+            shown = str(spec)
         raise PreconditionFailed(
-            f"invalid arg 'x-stream-offset' for {self.describe()}: expected first, last, "
-            f"next, an offset, a timestamp or an interval such as 1h, got {spec!r}"
+            f"invalid arg 'x-stream-offset' for {self.describe()}: "
+            f"{{invalid_stream_offset_arg,{{{amqp_type_name(spec)},{shown}}}}}"
         )
 
     def add_consumer(self, consumer: Consumer) -> None:
