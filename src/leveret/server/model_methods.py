@@ -82,9 +82,10 @@ class ModelMethods:
 
     def on_queue_declare(self, m: cmd.Queue.Declare) -> None:
         if m.queue == PSEUDO_QUEUE and m.passive:
-            # RabbitMQ answers a passive declare of the reply-to pseudo-queue.
+            # RabbitMQ answers a passive declare of the reply-to pseudo-queue, with
+            # 0 messages and 1 consumer (recorded: tests/compat/amqp, ext.direct_reply_to).
             if not m.nowait:
-                self.send_method(wire.unchecked(cmd.Queue.DeclareOk, m.queue, 0, 0))
+                self.send_method(wire.unchecked(cmd.Queue.DeclareOk, m.queue, 0, 1))
             return
         name, server_named = m.queue, False
         if not name and not m.passive:

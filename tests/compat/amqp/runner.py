@@ -506,8 +506,22 @@ class Conn:
         self.settled[ch] = {}
         return reply
 
-    def get(self, ch: int, queue: str, no_ack: bool = True) -> dict:
-        return self.rpc(ch, commands.Basic.Get(queue=queue, no_ack=no_ack))
+    def get(self, ch: int, queue: str, no_ack: bool = True, wait: float = 0.0) -> dict:
+        """basic.get; with `wait`, a get-empty is asked again for up to `wait` seconds
+        (RabbitMQ dead-letters asynchronously), and only the last answer is recorded."""
+        deadline = time.monotonic() + wait
+        while True:
+            method = commands.Basic.Get(queue=queue, no_ack=no_ack)
+            self._send(ch, method)
+            ev = self.wait(ch, commands.Basic.GetOk, commands.Basic.GetEmpty)
+            if (
+                ev is not None
+                and isinstance(ev.method, commands.Basic.GetEmpty)
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.02)
+                continue
+            return self._step("basic.get", ch, reply=self._reply(ev))["reply"]
 
     def consume(
         self,
