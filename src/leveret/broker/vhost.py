@@ -54,6 +54,14 @@ EQUIVALENCE_ARGS = (
 )
 
 
+def _default_type(queue: Queue, key: str, got: Any, current: Any) -> bool:
+    """A classic queue's x-queue-type may be given as "classic" or left out, on either
+    declaration (RabbitMQ 3.10; a stream's must be given each time)."""
+    if key != "x-queue-type" or queue.queue_type != "classic":
+        return False
+    return (got is None or got == "classic") and (current is None or current == "classic")
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -253,7 +261,9 @@ class VirtualHost:
             )
             for key in getattr(existing, "equivalence_args", EQUIVALENCE_ARGS):
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
-                if not same_value(got_arg, cur_arg):
+                if not same_value(got_arg, cur_arg) and not _default_type(
+                    existing, key, got_arg, cur_arg
+                ):
                     raise PreconditionFailed(
                         inequivalent_text(key, existing.describe(), got_arg, cur_arg),
                     )

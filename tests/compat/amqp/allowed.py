@@ -41,10 +41,24 @@ ALLOWED: list[Allowed] = [
         "an exclusive consumer keeps others out (RabbitMQ ignores the flag on streams)",
     ),
     Allowed(
-        "ext.*",
+        "*",
         "extra",
         "steps.*.reply.properties.headers.x-last-death-*",
         "differences.md#amqp-x-last-death",
         "dead-lettered messages also carry x-last-death-* (as RabbitMQ 3.13 writes them)",
+    ),
+    Allowed(
+        "protocol.refused_flags",
+        "*",
+        "steps.[789].*",
+        "differences.md#amqp-channel-flow",
+        "channel.flow active=false pauses deliveries as the spec says (RabbitMQ: 540)",
+    ),
+    Allowed(
+        "protocol.handshake_offers",
+        "*",
+        "steps.1.value.server_properties keys.*",
+        "differences.md#amqp-server-product",
+        "server_properties name Leveret (product, information) and claim no RabbitMQ copyright",
     ),
 ]

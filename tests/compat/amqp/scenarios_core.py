@@ -392,3 +392,32 @@ def channel_errors(s: Session) -> None:
     e.open(1)
     e.rpc(1, C.Basic.Qos(prefetch_size=1))
     e.alive()
+
+
+@scenario
+def queue_type_classic_equivalence(s: Session) -> None:
+    """x-queue-type classic given on one declaration and not on the other; an unknown type."""
+    c = s.connect()
+    c.open(1)
+    c.rpc(1, C.Queue.Declare(queue="typed", arguments={"x-queue-type": "classic"}))
+    c.rpc(1, C.Queue.Declare(queue="typed"))
+    c.open(2)
+    c.rpc(2, C.Queue.Declare(queue="untyped"))
+    c.rpc(2, C.Queue.Declare(queue="untyped", arguments={"x-queue-type": "classic"}))
+    c.open(3)
+    c.rpc(3, C.Queue.Declare(queue="new", arguments={"x-queue-type": "no-such-type"}))
+    c.open(4)
+    c.rpc(4, C.Queue.Declare(queue="new", arguments={"x-queue-type": 5}))
+
+
+@scenario
+def unknown_and_other_arguments(s: Session) -> None:
+    """Unknown x- arguments are accepted and not compared; passive ignores arguments."""
+    c = s.connect()
+    c.open(1)
+    c.rpc(1, C.Queue.Declare(queue="q", arguments={"x-unknown": "a", "y": 1}))
+    c.rpc(1, C.Queue.Declare(queue="q", arguments={"x-unknown": "b"}))
+    c.rpc(1, C.Queue.Declare(queue="q", passive=True, arguments={"x-max-length": 1}))
+    c.rpc(1, C.Exchange.Declare(exchange="x", exchange_type="direct", arguments={"x-any": 1}))
+    c.rpc(1, C.Exchange.Declare(exchange="x", exchange_type="direct"))
+    c.consume(1, "q", "t", arguments={"x-unknown-consumer-arg": True})

@@ -16,7 +16,13 @@ _MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
 def _same(a: Any, b: Any) -> bool:
-    # As RabbitMQ: 1 and True or 1 and 1.0 differ, 1 as a byte and 1 as a long do not.
+    """RabbitMQ 3.10 compares a binding's value with the header's as Erlang's `==`
+    does, whatever their field types: 1 (byte) equals 1 (long) and 1.0 (float), not
+    "1" or true (recorded: tests/compat/amqp, protocol.headers_exchange_modes)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
     return same_value(a, b)
 
 
@@ -32,8 +38,9 @@ class HeadersExchange(ExchangeType):
         if isinstance(mode, bytes):
             mode = mode.decode(errors="replace")
         if mode not in _MATCH_MODES:
+            shown = f'<<"{mode}">>' if isinstance(mode, str) else str(mode)  # as Erlang prints
             raise PreconditionFailed(
-                f"Invalid x-match field value {mode!r}; expected all, any, all-with-x, "
+                f"Invalid x-match field value {shown}; expected all, any, all-with-x, "
                 "or any-with-x",
             )
 
