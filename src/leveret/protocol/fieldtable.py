@@ -58,6 +58,8 @@ class UnsignedByte(int):
 
 
 class Short(int):
+    """An int to be written as AMQP 's' (signed 16-bit), as RabbitMQ writes some counts."""
+
     amqp_type = "short"
 
 
@@ -104,10 +106,6 @@ def _install_typed_numbers() -> None:
 
 
 _install_typed_numbers()
-
-
-class Short(int):
-    """An int to be written as AMQP 's' (signed 16-bit), as RabbitMQ writes some counts."""
 
 
 def skip_value(buf: bytes, pos: int) -> int:
