@@ -217,9 +217,8 @@ class FederationLink:
         log.info("federation %s running, upstream %s", self.describe(), self.uri)
 
     def moved(self, n: int) -> None:
-        self.manager.count_moved(
-            "federation", self.vhost, f"{self.kind}:{self.name}:{self.upstream.name}", n
-        )
+        key = ("federation", self.vhost, self.kind, self.name, self.upstream.name)
+        self.manager.count_moved(key, n)
 
     async def _session(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -37,8 +37,9 @@ class LinkManager:
         self.server = server
         self.broker = server.broker
         self.shovels: dict[tuple[str, str], Shovel] = {}
-        # ("shovel" | "federation", vhost, name) → messages moved since start
-        self.moved: dict[tuple[str, str, str], int] = {}
+        # ("shovel", vhost, name) / ("federation", vhost, kind, name, upstream) →
+        # messages moved since this broker started (links that went keep their count)
+        self.moved: dict[tuple[str, ...], int] = {}
         self.federation: Any = None  # leveret.links.federation.Federation
         self._started = False
 
@@ -149,9 +150,15 @@ class LinkManager:
             if vhost is None or s.vhost == vhost
         ]
 
-    def count_moved(self, kind: str, vhost: str, name: str, n: int) -> None:
-        key = (kind, vhost, name)
+    def count_moved(self, key: tuple[str, ...], n: int) -> None:
+        """("shovel", vhost, name) or ("federation", vhost, kind, name, upstream)."""
         self.moved[key] = self.moved.get(key, 0) + n
+
+    def metrics(self) -> Any:
+        """Prometheus families (management.prometheus calls this on a scrape)."""
+        from leveret.links.metrics import families
+
+        return families(self)
 
     # --- connections -------------------------------------------------------------------
 

@@ -247,7 +247,7 @@ class Shovel:
 
     def _moved(self, n: int) -> None:
         self.moved += n
-        self.manager.count_moved("shovel", self.vhost, self.name, n)
+        self.manager.count_moved(("shovel", self.vhost, self.name), n)
 
     async def _close(self) -> None:
         conns, self._conns = self._conns, []

@@ -1031,6 +1031,8 @@ def _histogram(name: str, doc: str, buckets: Buckets) -> HistogramMetricFamily:
 def _leveret(server: Server) -> Iterator[Rendered | Metric]:
     if server.cluster is not None:  # leveret.cluster: replication lag, in-sync set
         yield from server.cluster.metrics()
+    if server.links is not None:  # leveret.links: messages moved per shovel and link
+        yield from server.links.metrics()
     state = server.durable_state
     if state is None:
         return

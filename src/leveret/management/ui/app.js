@@ -610,6 +610,57 @@ function definitionsPage() {
       h("button", { type: "submit" }, "Upload")), result)));
 }
 
+// --- shovels and federation links ------------------------------------------------------------
+
+function linksPage() {
+  // Both tables refresh together; the buttons refresh them at once rather than at the next poll.
+  const stateCell = (state, reason) => h("span", { class: `state ${state}`, title: reason || null }, state);
+  const endpoint = (uri, kind, name, key) => `${uri || ""} ${kind}${name ? ` ${name}` : ""}${key ? ` (${key})` : ""}`.trim();
+  const shovels = new Table([
+    { key: "name", label: "Name" }, { key: "vhost", label: "Vhost" }, { key: "type", label: "Type" },
+    { key: "state", label: "State", render: (s) => stateCell(s.state, s.reason) },
+    { key: "src_uri", label: "Source", render: (s) => s.src_queue !== undefined
+      ? endpoint(s.src_uri, "queue", s.src_queue) : endpoint(s.src_uri, "exchange", s.src_exchange, s.src_exchange_key) },
+    { key: "dest_uri", label: "Destination", render: (s) => s.dest_queue !== undefined
+      ? endpoint(s.dest_uri, "queue", s.dest_queue) : endpoint(s.dest_uri, "exchange", s.dest_exchange, s.dest_exchange_key) },
+    { key: "reason", label: "Reason" }, { key: "timestamp", label: "Since" },
+    { key: "restart", label: "", render: (s) => h("button", { class: "secondary small", onclick: () =>
+      act(`Shovel ${s.name} restarted`, async () => { await api("DELETE", `/shovels/vhost/${enc(s.vhost)}/${enc(s.name)}/restart`); await refresh(); }) }, "Restart") },
+    { key: "del", label: "", render: (s) => s.type === "static" ? "" : dangerButton("Delete", `Delete shovel ${s.name}?`, `Shovel ${s.name} deleted`,
+      async () => { await api("DELETE", `/shovels/vhost/${enc(s.vhost)}/${enc(s.name)}`); await refresh(); }) },
+  ], () => get("/shovels"), { id: "shovels" });
+  const links = new Table([
+    { key: "type", label: "Type" },
+    { key: "name", label: "Exchange or queue", render: (l) => l.exchange ?? l.queue },
+    { key: "vhost", label: "Vhost" }, { key: "upstream", label: "Upstream" },
+    { key: "upstream_name", label: "Upstream's", render: (l) => l.upstream_exchange ?? l.upstream_queue },
+    { key: "uri", label: "URI" },
+    { key: "status", label: "State", render: (l) => stateCell(l.status, l.error) },
+    { key: "error", label: "Error" }, { key: "timestamp", label: "Since" },
+    { key: "restart", label: "", render: (l) => h("button", { class: "secondary small", onclick: () =>
+      act("Federation link restarted", async () => { await api("DELETE", `/federation-links/vhost/${enc(l.vhost)}/${enc(l.id)}/${enc(l.node)}/restart`); await refresh(); }) }, "Restart") },
+  ], () => get("/federation-links"), { id: "federation-links" });
+  const refresh = () => Promise.all([shovels.refresh(), links.refresh()]);
+  const addShovel = card("Add a shovel",
+    h("p", { class: "muted" }, "amqp:// with no host is this broker. The shovel acks each message at the source once the destination confirmed it."),
+    h("form", { class: "inline", id: "add-shovel", onsubmit: (e) => { e.preventDefault();
+      const v = formValues(e.target);
+      act(`Shovel ${v.name} set`, async () => {
+        await api("PUT", `/parameters/shovel/${enc(v.vhost)}/${enc(v.name)}`, { value: {
+          "src-uri": v.src_uri, "src-queue": v.src_queue, "dest-uri": v.dest_uri, "dest-queue": v.dest_queue } });
+        await refresh();
+      }); } },
+    h("label", {}, "Vhost", vhostSelect()), h("label", {}, "Name", h("input", { name: "name", required: true })),
+    h("label", {}, "Source URI", h("input", { name: "src_uri", value: "amqp://", required: true })),
+    h("label", {}, "Source queue", h("input", { name: "src_queue", required: true })),
+    h("label", {}, "Destination URI", h("input", { name: "dest_uri", value: "amqp://", required: true })),
+    h("label", {}, "Destination queue", h("input", { name: "dest_queue", required: true })),
+    h("button", { type: "submit" }, "Add shovel")));
+  page("Shovels and federation", card("Shovels", shovels.el), card("Federation links", links.el),
+    ...(has("policymaker") ? [addShovel] : []));
+  poll(refresh, 3000);
+}
+
 // --- routing and login -------------------------------------------------------------------
 
 // [hash pattern, page, tag the page needs]; captured groups are the page's arguments.
@@ -619,7 +670,7 @@ const routes = [
   [/^#\/queues\/([^/]+)\/(.+)$/, queuePage], [/^#\/exchanges\/([^/]+)\/(.*)$/, exchangePage],
   [/^#\/vhosts$/, vhostsPage, "administrator"], [/^#\/users$/, usersPage, "administrator"],
   [/^#\/permissions$/, permissionsPage, "administrator"], [/^#\/policies$/, policiesPage, "policymaker"],
-  [/^#\/definitions$/, definitionsPage, "administrator"],
+  [/^#\/definitions$/, definitionsPage, "administrator"], [/^#\/links$/, linksPage, "monitoring"],
 ];
 
 function route() {
