@@ -208,3 +208,87 @@ def test_a_stored_shovel_survives_a_clean_restart_and_ctl_manages_it(tmp_path):
         )
         assert cleared.returncode == 0, cleared.stderr
         assert api(b.management, "GET", "/api/shovels")[1] == []
+
+
+def test_a_static_shovel_from_the_config_file(tmp_path):
+    with Brokers(tmp_path) as brokers:
+        dest = brokers.new(name="dest").start()
+        config = tmp_path / "leveret.toml"
+        config.write_text(
+            "[shovels.from-config]\n"
+            'src-uri = "amqp://"\n'
+            'src-queue = "outbox"\n'
+            f'dest-uri = "{dest.url}"\n'
+            'dest-queue = "inbox"\n'
+            "dest-add-forward-headers = true\n"
+        )
+        src = managed(brokers, "src")
+        src.args += ["--config", str(config)]
+        src.start()
+        row = wait_state(src.management, "from-config", "running")
+        assert row["type"] == "static"
+        fill(src.url, "outbox", 50)
+        wait_for(lambda: count(dest.url, "inbox") == 50, what="moved by the static shovel")
+        # Not a parameter: it cannot be deleted, only restarted.
+        assert api(src.management, "GET", "/api/parameters/shovel")[1] == []
+        status, body = api(src.management, "DELETE", "/api/shovels/vhost/%2F/from-config")
+        assert status == 400 and "static" in body["reason"]
+        assert api(src.management, "DELETE", "/api/shovels/vhost/%2F/from-config/restart")[0] == 204
+        wait_state(src.management, "from-config", "running")
+        bad = tmp_path / "bad.toml"
+        bad.write_text('[shovels.broken]\nsrc-queue = "x"\n')
+        import subprocess
+
+        from serverproc import server_argv
+
+        done = subprocess.run(
+            [
+                *server_argv(
+                    "--config", str(bad), "--port", "0", "--data-dir", str(tmp_path / "bad")
+                )
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        assert "shovel 'broken'" in done.stderr and 'Key "src-uri" not found' in done.stderr
+
+
+def test_a_federated_exchange_gets_what_was_published_while_its_broker_was_down(tmp_path):
+    with Brokers(tmp_path) as brokers:
+        up = brokers.new(name="up").start()
+        down = managed(brokers, "down").start()
+        with connect(up.url) as conn:
+            conn.channel().declare_exchange("events", "fanout", durable=True)
+        with connect(down.url) as conn:
+            ch = conn.channel()
+            ch.declare_exchange("events", "fanout", durable=True)
+            ch.declare_queue("mine", durable=True)
+            ch.bind_queue("mine", "events", "")
+        api(
+            down.management,
+            "PUT",
+            "/api/parameters/federation-upstream/%2F/up",
+            {"value": {"uri": up.url, "reconnect-delay": 1}},
+        )
+        api(
+            down.management,
+            "PUT",
+            "/api/policies/%2F/fed",
+            {"pattern": "^events$", "definition": {"federation-upstream": "up"}},
+        )
+        wait_for(
+            lambda: (
+                [r["status"] for r in api(down.management, "GET", "/api/federation-links")[1]]
+                == ["running"]
+            ),
+            what="the link",
+        )
+        down.stop()
+        with connect(up.url) as conn:  # the upstream queue keeps these for the downstream
+            conn.channel().publish_many(
+                [b"while down %d" % i for i in range(20)], exchange="events", persistent=True
+            )
+        down.start()
+        wait_for(lambda: count(down.url, "mine") == 20, 60, "what was published meanwhile")
