@@ -43,6 +43,7 @@ log = logging.getLogger("leveret.links")
 DEFAULT_PREFETCH = 1000
 DEFAULT_RECONNECT_DELAY = 5
 INTERNAL_PURPOSE = "x-internal-purpose"
+FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set", "federation-upstream-pattern")
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,8 @@ class Federation:
         self.manager = manager
         self.broker = manager.broker
         self.links: dict[tuple[str, str, str, str], FederationLink] = {}
+        # (vhost, kind, name) → its links: what the watcher looks up per event
+        self._by_object: dict[tuple[str, str, str], set[FederationLink]] = {}
         self._dirty: set[str] = set()
         self._scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -289,6 +292,7 @@ class Federation:
         if self._watch in self.broker.vhost_watchers:
             self.broker.vhost_watchers.remove(self._watch)
         links, self.links = list(self.links.values()), {}
+        self._by_object.clear()
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -299,17 +303,44 @@ class Federation:
         self._mark(vhost)
 
     def _watch(self, vhost: Any, event: str, subject: Any) -> None:
+        """Called on every declare, delete, bind and unbind of every vhost: kept cheap,
+        and free for vhosts without federation upstreams (nothing to federate)."""
+        name = vhost.name
         if event in ("bind", "unbind"):
-            source = subject.source
-            for link in self._links_of(vhost.name, "exchange", source.name):
-                link.binding_changed(event == "bind", subject)  # type: ignore[attr-defined]
+            links = self._by_object.get((name, "exchange", subject.source.name))
+            if links:
+                for link in list(links):
+                    link.binding_changed(event == "bind", subject)  # type: ignore[attr-defined]
             return
-        self._mark(vhost.name)
+        if event in ("exchange-deleted", "queue-deleted"):
+            kind = "exchange" if event == "exchange-deleted" else "queue"
+            if self._by_object.get((name, kind, subject.name)):
+                self._mark(name)
+            return
+        if not self._has_upstreams(name):
+            return
+        if event == "policies":
+            self._mark(name)
+        elif self._federable(event, subject) and self._wants(vhost, event, subject):
+            self._mark(name)
 
-    def _links_of(self, vhost: str, kind: str, name: str) -> list[FederationLink]:
-        return [
-            link for (v, k, n, _u), link in self.links.items() if (v, k, n) == (vhost, kind, name)
-        ]
+    def _has_upstreams(self, vhost: str) -> bool:
+        values = self.broker.parameters.values
+        return any(k[0] == vhost and k[1] == "federation-upstream" for k in values)
+
+    @staticmethod
+    def _federable(kind: str, obj: Any) -> bool:
+        if INTERNAL_PURPOSE in obj.arguments:
+            return False
+        if kind == "exchange":
+            return bool(obj.name) and obj.type_name != "x-federation-upstream"
+        return obj.exclusive_owner is None
+
+    def _wants(self, vhost: Any, kind: str, obj: Any) -> bool:
+        """Whether a policy of the vhost names upstreams for this exchange or queue."""
+        queue_type = "" if kind == "exchange" else obj.queue_type
+        policy = winner(vhost.policies, kind, obj.name, queue_type or "classic")
+        return policy is not None and any(k in policy.definition for k in FEDERATION_KEYS)
 
     def _mark(self, vhost: str) -> None:
         """Re-check the vhost once this loop turn is over (a policy change touches many)."""
@@ -330,25 +361,20 @@ class Federation:
 
         vhost = self.broker.vhosts.get(vhost_name)
         wanted: dict[tuple[str, str, str, str], tuple[Upstream, str]] = {}
-        if vhost is not None and vhost.policies:
+        if vhost is not None and vhost.policies and self._has_upstreams(vhost_name):
             for exchange in vhost.exchanges.values():
-                if not exchange.name or INTERNAL_PURPOSE in exchange.arguments:
-                    continue
-                if exchange.type_name == "x-federation-upstream":
-                    continue
-                self._want(wanted, vhost, "exchange", exchange.name, "")
+                if self._federable("exchange", exchange):
+                    self._want(wanted, vhost, "exchange", exchange.name, "")
             for queue in vhost.queues.values():
-                if queue.exclusive_owner is not None or INTERNAL_PURPOSE in queue.arguments:
-                    continue
-                self._want(
-                    wanted, vhost, "queue", queue.name, getattr(queue, "queue_type", "classic")
-                )
+                if self._federable("queue", queue):
+                    self._want(wanted, vhost, "queue", queue.name, queue.queue_type)
         for key, link in list(self.links.items()):
             if key[0] != vhost_name:
                 continue
             want = wanted.get(key)
             if want is None or want[0] != link.upstream:
                 del self.links[key]
+                self._by_object[key[:3]].discard(link)
                 gone = want is None
                 self._spawn(link.stop(cleanup=gone))
         for key, (upstream, policy) in wanted.items():
@@ -357,7 +383,10 @@ class Federation:
             cls = ExchangeLink if key[1] == "exchange" else QueueLink
             link = cls(self, key[0], key[2], upstream, policy)
             self.links[key] = link
+            self._by_object.setdefault(key[:3], set()).add(link)
             link.start()
+        for obj in [k for k, v in self._by_object.items() if not v]:
+            del self._by_object[obj]
 
     def _want(self, wanted: dict, vhost: Any, kind: str, name: str, queue_type: str) -> None:
         policy = winner(vhost.policies, kind, name, queue_type or "classic")
