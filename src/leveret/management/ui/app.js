@@ -656,7 +656,7 @@ function linksPage() {
     h("label", {}, "Destination URI", h("input", { name: "dest_uri", value: "amqp://", required: true })),
     h("label", {}, "Destination queue", h("input", { name: "dest_queue", required: true })),
     h("button", { type: "submit" }, "Add shovel")));
-  page("Shovels and federation", card("Shovels", shovels.el), card("Federation links", links.el),
+  page("Shovels & federation", card("Shovels", shovels.el), card("Federation links", links.el),
     ...(has("policymaker") ? [addShovel] : []));
   poll(refresh, 3000);
 }
