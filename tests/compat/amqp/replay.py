@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                 unrecorded += 1
                 print(f"{sc.id}: not recorded")
                 continue
-            diffs = compare(sc.id, expected, run(target, sc))
+            diffs = compare(sc.id, expected, run(target, sc, expected))
             left, _used = split_allowed(diffs, ALLOWED)
             left_total += len(left)
             if not diffs:

@@ -64,8 +64,9 @@ C = commands  # scenarios write C.Queue.Declare(...)
 
 #: how long a scenario waits for an answer it expects
 WAIT = 5.0
-#: how long "nothing else arrives" is watched
+#: how long "nothing else arrives" is watched (replaying; recording: SETTLE_RECORD)
 SETTLE = 0.3
+SETTLE_RECORD = 1.0
 
 # --- registry --------------------------------------------------------------------------
 
@@ -589,13 +590,26 @@ class Conn:
         self._step("confirms", ch, published=upto, **result)
         return result
 
-    def events(self, ch: int, settle: float = SETTLE) -> list[dict]:
-        """Record every async event on `ch` (deliveries, returns, cancels, acks)
-        kept or arriving within `settle` seconds."""
+    def events(self, ch: int, settle: float | None = None) -> list[dict]:
+        """Record every async event on `ch` (deliveries, returns, cancels, acks, or
+        the connection's close) kept or arriving within `settle` seconds.
+
+        Replaying, the recording says how many came from RabbitMQ: those are waited
+        for (up to WAIT, so a loaded machine does not lose them), then `settle` more
+        seconds for any extra. Recording, the settle time is longer (SETTLE_RECORD)."""
+        expected = self.session.expected_step(len(self.session.steps))
+        want = len(expected.get("got", ())) if expected and expected["op"] == "events" else 0
+        if settle is None:
+            settle = SETTLE if self.session.expected is not None else SETTLE_RECORD
+        queue = self.pending.setdefault(ch, deque())
+        wait_until = time.monotonic() + WAIT
         deadline = time.monotonic() + settle
         while True:
+            have = len(queue) + (self.close_event is not None and not self.close_reported)
+            if have < want:
+                deadline = max(deadline, min(wait_until, time.monotonic() + settle))
             try:
-                ev = self._take(self._read_event(deadline))
+                ev = self._take(self._read_event(deadline if have >= want else wait_until))
             except (Timeout, ConnectionLost, ClosedError):
                 break
             self.pending.setdefault(ev.channel, deque()).append(ev)
@@ -696,14 +710,23 @@ def _reply_types(method: Any) -> Iterator[type]:
 class Session:
     """What a scenario function gets: connections, admin set-up, free-form records."""
 
-    def __init__(self, target: Target, sc: Scenario) -> None:
+    def __init__(
+        self, target: Target, sc: Scenario, expected: list[dict[str, Any]] | None = None
+    ) -> None:
         self.target = target
         self.scenario = sc
         self.vhost = sc.vhost
+        self.expected = expected  # the recorded steps, when replaying
         self.steps: list[dict[str, Any]] = []
         self.names = Placeholders()
         self.conns: list[Conn] = []
         self.users: list[str] = []
+
+    def expected_step(self, index: int) -> dict[str, Any] | None:
+        """The recorded step at `index` (replaying), for how long to wait; never compared."""
+        if self.expected is None or index >= len(self.expected):
+            return None
+        return self.expected[index]
 
     def connect(
         self,
@@ -776,13 +799,14 @@ class Session:
         time.sleep(seconds)
 
 
-def run(target: Target, sc: Scenario) -> dict[str, Any]:
-    """Run one scenario in a fresh vhost of its own; its record."""
+def run(target: Target, sc: Scenario, expected: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one scenario in a fresh vhost of its own; its record. `expected` (the
+    recording, when replaying) only tells how many asynchronous events to wait for."""
     admin = target.admin
     admin.delete_vhost(sc.vhost)
     admin.add_vhost(sc.vhost)
     admin.set_permissions(target.user, sc.vhost, ".*", ".*", ".*")
-    session = Session(target, sc)
+    session = Session(target, sc, None if expected is None else expected.get("steps", []))
     error = None
     try:
         sc.func(session)

@@ -34,7 +34,7 @@ def test_scenario_matches_rabbitmq(target, sid):
     sc = SCENARIOS[sid]
     expected = load_recording(sc)
     assert expected is not None, f"{sid} is not recorded: run tests.compat.amqp.record"
-    actual = run(target, sc)
+    actual = run(target, sc, expected)
     assert "error" not in actual, actual["error"]
     left, used = split_allowed(compare(sid, expected, actual), ALLOWED)
     _USED.update(used)
