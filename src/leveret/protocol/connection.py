@@ -1380,12 +1380,13 @@ class Connection:
     def _channel_method(self, ch: _Channel, payload: bytes) -> None:
         index = wire.method_index(payload)
         if ch.content is not None:
+            waiting = ch.content[0]  # RabbitMQ names the content method (basic.publish)
             raise ConnectionError_(
                 UNEXPECTED_FRAME,
                 f"expected content header for class 60, got method "
                 f"{wire.method_name(index)} on channel {ch.number} instead",
-                index >> 16,
-                index & 0xFFFF,
+                waiting >> 16,
+                waiting & 0xFFFF,
             )
         if self.client:
             if index == BASIC_DELIVER or index == BASIC_GET_OK or index == BASIC_RETURN:

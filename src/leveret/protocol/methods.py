@@ -56,8 +56,15 @@ def method_name(index: int) -> str:
 def undecodable(name: str, exc: BaseException) -> FrameError:
     """The error for a method frame whose fields cannot be decoded (truncated, a length
     running past the frame, bad UTF-8): RabbitMQ answers 501 FRAME_ERROR "cannot
-    decode", not 502, for the generic and the hand-written decoders alike."""
-    return FrameError(FRAME_ERROR, f"cannot decode {name} frame: {exc}")
+    decode", not 502, for the generic and the hand-written decoders alike, naming the
+    method by its class and method ids."""
+    index = _INDEX_BY_NAME.get(name, 0)
+    return FrameError(
+        FRAME_ERROR, f"cannot decode {name} frame: {exc}", index >> 16, index & 0xFFFF
+    )
+
+
+_INDEX_BY_NAME = {cls.name: index for index, cls in commands.INDEX_MAPPING.items()}
 
 
 def decode_method(payload: bytes) -> Any:

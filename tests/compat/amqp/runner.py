@@ -612,7 +612,8 @@ class Conn:
                 ev = self._take(self._read_event(deadline if have >= want else wait_until))
             except (Timeout, ConnectionLost, ClosedError):
                 break
-            self.pending.setdefault(ev.channel, deque()).append(ev)
+            if ev is not self.close_event:  # (reported once, below)
+                self.pending.setdefault(ev.channel, deque()).append(ev)
         got = [self._reply(ev) for ev in self.pending.pop(ch, deque())]
         if self.close_event is not None and not self.close_reported:
             self.close_reported = True  # the connection ended meanwhile: say how
