@@ -273,7 +273,7 @@ def test_queue_id_file_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
         f.seek(4)
         f.write(struct.pack("<H", 7))
     store = MessageStore(str(tmp_path), segment_size=SEG)
-    with pytest.raises(StoreFormatError, match=r"queue id file.*version 7.*expects version 2"):
+    with pytest.raises(StoreFormatError, match=r"queue id file.*version 7.*expects version 3"):
         store.open()
     store.close()
 

@@ -87,6 +87,13 @@ class DurabilityHooks:
     def vhost_deleted(self, vhost: str) -> None:
         """Remove whatever durable data is left of a deleted vhost."""
 
+    def delay_store(self, exchange: Exchange) -> Any:
+        """Where a delayed exchange keeps the messages it holds back (see
+        broker/exchanges/delayed.py for what it must do); here: in RAM."""
+        from leveret.broker.exchanges.delayed import MemoryDelays
+
+        return MemoryDelays()
+
     def exchange_declared(self, exchange: Exchange) -> None: ...
     def exchange_deleted(self, exchange: Exchange) -> None: ...
     def queue_declared(self, queue: Queue) -> None: ...

@@ -145,6 +145,7 @@ class VirtualHost:
             exchange = Exchange(
                 self.name, name, type_name, durable, auto_delete, internal, arguments
             )
+            exchange.router.placed(self, exchange)
             exchange.router.attach(
                 self.hooks.exchange_state_path(self.name, name) if durable else None
             )

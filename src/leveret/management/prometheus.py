@@ -1059,6 +1059,22 @@ def _leveret(server: Server) -> Iterator[Rendered | Metric]:
         yield _rendered(family)
 
 
+def _delayed(s: Scrape, per_object: bool) -> Rendered:
+    """Messages delayed exchanges hold back (broker/exchanges/delayed.py), which
+    RabbitMQ's plugin shows only as the exchange's messages_delayed: per exchange on
+    /metrics/per-object, their sum on /metrics."""
+    family = Family(
+        "leveret_exchange_messages_delayed",
+        "gauge",
+        "Messages a delayed exchange holds until their x-delay has passed",
+    )
+    for vhost in s.vhosts:
+        for x in vhost.exchanges.values():
+            if x.type_name == "x-delayed-message":
+                family.add(x.router.info()["messages_delayed"], vhost=vhost.name, exchange=x.name)
+    return _rendered(family, per_object=per_object)
+
+
 def _process_start_time() -> float:
     """When this process started (seconds since the epoch), from /proc as
     prometheus-client's process collector reads it; else when this module loaded."""
@@ -1131,6 +1147,7 @@ class BrokerCollector:
             yield _process_start()
         yield from _info(s)
         yield from _leveret(self.server)
+        yield _delayed(s, per_object)
 
     def _alarms(self) -> Iterator[Rendered]:
         alarms = self.server.alarms

@@ -112,6 +112,9 @@ class PublishMethods:
         )
         if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
             self._apply_special_properties(message, flags)
+            check = exchange.router.check_publish  # the delayed exchange's x-delay
+            if check is not None:
+                check(message)
         if self.tx is not None:
             self.tx.publishes.append((exchange, message, event.mandatory))
             return

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -28,6 +29,8 @@ from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store import replica
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
+from leveret.store.delay_queue import is_delay_key
+from leveret.store.delayed_messages import StoredDelays
 from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore, QueueKey, SharedRecord
 from leveret.store.stream_log import SyncSubmitter
@@ -134,6 +137,10 @@ class DurableState(DurabilityHooks):
         self._disk_timer: asyncio.TimerHandle | None = None
         # Durable fan-out in progress: the message, its record, queue -> its slot.
         self._sharing: tuple[Message, SharedRecord, dict[Queue, int]] | None = None
+        # Delayed exchanges' stores (closed with the store), and the delay queues of
+        # exchanges deleted while the store recovered (dropped once it has).
+        self._delay_stores: weakref.WeakSet[StoredDelays] = weakref.WeakSet()
+        self.delay_drops: list[tuple[str, str]] = []
 
     # --- the catalog --------------------------------------------------------
 
@@ -170,6 +177,11 @@ class DurableState(DurabilityHooks):
                 exchange.internal,
                 exchange.arguments,
             )
+
+    def delay_store(self, exchange: Exchange) -> StoredDelays:
+        store = StoredDelays(self.messages, exchange.vhost_name, exchange.name, self)
+        self._delay_stores.add(store)
+        return store
 
     def exchange_deleted(self, exchange: Exchange) -> None:
         self.definitions.delete_exchange(exchange.vhost_name, exchange.name)
@@ -490,13 +502,42 @@ class DurableState(DurabilityHooks):
         """Give the queues their recovered messages (on the loop, after `recover`)."""
         self.recovering = False
         self.messages.finish_recovery()
-        count = self._restore_messages(broker, stored)
+        count = self._restore_delays(broker, stored)
+        count += self._restore_messages(broker, stored)
         log.info(
             "recovered %d messages in %.2f s from %s",
             count,
             time.monotonic() - self._started,
             self.data_dir,
         )
+
+    def _restore_delays(self, broker: Any, stored: dict[QueueKey, Any]) -> int:
+        """Delayed exchanges' pending messages: each exchange wakes for its first.
+        Takes their keys out of `stored`."""
+        drops, self.delay_drops = self.delay_drops, []
+        for vhost_name, name in drops:
+            self.messages.delays.drop(vhost_name, name)
+            stored.pop((vhost_name, name, "delayed"), None)  # type: ignore[call-overload]
+        count = 0
+        for key in [k for k in stored if is_delay_key(k)]:
+            index = stored.pop(key)
+            vhost = broker.vhosts.get(key[0])
+            exchange = vhost.exchanges.get(key[1]) if vhost is not None else None
+            if exchange is not None and exchange.type_name == "x-delayed-message":
+                count += len(index)
+                exchange.router.recovered()
+            elif not len(index):
+                self.messages.delete_queue(key)  # a non-durable exchange's: nothing to keep
+            else:
+                # As for queues: never delete messages on a guess.
+                log.warning(
+                    "kept %d delayed message(s) of exchange '%s' in vhost '%s' on disk: no "
+                    "such delayed exchange is defined; they return when it is",
+                    len(index),
+                    key[1],
+                    key[0],
+                )
+        return count
 
     def _restore_messages(self, broker: Any, stored: dict[QueueKey, Any]) -> int:
         count = 0
@@ -554,5 +595,7 @@ class DurableState(DurabilityHooks):
         return count
 
     def close(self) -> None:
+        for delays in list(self._delay_stores):
+            delays.closed = True
         self.messages.close()
         self.definitions.close()

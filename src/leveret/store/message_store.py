@@ -25,6 +25,7 @@ from typing import Any
 
 from leveret.store import clean_index, replica, summaries
 from leveret.store.committer import GroupCommitter, OnDurable, segment_path
+from leveret.store.delay_queue import DELAYED, DelayQueues, is_delay_key
 from leveret.store.errors import StoreError, StoreFormatError
 from leveret.store.files import write_atomic
 from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run
@@ -70,7 +71,8 @@ log = logging.getLogger("leveret.store")
 # (vhost, queue name), or (vhost, queue name, level) for one priority level of a
 # priority queue: the store keeps each level as a queue of its own, so each comes
 # back from recovery in its own order (the model decides what a level means).
-QueueKey = tuple[str, str] | tuple[str, str, int]
+# (vhost, exchange, DELAYED) is a delayed exchange's delay queue (store.delay_queue).
+QueueKey = tuple[str, str] | tuple[str, str, int] | tuple[str, str, str]
 
 # Recent segments are not compacted: with consumers keeping up, their stragglers are
 # acked moments later and the whole file is simply deleted, with nothing copied.
@@ -79,6 +81,7 @@ COMPACT_GRACE = 2
 READ_SPAN = 4 * 1024 * 1024  # most bytes take_paged reads at once
 
 _PAGED = 0  # compaction's tag for a PUBLISH kept in a paged tail (not a record type)
+_DELAYED = -1  # compaction's tag for a PUBLISH pending in a delay queue
 
 
 class Location:
@@ -155,17 +158,26 @@ def _size(n: int) -> int:
 # ---- queue id side file ------------------------------------------------------------------
 
 _QI_MAGIC = b"LVQI"
-# Version 2 files may hold level keys; a file without any stays version 1, so a data
-# dir without priority queues still opens in a build that knows only version 1, and
-# one with them is refused there rather than misread.
-_QI_VERSION = 2
-_QI_VERSIONS = (1, 2)
+# Version 2 files may hold level keys, version 3 delay queue keys; a file stays at the
+# lowest version that holds its keys, so a data dir without priority queues still
+# opens in a build that knows only version 1, and one with them is refused there
+# rather than misread.
+_QI_VERSION = 3
+_QI_VERSIONS = (1, 2, 3)
 _QI_HEADER = struct.Struct("<4sHH")
 _QI_ENTRY = struct.Struct("<BBI")  # kind, flags, queue id
 _QI_ASSIGN = 1
 _QI_DROP = 2
 _QI_NEXT = 3
 _QI_LEVEL = 0x01  # flag: an ASSIGN whose key has a priority level (a "<H" before vhost)
+_QI_DELAY = 0x02  # flag: an ASSIGN of a delayed exchange's delay queue (store.delay_queue)
+
+
+def _qi_version(key: QueueKey) -> int:
+    """The lowest queue id file version that can hold `key`."""
+    if len(key) == 2:
+        return 1
+    return 3 if key[2] == DELAYED else 2
 
 
 class QueueIds:
@@ -217,6 +229,8 @@ class QueueIds:
                 key: QueueKey = (data[p : p + vlen].decode(), data[p + vlen : end].decode())
                 if level >= 0:
                     key = (*key, level)
+                elif flags & _QI_DELAY:
+                    key = (*key, DELAYED)  # type: ignore[assignment]
                 old = self.ids.get(key)
                 if old is not None:
                     self.keys.pop(old, None)
@@ -245,7 +259,9 @@ class QueueIds:
             body = _QI_ENTRY.pack(kind, 0, qid)
         else:
             vhost = key[0].encode()
-            if len(key) == 3:
+            if len(key) == 3 and key[2] == DELAYED:
+                body = _QI_ENTRY.pack(kind, _QI_DELAY, qid)
+            elif len(key) == 3:
                 body = _QI_ENTRY.pack(kind, _QI_LEVEL, qid) + struct.pack("<H", key[2])
             else:
                 body = _QI_ENTRY.pack(kind, 0, qid)
@@ -254,7 +270,7 @@ class QueueIds:
 
     def _rewrite(self) -> None:
         """Write the live map to a temp file and rename it over: crash-atomic compaction."""
-        version = 2 if any(len(key) == 3 for key in self.ids) else 1
+        version = max(map(_qi_version, self.ids), default=1)
         parts = [_QI_HEADER.pack(_QI_MAGIC, version, 0), self._entry(_QI_NEXT, self.next_id)]
         parts += [self._entry(_QI_ASSIGN, qid, key) for key, qid in self.ids.items()]
         write_atomic(self.path, b"".join(parts))
@@ -271,8 +287,8 @@ class QueueIds:
 
     def assign(self, key: QueueKey, drop: int | None = None) -> int:
         qid = self.next_id
-        if len(key) == 3 and self._version < 2:
-            # The first level key: mark the file version 2 before it holds one.
+        if _qi_version(key) > self._version:
+            # The first key of a newer kind: mark the file's version before it holds one.
             self.next_id = qid + 1
             self.ids[key] = qid
             self.keys[qid] = key
@@ -294,7 +310,11 @@ class QueueIds:
 
     def keys_of(self, vhost: str, name: str) -> list[QueueKey]:
         """The queue's own key and those of its priority levels, as far as assigned."""
-        return [key for key in self.ids if key[0] == vhost and key[1] == name]
+        return [
+            key
+            for key in self.ids
+            if key[0] == vhost and key[1] == name and (len(key) == 2 or key[2] != DELAYED)
+        ]
 
     def drop(self, key: QueueKey) -> int | None:
         qid = self.ids.get(key)
@@ -399,6 +419,8 @@ class MessageStore:
         # misses records appended before this process (then no summary is written).
         self._sealing = Summary()
         self._sealing_whole = True
+        # Delayed exchanges' pending messages, ordered by due time (store.delay_queue).
+        self.delays = DelayQueues(self)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -411,6 +433,7 @@ class MessageStore:
         return {
             key: [item[0] for item in self.take_paged(paged, len(paged))]
             for key, paged in self.open_paged().items()
+            if not is_delay_key(key)
         }
 
     def open_paged(self) -> dict[QueueKey, PagedIndex]:
@@ -437,6 +460,7 @@ class MessageStore:
 
     def recover(self, cancelled: Callable[[], bool] | None = None) -> dict[QueueKey, PagedIndex]:
         """Rebuild every queue's positions, from the clean-shutdown index or by a scan.
+        A delay queue's key gets its DelayIndex (store.delay_queue), not a PagedIndex.
 
         The broker runs this in a worker thread while it already listens: until
         `finish_recovery`, nothing else may call the store (the server holds every
@@ -478,6 +502,7 @@ class MessageStore:
         self._seed_summary(scan.last)
         self.recovered_from = {"summaries": scan.summarised, "walked": scan.walked}
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
+        self.delays.restore(result)
         log.info(
             "message store %s: recovered %d messages in %d queues from %d segments "
             "(%d from their summaries, %d walked)",
@@ -524,6 +549,7 @@ class MessageStore:
                 found = (lg.active, loaded)
         self._seed_summary(found)
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
+        self.delays.restore(result)
         log.info(
             "message store %s: %d messages in %d queues from the clean-shutdown index",
             self.directory,
@@ -570,6 +596,7 @@ class MessageStore:
                     runs.append(item)
             if runs:
                 queues[qid] = runs
+        queues.update(self.delays.export())  # positions only: due times are in the records
         deps = [(seq, t) for seq, targets in self._deps.items() for t in targets]
         sizes = lg.segment_sizes()
         if not sizes:
@@ -648,6 +675,10 @@ class MessageStore:
         if paged is not None:
             dropped += len(paged)
             touched.update(self._free_runs(paged.clear()[1]))
+        delayed = self.delays.by_qid.get(qid)
+        if delayed is not None:
+            dropped += len(delayed)
+            touched.update(self.delays.free(qid))
         self._candidates.extend(touched)
         self._reclaim()
         return dropped
@@ -1090,6 +1121,16 @@ class MessageStore:
         for off, end, rtype, _flags in iter_records(data, HEADER_SIZE, result):
             if rtype == PUBLISH:
                 qid, mid = PUB_IDS.unpack_from(data, off + IDS_AT)
+                if qid in self.delays.by_qid:
+                    due = self.delays.live_at(qid, seq, off, data)
+                    if due is None:
+                        continue
+                    moves.append((_DELAYED, off, end, (qid, due)))
+                    total += end - off
+                    if total > budget:
+                        self._attempts[seq] = memo
+                        return
+                    continue
                 holder = self._holder(seq, off, qid, mid)
                 if holder is None:
                     continue
@@ -1145,7 +1186,11 @@ class MessageStore:
             lg.write_at(new_seq, new_off, (record,))  # type: ignore[arg-type]
             if new_seq != self._active:
                 self._rolled(new_seq)
-            if rtype == PUBLISH or rtype == _PAGED or rtype == FANOUT:
+            if rtype == _DELAYED:
+                live[seq] -= n
+                live[new_seq] = live.get(new_seq, 0) + n
+                self.delays.moved(what[0], what[1], seq, off, new_seq, new_off)
+            elif rtype == PUBLISH or rtype == _PAGED or rtype == FANOUT:
                 # One copy of the record; every queue holding it follows it there.
                 for kind, holder in what if rtype == FANOUT else ((rtype, what),):
                     live[seq] -= n
@@ -1253,6 +1298,7 @@ class MessageStore:
                 self._live[loc.segment] = self._live.get(loc.segment, 0) - loc.size
             for paged in self._paged.values():
                 paged.truncate(fseq, foff)
+            self.delays.truncate(fseq, foff)
             for s in [s for s in self._live if s > fseq]:
                 del self._live[s]
         self._active = 0
@@ -1270,7 +1316,9 @@ class MessageStore:
         assert self._log is not None
         sizes = self._log.segment_sizes()
         return {
-            "messages": len(self._index) + sum(len(p) for p in self._paged.values()),
+            "messages": len(self._index)
+            + sum(len(p) for p in self._paged.values())
+            + self.delays.count(),
             "segments": len(sizes),
             "disk_bytes": sum(sizes.values()),
             "live_bytes": sum(self._live.values()),

@@ -3,6 +3,7 @@
 from leveret.broker.exchanges.base import ExchangeType
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
 from leveret.broker.exchanges.deduplication import DeduplicationExchange
+from leveret.broker.exchanges.delayed import DelayedMessageExchange
 from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.federation_upstream import FederationUpstreamExchange
@@ -19,6 +20,7 @@ EXCHANGE_TYPES: dict[str, type[ExchangeType]] = {
         ConsistentHashExchange,
         DeduplicationExchange,
         FederationUpstreamExchange,
+        DelayedMessageExchange,
     )
 }
 

@@ -34,6 +34,24 @@ class ExchangeType:
     def validate_arguments(cls, arguments: dict[str, Any]) -> None:
         """Raise PreconditionFailed for exchange.declare arguments this type cannot accept."""
 
+    # basic.publish into an exchange of this type calls check_publish(message) for a
+    # message with headers (expiration, reply-to) first, if the type has one: a
+    # header the type cannot use is an error for the publisher, not for a later
+    # router (dead-lettering, an e2e binding). None: nothing to check (the rule).
+    check_publish: Any = None
+
+    def placed(self, vhost: Any, exchange: Any) -> None:
+        """The exchange this router serves now exists in `vhost` (a type that routes
+        later, the delayed exchange, keeps both)."""
+
+    def recovered(self) -> None:
+        """After a restart, the store has given back what this type keeps there."""
+
+    def info(self) -> dict[str, Any]:
+        """Type-specific facts the management API shows on the exchange, as a type's
+        info/1 in RabbitMQ (the delayed exchange's `messages_delayed`)."""
+        return {}
+
     def attach(self, storage_path: str | None) -> None:
         """The exchange now exists; a type with state on disk keeps it at storage_path
         (None: the in-memory broker)."""

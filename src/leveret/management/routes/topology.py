@@ -154,6 +154,7 @@ def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": definitions_json._jsonable(x.arguments),
+        **x.router.info(),  # the delayed exchange's messages_delayed
         **({"message_stats": stats} if (stats := x.stats.to_json(EXCHANGE_KEYS)) else {}),
     }
 

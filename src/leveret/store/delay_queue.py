@@ -1,0 +1,304 @@
+"""Delay queues: the segment store's side of delayed exchanges.
+
+A delayed exchange (broker/exchanges/delayed.py) keeps the messages it holds back
+in the message store, one *delay queue* per exchange. To the log, recovery,
+summaries, the clean-shutdown index and compaction a delay queue is an ordinary
+queue: its messages are PUBLISH records under a queue id of their own (key
+`(vhost, exchange, DELAYED)` in `queues.idx`), and one leaves with an ACK. Two
+things differ:
+
+- The record's header part starts with the due time (ms since the epoch, a
+  little-endian i64), so the order is the due time's, not the publish order.
+  What follows it is the caller's bytes (routing and content header); the store
+  knows nothing of them.
+- In RAM the queue is a `DelayIndex` (due time, place, size: 20 bytes a
+  message), not a paged tail. Compaction finds a record there by its due time,
+  read from the record (`live_at`, `moved`). After a restart the due times are
+  read back from the records once (`restore`); the clean-shutdown index and the
+  segment summaries hold the positions as for any queue.
+
+A message is taken (`take`) when due: its record is read, the exchange routes
+it, and `ack` then appends its ACK. The ACK is noted after the routed copies
+are appended, and a loop turn's ACKs are written at the end of the turn, so on
+disk a delayed message is never gone before its routed copies are there: a
+crash in between delivers it again (at least once). While a batch is routed
+the store does not reclaim (`paused`): a compaction started by a routed copy
+rolling the log must not delete a segment whose records are taken but not yet
+routed.
+
+A message that is not persistent, or on a non-durable exchange, is a transient
+record: written (so it takes no RAM) but not fsynced, and recovery ignores it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from leveret.store.delay_index import TRANSIENT_BIT, DelayIndex
+from leveret.store.records import ACK, PUB_FIXED, PUB_HEAD, intact
+from leveret.store.segments import PREFIX_SIZE
+
+if TYPE_CHECKING:
+    from leveret.store.committer import OnDurable
+    from leveret.store.message_store import MessageStore
+    from leveret.store.paged_index import PagedIndex
+
+log = logging.getLogger("leveret.store")
+
+DELAYED = "delayed"  # the third element of a delay queue's key: (vhost, exchange, DELAYED)
+DUE = struct.Struct("<q")  # the first bytes of a delay record's header part
+DUE_AT = PUB_HEAD  # where the due time sits in a record
+BIG_RECORD = 64 * 1024  # past this, recovery reads a record's due time alone
+_OFF_MASK = 0xFFFFFFFF
+_SIZE_MASK = ~TRANSIENT_BIT & 0xFFFFFFFF
+
+# (due time, header bytes after the due time, body, token for `ack`)
+DueRecord = tuple[int, bytes, bytes, tuple[int, int, int]]
+
+
+def is_delay_key(key: tuple) -> bool:
+    return len(key) == 3 and key[2] == DELAYED
+
+
+class DelayQueues:
+    """Every delay queue of one MessageStore, by queue id."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.by_qid: dict[int, DelayIndex] = {}
+
+    def count(self) -> int:
+        return sum(len(index) for index in self.by_qid.values())
+
+    # ---- the exchange's side ---------------------------------------------------------
+
+    def index(self, vhost: str, exchange: str) -> DelayIndex:
+        """The exchange's delay queue (recovered, or new and empty)."""
+        qid = self.store.queue_id((vhost, exchange, DELAYED))
+        index = self.by_qid.get(qid)
+        if index is None:
+            index = self.by_qid[qid] = DelayIndex(qid)
+        return index
+
+    def find(self, vhost: str, exchange: str) -> DelayIndex | None:
+        """The exchange's delay queue if the store has one (assigns nothing)."""
+        qid = self.store._queues.ids.get((vhost, exchange, DELAYED))
+        return self.by_qid.get(qid) if qid is not None else None
+
+    def add(
+        self,
+        index: DelayIndex,
+        due: int,
+        blob: bytes,
+        body: bytes,
+        on_durable: OnDurable | None,
+        transient: bool,
+    ) -> None:
+        """Write one delayed message; `on_durable` fires when it is fsynced."""
+        seq, off, size, _mid = self.store._write_publish(
+            index.qid, DUE.pack(due) + blob, body, on_durable, transient
+        )
+        index.insert(due, seq << 32 | off, size | TRANSIENT_BIT if transient else size)
+
+    def take(self, index: DelayIndex, now: int, limit: int) -> list[DueRecord]:
+        """Up to `limit` messages due at `now`, earliest first, read back (CRC-checked).
+        Each must then be `ack`ed (inside the same `paused` block)."""
+        dues, poss, sizes = index.pop_due(now, limit)
+        n = len(dues)
+        if not n:
+            return []
+        out: list[DueRecord | None] = [None] * n
+        order = sorted(range(n), key=poss.__getitem__)  # one read per stretch of a segment
+        i = 0
+        while i < n:
+            seq = poss[order[i]] >> 32
+            j = i + 1
+            while j < n and poss[order[j]] >> 32 == seq:
+                j += 1
+            group = order[i:j]
+            offs = array("I", [poss[k] & _OFF_MASK for k in group])
+            lens = array("I", [sizes[k] & _SIZE_MASK for k in group])
+            for g, off, size, record in self.store._read_positions(seq, offs, lens):
+                k = group[g]
+                if not intact(record, size):
+                    self._corrupt(index, seq, off, size)
+                    continue
+                _t, _f, _qid, mid, hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)
+                start = PUB_HEAD + hlen
+                header = bytes(record[DUE_AT + DUE.size : start])
+                out[k] = (dues[k], header, bytes(record[start:]), (poss[k], sizes[k], mid))
+            i = j
+        return [item for item in out if item is not None]
+
+    def ack(self, index: DelayIndex, token: tuple[int, int, int]) -> None:
+        """A taken message was routed: its record is no longer needed."""
+        pos, size, mid = token
+        store = self.store
+        seq = pos >> 32
+        if seq not in store._live:
+            return  # its segment is gone (never while `paused`)
+        store._live[seq] -= size & _SIZE_MASK
+        if not size & TRANSIENT_BIT:
+            store._append_ref(ACK, index.qid, mid, seq)
+        if seq != store._active:
+            store._candidates.append(seq)
+            store._reclaim()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No disk reclaim inside (see the module doc); what it would have done runs
+        at the end."""
+        store = self.store
+        before = store._reclaiming
+        store._reclaiming = True
+        try:
+            yield
+        finally:
+            store._reclaiming = before
+            if not before:
+                store._reclaim()
+
+    def drop(self, vhost: str, exchange: str) -> int:
+        """The exchange is gone: forget its delay queue and every pending message."""
+        return self.store.delete_queue((vhost, exchange, DELAYED))
+
+    def _corrupt(self, index: DelayIndex, seq: int, off: int, size: int) -> None:
+        log.error(
+            "delayed message at segment %d offset %d (%d bytes) of delay queue %d is "
+            "corrupt (CRC mismatch); dropped",
+            seq,
+            off,
+            size,
+            index.qid,
+        )
+        self.store._live[seq] -= size
+        self.store._candidates.append(seq)
+
+    # ---- the store's side: compaction, recovery, shutdown ----------------------------
+
+    def live_at(self, qid: int, seq: int, off: int, data: bytes) -> int | None:
+        """Compaction: the due time of delay queue `qid`'s record at (seq, off) (read
+        from `data`, the segment) if it is still pending, else None."""
+        due = DUE.unpack_from(data, off + DUE_AT)[0]
+        return due if self.by_qid[qid].find(due, seq << 32 | off) >= 0 else None
+
+    def moved(self, qid: int, due: int, seq: int, off: int, new_seq: int, new_off: int) -> None:
+        """Compaction copied a pending record."""
+        self.by_qid[qid].relocate(due, seq << 32 | off, new_seq << 32 | new_off)
+
+    def free(self, qid: int) -> set[int]:
+        """Drop a delay queue's index (the queue id was dropped); the segments touched."""
+        index = self.by_qid.pop(qid, None)
+        if index is None:
+            return set()
+        live = self.store._live
+        freed = index.bytes_by_segment()
+        for seq, nbytes in freed.items():
+            if seq in live:
+                live[seq] -= nbytes
+        index.clear()
+        return set(freed)
+
+    def truncate(self, fseq: int, foff: int) -> None:
+        """A write failed from (fseq, foff) on: forget messages whose records were
+        never written (the store fixes its live bytes itself)."""
+        for index in self.by_qid.values():
+            index.truncate(fseq << 32 | foff)
+
+    def restore(self, result: dict[Any, Any]) -> None:
+        """After recovery: turn each delay queue's recovered positions (a PagedIndex,
+        in publish order) into its DelayIndex, reading every record's due time."""
+        store = self.store
+        for key in [k for k in result if is_delay_key(k)]:
+            paged: PagedIndex = result[key]
+            store._paged.pop(paged.qid, None)
+            index = self._read_dues(paged)
+            self.by_qid[paged.qid] = index
+            result[key] = index
+
+    def _read_dues(self, paged: PagedIndex) -> DelayIndex:
+        store = self.store
+        lg = store._log
+        assert lg is not None
+        dues, poss, sizes = array("q"), array("Q"), array("I")
+        for run in paged.runs():
+            a = run.start
+            seq = run.seq
+            offs, lens = run.offs[a:], run.sizes[a:]
+            small = [k for k, size in enumerate(lens) if size <= BIG_RECORD]
+            if len(small) == len(lens):
+                records: Any = store._read_positions(seq, offs, lens)
+            else:
+                records = self._records(seq, offs, lens, small)
+            for _k, off, size, record in records:
+                if len(record) < DUE_AT + DUE.size or (
+                    size <= BIG_RECORD and not intact(record, size)
+                ):
+                    log.error(
+                        "delayed message at segment %d offset %d is damaged; dropped", seq, off
+                    )
+                    store._live[seq] -= size
+                    continue
+                dues.append(DUE.unpack_from(record, DUE_AT)[0])
+                poss.append(seq << 32 | off)
+                sizes.append(size)
+        paged.clear()
+        return DelayIndex.build(paged.qid, dues, poss, sizes)
+
+    def _records(
+        self, seq: int, offs: array, lens: array, small: list[int]
+    ) -> Iterator[tuple[int, int, int, Any]]:
+        """Small records read in stretches, big ones only as far as their due time
+        (their CRC is checked when they are taken)."""
+        store = self.store
+        lg = store._log
+        assert lg is not None
+        rows = list(
+            store._read_positions(
+                seq, array("I", [offs[k] for k in small]), array("I", [lens[k] for k in small])
+            )
+        )
+        got = {off: (size, record) for _k, off, size, record in rows}
+        for k, off in enumerate(offs):
+            if off in got:
+                size, record = got[off]
+            else:
+                size = lens[k]
+                record = memoryview(lg.read(seq, off, DUE_AT + DUE.size))
+            yield k, off, size, record
+
+    def export(self) -> dict[int, list[tuple[int, array, array, None]]]:
+        """For the clean-shutdown index: each delay queue's durable records as runs
+        (segment, offsets, sizes), by segment and offset."""
+        out: dict[int, list[tuple[int, array, array, None]]] = {}
+        for qid, index in self.by_qid.items():
+            by_seq: dict[int, tuple[array, array]] = {}
+            for chunk in index.chunks():
+                for pos, size in zip(chunk.poss, chunk.sizes, strict=True):
+                    if size & TRANSIENT_BIT:
+                        continue
+                    cols = by_seq.get(pos >> 32)
+                    if cols is None:
+                        cols = by_seq[pos >> 32] = (array("I"), array("I"))
+                    cols[0].append(pos & _OFF_MASK)
+                    cols[1].append(size)
+            runs: list[tuple[int, array, array, None]] = []
+            for seq in sorted(by_seq):
+                offs, lens = by_seq[seq]
+                order = sorted(range(len(offs)), key=offs.__getitem__)
+                runs.append(
+                    (
+                        seq,
+                        array("I", [offs[k] for k in order]),
+                        array("I", [lens[k] for k in order]),
+                        None,
+                    )
+                )
+            if runs:
+                out[qid] = runs
+        return out
