@@ -99,14 +99,14 @@ class DelayIndex:
         self._lasts.insert(k + 1, right.dues[-1])
 
     @classmethod
-    def build(cls, qid: int, dues: array, poss: array, sizes: array) -> DelayIndex:
-        """An index of these messages (given in arrival order): sorted by due time,
-        stably, so equal due times keep their order."""
+    def build(cls, qid: int, dues: array, poss: array, sizes: array, mids: array) -> DelayIndex:
+        """An index of these messages: sorted by due time, and equal due times by
+        message id (the order they came in)."""
         index = cls(qid)
         n = len(dues)
         if not n:
             return index
-        order = sorted(range(n), key=dues.__getitem__)
+        order = sorted(range(n), key=lambda i: dues[i] << 64 | mids[i])
         for start in range(0, n, CHUNK):
             part = order[start : start + CHUNK]
             chunk = Chunk(

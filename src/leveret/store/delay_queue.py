@@ -225,7 +225,7 @@ class DelayQueues:
         store = self.store
         lg = store._log
         assert lg is not None
-        dues, poss, sizes = array("q"), array("Q"), array("I")
+        dues, poss, sizes, mids = array("q"), array("Q"), array("I"), array("Q")
         for run in paged.runs():
             a = run.start
             seq = run.seq
@@ -247,8 +247,9 @@ class DelayQueues:
                 dues.append(DUE.unpack_from(record, DUE_AT)[0])
                 poss.append(seq << 32 | off)
                 sizes.append(size)
+                mids.append(PUB_FIXED.unpack_from(record, PREFIX_SIZE)[3])
         paged.clear()
-        return DelayIndex.build(paged.qid, dues, poss, sizes)
+        return DelayIndex.build(paged.qid, dues, poss, sizes, mids)
 
     def _records(
         self, seq: int, offs: array, lens: array, small: list[int]

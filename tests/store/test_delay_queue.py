@@ -1,0 +1,343 @@
+"""Delay queues (store.delay_queue, store.delay_index): delayed exchanges' pending
+messages in the segment store, ordered by due time.
+
+A random workload on tiny segments (so the log rolls, and compaction copies
+delay records among other queues' traffic) is checked against a model after
+every kind of restart: a clean stop (the clean-shutdown index), a stop without
+it (the scan, from segment summaries), and the same without summaries (every
+segment walked). The two crash recoveries of one data dir must agree exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from array import array
+from pathlib import Path
+
+import pytest
+
+from leveret.store import MessageStore
+from leveret.store import delay_index as di
+from leveret.store.delay_index import TRANSIENT_BIT, DelayIndex
+from leveret.store.delay_queue import DUE, DUE_AT, is_delay_key
+from leveret.store.records import PUB_FIXED, PUB_HEAD
+from leveret.store.segments import PREFIX_SIZE, list_segments
+
+SEG = 2048
+NAMES = ("dx1", "dx2")
+CHURN = ("/", "churn")
+
+
+# ---- the index on its own ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 4096])
+def test_index_keeps_due_order_and_arrival_order_for_ties(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(di, "CHUNK", chunk)
+    rng = random.Random(chunk)
+    index = DelayIndex(1)
+    model: list[tuple[int, int, int]] = []  # (due, arrival, pos)
+    for n in range(3000):
+        op = rng.random()
+        if op < 0.6:
+            due = rng.randrange(0, 500) if rng.random() < 0.7 else 10_000 + n  # ties, appends
+            index.insert(due, n << 32 | n, n % 100)
+            model.append((due, n, n << 32 | n))
+        elif op < 0.75 and model:
+            now = rng.randrange(0, 600)
+            limit = rng.choice([1, 7, 1000])
+            dues, poss, sizes = index.pop_due(now, limit)
+            model.sort()
+            expect = [m for m in model if m[0] <= now][:limit]
+            assert list(zip(dues, poss, strict=True)) == [(m[0], m[2]) for m in expect]
+            assert list(sizes) == [(m[2] & 0xFFFFFFFF) % 100 for m in expect]
+            for m in expect:
+                model.remove(m)
+        elif op < 0.85 and model:
+            due, arrival, pos = rng.choice(model)
+            assert index.find(due, pos) == arrival % 100
+            assert index.find(due, pos + (1 << 40)) == -1
+            new = pos + (1 << 50)
+            assert index.relocate(due, pos, new)
+            model[model.index((due, arrival, pos))] = (due, arrival, new)
+        elif op < 0.9 and model:
+            due, arrival, pos = rng.choice(model)
+            assert index.remove(due, pos) == arrival % 100
+            model.remove((due, arrival, pos))
+        assert len(index) == len(model)
+        model.sort()
+        assert index.first_due() == (model[0][0] if model else None)
+    assert [(d, p) for d, p, _s in index.entries()] == [(m[0], m[2]) for m in sorted(model)]
+    lost = index.truncate(1500 << 32)
+    assert sorted(p for p, _s in lost) == sorted(m[2] for m in model if m[2] >= 1500 << 32)
+    assert [(d, p) for d, p, _s in index.entries()] == [
+        (m[0], m[2]) for m in sorted(model) if m[2] < 1500 << 32
+    ]
+
+
+def test_index_build_sorts_by_due_then_message_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(di, "CHUNK", 4)
+    rng = random.Random(7)
+    rows = [(rng.randrange(20), mid, mid << 32, mid) for mid in rng.sample(range(1000), 100)]
+    index = DelayIndex.build(
+        3,
+        array("q", [r[0] for r in rows]),
+        array("Q", [r[2] for r in rows]),
+        array("I", [r[3] for r in rows]),
+        array("Q", [r[1] for r in rows]),
+    )
+    assert [(d, p) for d, p, _s in index.entries()] == sorted((r[0], r[2]) for r in rows)
+    assert len(index) == 100
+
+
+# ---- the store ---------------------------------------------------------------------------
+
+
+def _open(path: Path) -> tuple[MessageStore, dict]:
+    store = MessageStore(str(path), segment_size=SEG)
+    recovered = store.open_paged()
+    return store, recovered
+
+
+def _pending(store: MessageStore, index: DelayIndex) -> list[tuple[int, bytes, bool]]:
+    """(due, body, transient) of every pending message, in order, read without taking."""
+    out = []
+    for due, pos, size in index.entries():
+        length = size & ~TRANSIENT_BIT & 0xFFFFFFFF
+        record = store._log.read(pos >> 32, pos & 0xFFFFFFFF, length)  # type: ignore[union-attr]
+        hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
+        assert DUE.unpack_from(record, DUE_AT)[0] == due
+        out.append((due, bytes(record[PUB_HEAD + hlen :]), bool(size & TRANSIENT_BIT)))
+    return out
+
+
+def _crash(store: MessageStore) -> None:
+    """Stop as a crash leaves the data dir: everything written, no clean-shutdown index."""
+    store.flush()
+    store._log.committer.close()  # type: ignore[union-attr]
+    store._log.close_readers()  # type: ignore[union-attr]
+    store._queues.close()
+
+
+def _recovered_delays(path: Path) -> tuple[dict, dict]:
+    """Recover `path` and stop before anything is reclaimed: each delay queue's
+    (due, position, size) rows, and the live bytes."""
+    store = MessageStore(str(path), segment_size=SEG)
+    store.prepare()
+    recovered = store.recover()
+    rows = {key: list(index.entries()) for key, index in recovered.items() if is_delay_key(key)}
+    live = {s: n for s, n in store._live.items()}
+    store._log.committer.close()  # type: ignore[union-attr]
+    return rows, live
+
+
+class Model:
+    def __init__(self) -> None:
+        self.pending: dict[str, list[tuple[int, int, bytes, bool]]] = {n: [] for n in NAMES}
+        self.n = 0
+
+    def add(self, name: str, due: int, body: bytes, transient: bool) -> None:
+        self.n += 1
+        self.pending[name].append((due, self.n, body, transient))
+
+    def expect(self, name: str) -> list[tuple[int, bytes, bool]]:
+        return [(d, b, t) for d, _n, b, t in sorted(self.pending[name])]
+
+    def restarted(self) -> None:
+        for name in NAMES:
+            self.pending[name] = [p for p in self.pending[name] if not p[3]]
+
+
+def _check(store: MessageStore, indexes: dict[str, DelayIndex], model: Model, step: int) -> None:
+    for name in NAMES:
+        assert _pending(store, indexes[name]) == model.expect(name), (name, step)
+
+
+def _indexes(store: MessageStore) -> dict[str, DelayIndex]:
+    return {name: store.delays.index("/", name) for name in NAMES}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_workload_survives_every_kind_of_restart(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "data"
+    store, _ = _open(path)
+    indexes = _indexes(store)
+    churn = store.paged_index(CHURN)
+    held = []
+    model = Model()
+    clock = 1_000
+    for step in range(2500):
+        op = rng.random()
+        name = rng.choice(NAMES)
+        if op < 0.35:
+            due = clock + rng.choice([rng.randrange(-5, 300), 50, 50])
+            body = b"%d:" % step + b"d" * rng.randrange(0, 150)
+            transient = rng.random() < 0.15
+            store.delays.add(indexes[name], due, b"routing", body, None, transient)
+            model.add(name, due, body, transient)
+        elif op < 0.55:
+            # Other queues' traffic rolls the log and leaves segments to compact.
+            body = b"c" * rng.randrange(0, 200)
+            if rng.random() < 0.5:
+                store.publish_paged(churn, b"h", body)
+            else:
+                held.append(store.publish(CHURN, b"h", body))
+            if len(held) > 5:
+                store.ack(held.pop(rng.randrange(len(held))))
+            if len(churn) > 5:
+                for loc, _h, _b in store.take_paged(churn, len(churn) - 2):
+                    store.ack(loc)
+        elif op < 0.8:
+            clock += rng.randrange(0, 30)
+            limit = rng.choice([1, 3, 50])
+            with store.delays.paused():
+                taken = store.delays.take(indexes[name], clock, limit)
+                expect = [p for p in sorted(model.pending[name]) if p[0] <= clock][:limit]
+                assert [(t[0], t[2]) for t in taken] == [(p[0], p[2]) for p in expect], step
+                assert all(t[1] == b"routing" for t in taken)
+                for t, p in zip(taken, expect, strict=True):
+                    store.delays.ack(indexes[name], t[3])
+                    model.pending[name].remove(p)
+        elif op < 0.81:
+            store.delays.drop("/", name)  # the exchange was deleted
+            model.pending[name].clear()
+            indexes[name] = store.delays.index("/", name)
+        elif op < 0.84:
+            kind = rng.choice(["clean", "crash", "walk"])
+            if kind == "clean":
+                store.close()
+            else:
+                _crash(store)
+                if kind == "walk":
+                    for f in (path / "msgs").glob("*.sum"):
+                        f.unlink()
+            model.restarted()
+            store, recovered = _open(path)
+            indexes = _indexes(store)
+            for name_ in NAMES:
+                key = ("/", name_, "delayed")
+                if key in recovered:
+                    assert recovered[key] is indexes[name_]
+            churn = store.paged_index(CHURN)
+            held = [loc for loc, _h, _b in store.take_paged(churn, len(churn))]
+            _check(store, indexes, model, step)
+        if step % 100 == 0:
+            _check(store, indexes, model, step)
+    _check(store, indexes, model, -1)
+    # Everything taken and acked: the disk is given back.
+    with store.delays.paused():
+        for name in NAMES:
+            for t in store.delays.take(indexes[name], 1 << 62, 1 << 30):
+                store.delays.ack(indexes[name], t[3])
+    for loc in held:
+        store.ack(loc)
+    for loc, _h, _b in store.take_paged(churn, len(churn)):
+        store.ack(loc)
+    for _ in range(3):
+        store.publish(CHURN, b"", b"x" * 1500)  # roll past the last segments
+    store.flush()
+    assert len(list_segments(str(path / "msgs"))) <= 6
+    assert store.stats()["messages"] == 3
+    store.close()
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_scan_with_summaries_equals_walking_every_segment(tmp_path: Path, seed: int) -> None:
+    """A crash leaves one data dir; recovered from its summaries and by walking it,
+    the delay queues and the live bytes are the same."""
+    rng = random.Random(seed)
+    a = tmp_path / "a"
+    store, _ = _open(a)
+    indexes = _indexes(store)
+    churn = store.paged_index(CHURN)
+    clock = 0
+    for step in range(3000):
+        name = rng.choice(NAMES)
+        op = rng.random()
+        if op < 0.4:
+            store.delays.add(
+                indexes[name],
+                clock + rng.randrange(0, 3000),
+                b"r",
+                b"%d" % step * rng.randrange(1, 20),
+                None,
+                rng.random() < 0.1,
+            )
+        elif op < 0.6:
+            store.publish_paged(churn, b"h", b"c" * rng.randrange(0, 200))
+            if len(churn) > 3:
+                for loc, _h, _b in store.take_paged(churn, 2):
+                    store.ack(loc)
+        else:
+            clock += rng.randrange(0, 20)
+            with store.delays.paused():
+                for t in store.delays.take(indexes[name], clock, rng.choice([1, 10])):
+                    store.delays.ack(indexes[name], t[3])
+    _crash(store)
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    for f in (b / "msgs").glob("*.sum"):
+        f.unlink()
+    rows_a, live_a = _recovered_delays(a)
+    rows_b, live_b = _recovered_delays(b)
+    assert rows_a == rows_b
+    assert live_a == live_b
+    assert sum(len(r) for r in rows_a.values()) > 50
+
+
+def test_large_records_recover_their_due_times_without_reading_bodies(tmp_path: Path) -> None:
+    store = MessageStore(str(tmp_path), segment_size=1 << 20)
+    store.open_paged()
+    index = store.delays.index("/", "big")
+    bodies = {}
+    for k in range(6):
+        body = bytes([65 + k]) * (70_000 if k % 2 else 10)
+        due = 5_000 - k * 10
+        store.delays.add(index, due, b"r", body, None, False)
+        bodies[due] = body
+    store.close()
+    store = MessageStore(str(tmp_path), segment_size=1 << 20)
+    recovered = store.open_paged()
+    index = recovered[("/", "big", "delayed")]
+    assert [d for d, _p, _s in index.entries()] == sorted(bodies)
+    with store.delays.paused():
+        taken = store.delays.take(index, 10_000, 100)
+        for t in taken:
+            store.delays.ack(index, t[3])
+    assert [(t[0], t[2]) for t in taken] == sorted(bodies.items())
+    store.close()
+
+
+def test_delay_keys_make_the_queue_id_file_version_3_and_stay_apart_from_queues(
+    tmp_path: Path,
+) -> None:
+    """A queue named like a delayed exchange is another queue: deleting one leaves the
+    other's messages; an older build (version 2) refuses the file, not misreads it."""
+    import struct
+
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    store.open_paged()
+    store.publish(("/", "same"), b"", b"q")
+    with open(tmp_path / "msgs" / "queues.idx", "rb") as f:
+        assert struct.unpack("<4sHH", f.read(8))[1] == 1
+    index = store.delays.index("/", "same")
+    store.delays.add(index, 123, b"r", b"delayed", None, False)
+    with open(tmp_path / "msgs" / "queues.idx", "rb") as f:
+        assert struct.unpack("<4sHH", f.read(8))[1] == 3
+    assert store.queue_keys("/", "same") == [("/", "same")]
+    assert store.delete_queue(("/", "same")) == 1
+    store.close()
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    recovered = store.open_paged()
+    assert ("/", "same") not in recovered
+    assert _pending(store, recovered[("/", "same", "delayed")]) == [(123, b"delayed", False)]
+    assert store.delays.drop("/", "same") == 1
+    store.close()
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    assert store.open() == {}
+    assert store.delays.by_qid == {}
+    store.close()
