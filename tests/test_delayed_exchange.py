@@ -88,9 +88,9 @@ def _count(ch, queue):
 
 
 def _pending(broker, exchange, vhost="/"):
-    return broker.call(lambda: broker.server.broker.vhosts[vhost].exchanges[exchange].router.info())[
-        "messages_delayed"
-    ]
+    return broker.call(
+        lambda: broker.server.broker.vhosts[vhost].exchanges[exchange].router.info()
+    )["messages_delayed"]
 
 
 # ---- declaration --------------------------------------------------------------------------
@@ -152,7 +152,9 @@ def test_each_routing_type_routes_at_once_and_after_a_delay(ch, kind, bind, rout
     ex, q = f"dx.{kind}", f"dq.{kind}"
     _declare(ch, ex, kind)
     _queue(ch, q)
-    ch.queue_bind(q, ex, bind, arguments={"h": "1", "x-match": "all"} if kind == "headers" else None)
+    ch.queue_bind(
+        q, ex, bind, arguments={"h": "1", "x-match": "all"} if kind == "headers" else None
+    )
     key, headers = routed
     ch.basic_publish(ex, key, b"now", _props(**headers))
     ch.basic_publish(ex, key, b"zero", _props(0, **headers))

@@ -197,7 +197,8 @@ class DelayedMessages:
 
     def enqueue(self, message: Any, barrier: Any = None) -> bool:
         """Keep a message with a positive x-delay until it is due."""
-        due = min(now_ms() + _lenient_delay(message), MAX_DUE)
+        # Rounded up to the ms (and fired once the ms has passed): never early.
+        due = min(-(-time.time_ns() // 1_000_000) + _lenient_delay(message), MAX_DUE)
         # Persistent on a durable exchange: fsynced before the confirm, and it
         # survives a restart. Anything else is kept out of RAM but not made durable.
         durable = message.persistent and self.exchange.durable
