@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import time
 from array import array
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from leveret.store.records import PUB_FIXED, PUB_HEAD
 from leveret.store.segments import PREFIX_SIZE, list_segments
 
 SEG = 2048
+FAR = time.time_ns() // 1_000_000 + 86_400_000  # due times a day ahead
 NAMES = ("dx1", "dx2")
 CHURN = ("/", "churn")
 
@@ -169,7 +171,7 @@ def test_random_workload_survives_every_kind_of_restart(tmp_path: Path, seed: in
     churn = store.paged_index(CHURN)
     held = []
     model = Model()
-    clock = 1_000
+    clock = FAR  # virtual ms: far enough ahead that compaction never holds back
     for step in range(2500):
         op = rng.random()
         name = rng.choice(NAMES)
@@ -231,7 +233,7 @@ def test_random_workload_survives_every_kind_of_restart(tmp_path: Path, seed: in
     # Everything taken and acked: the disk is given back.
     with store.delays.paused():
         for name in NAMES:
-            for t in store.delays.take(indexes[name], 1 << 62, 1 << 30):
+            for t in store.delays.take(indexes[name], FAR << 1, 1 << 30):
                 store.delays.ack(indexes[name], t[3])
     for loc in held:
         store.ack(loc)
@@ -254,7 +256,7 @@ def test_scan_with_summaries_equals_walking_every_segment(tmp_path: Path, seed: 
     store, _ = _open(a)
     indexes = _indexes(store)
     churn = store.paged_index(CHURN)
-    clock = 0
+    clock = FAR
     for step in range(3000):
         name = rng.choice(NAMES)
         op = rng.random()
@@ -340,4 +342,81 @@ def test_delay_keys_make_the_queue_id_file_version_3_and_stay_apart_from_queues(
     store = MessageStore(str(tmp_path), segment_size=SEG)
     assert store.open() == {}
     assert store.delays.by_qid == {}
+    store.close()
+
+
+def _compacted_after_most_fire(path: Path, base: int) -> tuple[set[int], set[int]]:
+    """60 delay records, the first written due last; all but those 3 taken; then the
+    log rolls on. (segments they were in, segments they are in now)"""
+    store = MessageStore(str(path), segment_size=SEG)
+    store.open_paged()
+    index = store.delays.index("/", "dx")
+    for k in range(60):
+        store.delays.add(index, base + 59 - k, b"r", b"b" * 100, None, False)
+    first = {pos >> 32 for _d, pos, _s in index.entries()}
+    store.publish(CHURN, b"", b"x" * 1900)  # the ACKs below go to a segment of their own
+    with store.delays.paused():
+        for t in store.delays.take(index, base + 56, 100):
+            store.delays.ack(index, t[3])
+    for _ in range(40):  # roll well past the grace window
+        store.publish(CHURN, b"", b"x" * 400)
+    store.flush()
+    left = {pos >> 32 for _d, pos, _s in index.entries()}
+    store.close()
+    return first, left
+
+
+def test_segments_of_messages_due_soon_are_not_compacted(tmp_path: Path) -> None:
+    """Compaction leaves a segment whose remaining delay records are mostly due within
+    seconds: they free it themselves (a copy would be read back at once, maybe before
+    the writer thread has written it). Far ones are copied as usual."""
+    first, left = _compacted_after_most_fire(tmp_path / "soon", time.time_ns() // 1_000_000 + 3000)
+    assert len(left) == 1 and left <= first  # not moved
+    first, left = _compacted_after_most_fire(tmp_path / "far", FAR)
+    assert len(left) == 1 and not left & first  # copied out of a segment now gone
+
+
+def test_messages_due_within_a_second_are_routed_from_ram(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message due within HOT_MS keeps its bytes in RAM until taken: routing it does
+    not read back a record the writer thread may not have written yet. The record is
+    written all the same (a restart finds it)."""
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    store.open_paged()
+    dq = store.delays
+    index = dq.index("/", "dx")
+    now = time.time_ns() // 1_000_000
+    for k in range(10):
+        dq.add(index, now + 50 + k, b"r%d" % k, b"hot %d" % k, None, False)
+    dq.add(index, FAR, b"r", b"cold", None, False)
+    assert dq._hot_bytes > 0
+    store.close()
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    recovered = store.open_paged()
+    assert [b for _d, b, _t in _pending(store, recovered[("/", "dx", "delayed")])] == [
+        b"hot %d" % k for k in range(10)
+    ] + [b"cold"]
+    dq = store.delays
+    index = dq.index("/", "dx")
+    assert dq._hot_bytes == 0  # recovered: read from disk
+    dq.drop("/", "dx")
+    index = dq.index("/", "dx")
+    for k in range(10):
+        dq.add(index, now + 50 + k, b"r%d" % k, b"hot %d" % k, None, False)
+
+    def no_reads(*args):
+        raise AssertionError("read from disk")
+
+    monkeypatch.setattr(store, "_read_positions", no_reads)
+    with dq.paused():
+        taken = dq.take(index, now + 1000, 100)
+        for t in taken:
+            dq.ack(index, t[3])
+    assert [(t[1], t[2]) for t in taken] == [(b"r%d" % k, b"hot %d" % k) for k in range(10)]
+    assert dq._hot_bytes == 0
+    for k in range(3):
+        dq.add(index, now + 50 + k, b"r", b"dropped", None, False)
+    dq.drop("/", "dx")
+    assert dq._hot_bytes == 0 and not dq._hot
     store.close()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,10 @@ DELAYED = "delayed"  # the third element of a delay queue's key: (vhost, exchang
 DUE = struct.Struct("<q")  # the first bytes of a delay record's header part
 DUE_AT = PUB_HEAD  # where the due time sits in a record
 BIG_RECORD = 64 * 1024  # past this, recovery reads a record's due time alone
+COMPACT_HORIZON_MS = 10_000  # see DelayQueues.soon
+HOT_MS = 1_000  # a message due this soon after it is written keeps its bytes in RAM...
+HOT_BYTES = 32 * 1024 * 1024  # ...while they add up to less than this
+HOT_RECORD = PUB_HEAD + 8  # a record's size beyond the header and body kept in RAM
 _OFF_MASK = 0xFFFFFFFF
 _SIZE_MASK = ~TRANSIENT_BIT & 0xFFFFFFFF
 
@@ -71,6 +76,12 @@ class DelayQueues:
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self.by_qid: dict[int, DelayIndex] = {}
+        self._held: dict[int, float] = {}  # segment -> compaction not before (monotonic s)
+        # Messages due within HOT_MS of being written: position -> (header, body, message
+        # id) until taken, so that routing them does not read back a record the writer
+        # thread may not have written yet (the loop would wait for its fsync batch).
+        self._hot: dict[int, dict[int, tuple[bytes, bytes, int]]] = {}  # by queue id
+        self._hot_bytes = 0
 
     def count(self) -> int:
         return sum(len(index) for index in self.by_qid.values())
@@ -100,10 +111,17 @@ class DelayQueues:
         transient: bool,
     ) -> None:
         """Write one delayed message; `on_durable` fires when it is fsynced."""
-        seq, off, size, _mid = self.store._write_publish(
+        seq, off, size, mid = self.store._write_publish(
             index.qid, DUE.pack(due) + blob, body, on_durable, transient
         )
-        index.insert(due, seq << 32 | off, size | TRANSIENT_BIT if transient else size)
+        pos = seq << 32 | off
+        index.insert(due, pos, size | TRANSIENT_BIT if transient else size)
+        if due - time.time_ns() // 1_000_000 <= HOT_MS and self._hot_bytes < HOT_BYTES:
+            hot = self._hot.get(index.qid)
+            if hot is None:
+                hot = self._hot[index.qid] = {}
+            hot[pos] = (blob, body, mid)
+            self._hot_bytes += size
 
     def take(self, index: DelayIndex, now: int, limit: int) -> list[DueRecord]:
         """Up to `limit` messages due at `now`, earliest first, read back (CRC-checked).
@@ -113,7 +131,19 @@ class DelayQueues:
         if not n:
             return []
         out: list[DueRecord | None] = [None] * n
-        order = sorted(range(n), key=poss.__getitem__)  # one read per stretch of a segment
+        cold: Any = range(n)
+        hot = self._hot.get(index.qid)
+        if hot:
+            cold = []
+            for k in range(n):
+                item = hot.pop(poss[k], None)
+                if item is None:
+                    cold.append(k)
+                    continue
+                self._hot_bytes -= sizes[k] & _SIZE_MASK
+                out[k] = (dues[k], item[0], item[1], (poss[k], sizes[k], item[2]))
+        order = sorted(cold, key=poss.__getitem__)  # one read per stretch of a segment
+        n = len(order)
         i = 0
         while i < n:
             seq = poss[order[i]] >> 32
@@ -167,6 +197,11 @@ class DelayQueues:
         """The exchange is gone: forget its delay queue and every pending message."""
         return self.store.delete_queue((vhost, exchange, DELAYED))
 
+    def _forget_hot(self, qid: int) -> None:
+        hot = self._hot.pop(qid, None)
+        if hot:
+            self._hot_bytes -= sum(HOT_RECORD + len(h) + len(b) for h, b, _m in hot.values())
+
     def _corrupt(self, index: DelayIndex, seq: int, off: int, size: int) -> None:
         log.error(
             "delayed message at segment %d offset %d (%d bytes) of delay queue %d is "
@@ -181,6 +216,29 @@ class DelayQueues:
 
     # ---- the store's side: compaction, recovery, shutdown ----------------------------
 
+    def soon(self) -> int:
+        """Compaction leaves a segment alone while most of what it would copy are
+        delayed messages due before this (ms since the epoch): they are routed and
+        acked within seconds anyway, the segment then goes without a copy, and a
+        copy read back before the writer thread has written it would stall the loop."""
+        return time.time_ns() // 1_000_000 + COMPACT_HORIZON_MS if self.by_qid else 0
+
+    def hold(self, seq: int) -> None:
+        """Compaction found `seq` mostly due soon: do not look again for a while."""
+        now = time.monotonic()
+        if len(self._held) > 64:  # forget segments since retired
+            self._held = {s: t for s, t in self._held.items() if t > now}
+        self._held[seq] = now + COMPACT_HORIZON_MS / 1000
+
+    def held(self, seq: int) -> bool:
+        until = self._held.get(seq)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._held[seq]
+        return False
+
     def live_at(self, qid: int, seq: int, off: int, data: bytes) -> int | None:
         """Compaction: the due time of delay queue `qid`'s record at (seq, off) (read
         from `data`, the segment) if it is still pending, else None."""
@@ -189,10 +247,15 @@ class DelayQueues:
 
     def moved(self, qid: int, due: int, seq: int, off: int, new_seq: int, new_off: int) -> None:
         """Compaction copied a pending record."""
-        self.by_qid[qid].relocate(due, seq << 32 | off, new_seq << 32 | new_off)
+        old, new = seq << 32 | off, new_seq << 32 | new_off
+        self.by_qid[qid].relocate(due, old, new)
+        hot = self._hot.get(qid)
+        if hot is not None and old in hot:
+            hot[new] = hot.pop(old)
 
     def free(self, qid: int) -> set[int]:
         """Drop a delay queue's index (the queue id was dropped); the segments touched."""
+        self._forget_hot(qid)
         index = self.by_qid.pop(qid, None)
         if index is None:
             return set()
@@ -207,8 +270,9 @@ class DelayQueues:
     def truncate(self, fseq: int, foff: int) -> None:
         """A write failed from (fseq, foff) on: forget messages whose records were
         never written (the store fixes its live bytes itself)."""
-        for index in self.by_qid.values():
+        for qid, index in self.by_qid.items():
             index.truncate(fseq << 32 | foff)
+            self._forget_hot(qid)  # the positions they were read from are gone too
 
     def restore(self, result: dict[Any, Any]) -> None:
         """After recovery: turn each delay queue's recovered positions (a PagedIndex,

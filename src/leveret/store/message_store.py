@@ -1107,7 +1107,7 @@ class MessageStore:
         assert lg is not None
         size = lg.size_of(seq)
         memo = (self._live.get(seq, 0), len(self._deps.get(seq, ())))
-        if self._attempts.get(seq) == memo:
+        if self._attempts.get(seq) == memo or self.delays.held(seq):
             return
         data = lg.read_segment(seq)
         budget = self.compact_ratio * size
@@ -1117,6 +1117,8 @@ class MessageStore:
         # (record type, offset, end, Location | (queue id, message id, flags) | target)
         moves: list[tuple[int, int, int, Any]] = []
         total = 0
+        soon = self.delays.soon()  # delay records due before this are about to go anyway
+        near = 0
         result = ScanResult()
         for off, end, rtype, _flags in iter_records(data, HEADER_SIZE, result):
             if rtype == PUBLISH:
@@ -1127,6 +1129,8 @@ class MessageStore:
                         continue
                     moves.append((_DELAYED, off, end, (qid, due)))
                     total += end - off
+                    if due < soon:
+                        near += end - off
                     if total > budget:
                         self._attempts[seq] = memo
                         return
@@ -1174,6 +1178,11 @@ class MessageStore:
                 "segment %d: %s at %d during compaction; left as is", seq, result.error, result.end
             )
             self._attempts[seq] = memo
+            return
+        if near * 2 > total:
+            # Mostly delayed messages due in seconds: they will free the segment
+            # themselves, and a copy read back before it is written stalls the loop.
+            self.delays.hold(seq)
             return
         view = memoryview(data)
         live = self._live
