@@ -420,3 +420,49 @@ def test_messages_due_within_a_second_are_routed_from_ram(
     dq.drop("/", "dx")
     assert dq._hot_bytes == 0 and not dq._hot
     store.close()
+
+
+def test_a_clean_restart_reads_no_record_and_a_stale_side_file_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """msgs/delays.idx, written at a clean stop beside the clean-shutdown index, gives
+    the due times back without reading records; one that does not belong to the
+    clean index found (or is damaged) is ignored, and the records are read."""
+    from leveret.store import delay_queue
+
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    store.open_paged()
+    index = store.delays.index("/", "dx")
+    for k in range(200):
+        store.delays.add(index, FAR + (k * 7919) % 300, b"r", b"%d" % k, None, k % 10 == 0)
+    want = [(d, b) for d, b, t in _pending(store, index) if not t]
+    store.close()
+    side = tmp_path / "msgs" / "delays.idx"
+    stale = side.read_bytes()
+
+    read = []
+    real = delay_queue.DelayQueues._read_dues
+    monkeypatch.setattr(
+        delay_queue.DelayQueues, "_read_dues", lambda self, p: read.append(1) or real(self, p)
+    )
+
+    def reopen() -> tuple[MessageStore, DelayIndex]:
+        s = MessageStore(str(tmp_path), segment_size=SEG)
+        return s, s.open_paged()[("/", "dx", "delayed")]
+
+    store, index = reopen()
+    assert [(d, b) for d, b, _t in _pending(store, index)] == want
+    assert read == [] and not side.exists()
+    store.delays.add(index, FAR + 1000, b"r", b"new", None, False)
+    want.append((FAR + 1000, b"new"))
+    store.close()
+    side.write_bytes(stale)  # an older stop's
+    store, index = reopen()
+    assert [(d, b) for d, b, _t in _pending(store, index)] == want
+    assert read == [1]
+    store.close()
+    side.write_bytes(side.read_bytes()[:-1] + b"\0")  # damaged
+    store, index = reopen()
+    assert [(d, b) for d, b, _t in _pending(store, index)] == want
+    assert read == [1, 1]
+    store.close()

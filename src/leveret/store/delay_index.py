@@ -27,6 +27,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from typing import Any
 
 CHUNK = 4096  # a chunk splits in two when it passes 2 x CHUNK entries
 TRANSIENT_BIT = 0x80000000
@@ -106,7 +107,10 @@ class DelayIndex:
         n = len(dues)
         if not n:
             return index
-        order = sorted(range(n), key=lambda i: dues[i] << 64 | mids[i])
+        order: Any = range(n)
+        if any(mids[i] > mids[i + 1] for i in range(n - 1)):  # compaction copies
+            order = sorted(order, key=mids.__getitem__)
+        order = sorted(order, key=dues.__getitem__)  # stable: ties stay in id order
         for start in range(0, n, CHUNK):
             part = order[start : start + CHUNK]
             chunk = Chunk(

@@ -33,14 +33,18 @@ record: written (so it takes no RAM) but not fsynced, and recovery ignores it.
 from __future__ import annotations
 
 import logging
+import os
 import struct
+import sys
 import time
+import zlib
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from leveret.store.delay_index import TRANSIENT_BIT, DelayIndex
+from leveret.store.delay_index import CHUNK, TRANSIENT_BIT, Chunk, DelayIndex
+from leveret.store.files import fsync_dir, write_atomic
 from leveret.store.records import ACK, PUB_FIXED, PUB_HEAD, intact
 from leveret.store.segments import PREFIX_SIZE
 
@@ -54,6 +58,9 @@ log = logging.getLogger("leveret.store")
 DELAYED = "delayed"  # the third element of a delay queue's key: (vhost, exchange, DELAYED)
 DUE = struct.Struct("<q")  # the first bytes of a delay record's header part
 DUE_AT = PUB_HEAD  # where the due time sits in a record
+_MID = struct.Struct("<Q")
+MID_AT = PREFIX_SIZE + 6  # where a PUBLISH record's message id sits
+SPAN = 4 * 1024 * 1024  # most bytes recovery reads at once
 BIG_RECORD = 64 * 1024  # past this, recovery reads a record's due time alone
 COMPACT_HORIZON_MS = 10_000  # see DelayQueues.soon
 HOT_MS = 1_000  # a message due this soon after it is written keeps its bytes in RAM...
@@ -61,6 +68,19 @@ HOT_BYTES = 32 * 1024 * 1024  # ...while they add up to less than this
 HOT_RECORD = PUB_HEAD + 8  # a record's size beyond the header and body kept in RAM
 _OFF_MASK = 0xFFFFFFFF
 _SIZE_MASK = ~TRANSIENT_BIT & 0xFFFFFFFF
+
+# The clean-shutdown side file (msgs/delays.idx): each delay queue's index as it was,
+# so a clean restart reads no record. Layout (little-endian, arrays native as
+# array.tobytes writes them on this machine's byte order, named in the header), then a
+# CRC32 of all before it:
+#     b"LVDI", u16 version, u8 big-endian, u64 next message id, u32 newest segment CRC
+#     u32 queues, each: u32 queue id, u64 n, n x i64 due, n x u64 position, n x u32 size
+# It is trusted only beside the clean-shutdown index it was written with (the same
+# next message id and newest segment CRC), and deleted at start like that index.
+SAVED_MAGIC = b"LVDI"
+SAVED_VERSION = 1
+_SAVED_HEAD = struct.Struct("<4sHBQI")
+_SAVED_QUEUE = struct.Struct("<IQ")
 
 # (due time, header bytes after the due time, body, token for `ack`)
 DueRecord = tuple[int, bytes, bytes, tuple[int, int, int]]
@@ -274,68 +294,66 @@ class DelayQueues:
             index.truncate(fseq << 32 | foff)
             self._forget_hot(qid)  # the positions they were read from are gone too
 
-    def restore(self, result: dict[Any, Any]) -> None:
-        """After recovery: turn each delay queue's recovered positions (a PagedIndex,
-        in publish order) into its DelayIndex, reading every record's due time."""
+    def restore(self, result: dict[Any, Any], saved: dict[int, Any] | None = None) -> None:
+        """After recovery: turn each delay queue's recovered positions (a PagedIndex)
+        into its DelayIndex: from the clean-shutdown side file (`saved`) when it names
+        exactly these positions, else by reading every record's due time."""
         store = self.store
         for key in [k for k in result if is_delay_key(k)]:
             paged: PagedIndex = result[key]
             store._paged.pop(paged.qid, None)
-            index = self._read_dues(paged)
+            columns = saved.get(paged.qid) if saved is not None else None
+            if columns is not None and _same_positions(paged, columns[1], columns[2]):
+                index = self._from_saved(paged.qid, *columns)
+                paged.clear()
+            else:
+                index = self._read_dues(paged)
             self.by_qid[paged.qid] = index
             result[key] = index
 
     def _read_dues(self, paged: PagedIndex) -> DelayIndex:
+        """Each record's due time and message id, read in stretches of a segment (big
+        records alone: only their first bytes). No CRC check here: `take` checks."""
         store = self.store
         lg = store._log
         assert lg is not None
         dues, poss, sizes, mids = array("q"), array("Q"), array("I"), array("Q")
+        due_at = DUE.unpack_from
+        mid_at = _MID.unpack_from
         for run in paged.runs():
             a = run.start
             seq = run.seq
             offs, lens = run.offs[a:], run.sizes[a:]
-            small = [k for k, size in enumerate(lens) if size <= BIG_RECORD]
-            if len(small) == len(lens):
-                records: Any = store._read_positions(seq, offs, lens)
-            else:
-                records = self._records(seq, offs, lens, small)
-            for _k, off, size, record in records:
-                if len(record) < DUE_AT + DUE.size or (
-                    size <= BIG_RECORD and not intact(record, size)
-                ):
-                    log.error(
-                        "delayed message at segment %d offset %d is damaged; dropped", seq, off
-                    )
-                    store._live[seq] -= size
+            n = len(offs)
+            i = 0
+            while i < n:
+                start = offs[i]
+                j = i + 1
+                if lens[i] > BIG_RECORD:
+                    buf = lg.read(seq, start, DUE_AT + DUE.size)
+                else:
+                    end = start + lens[i]
+                    while j < n and lens[j] <= BIG_RECORD and offs[j] + lens[j] - start <= SPAN:
+                        end = offs[j] + lens[j]
+                        j += 1
+                    buf = lg.read(seq, start, end - start)
+                part = offs[i:j]
+                try:
+                    got_dues = [due_at(buf, o - start + DUE_AT)[0] for o in part]
+                    got_mids = [mid_at(buf, o - start + MID_AT)[0] for o in part]
+                except struct.error:  # records past the end of their file
+                    log.error("delayed messages in segment %d from %d are cut short", seq, start)
+                    for k in range(i, j):
+                        store._live[seq] -= lens[k]
+                    i = j
                     continue
-                dues.append(DUE.unpack_from(record, DUE_AT)[0])
-                poss.append(seq << 32 | off)
-                sizes.append(size)
-                mids.append(PUB_FIXED.unpack_from(record, PREFIX_SIZE)[3])
+                dues.extend(got_dues)
+                mids.extend(got_mids)
+                poss.extend([seq << 32 | o for o in part])
+                sizes.extend(lens[i:j])
+                i = j
         paged.clear()
         return DelayIndex.build(paged.qid, dues, poss, sizes, mids)
-
-    def _records(
-        self, seq: int, offs: array, lens: array, small: list[int]
-    ) -> Iterator[tuple[int, int, int, Any]]:
-        """Small records read in stretches, big ones only as far as their due time
-        (their CRC is checked when they are taken)."""
-        store = self.store
-        lg = store._log
-        assert lg is not None
-        rows = list(
-            store._read_positions(
-                seq, array("I", [offs[k] for k in small]), array("I", [lens[k] for k in small])
-            )
-        )
-        got = {off: (size, record) for _k, off, size, record in rows}
-        for k, off in enumerate(offs):
-            if off in got:
-                size, record = got[off]
-            else:
-                size = lens[k]
-                record = memoryview(lg.read(seq, off, DUE_AT + DUE.size))
-            yield k, off, size, record
 
     def export(self) -> dict[int, list[tuple[int, array, array, None]]]:
         """For the clean-shutdown index: each delay queue's durable records as runs
@@ -367,3 +385,101 @@ class DelayQueues:
             if runs:
                 out[qid] = runs
         return out
+
+    # ---- the clean-shutdown side file --------------------------------------------------
+
+    def save(self, path: str, next_mid: int, last_crc: int) -> None:
+        """Write every delay queue's durable entries, in order (before the clean index)."""
+        parts = [
+            _SAVED_HEAD.pack(
+                SAVED_MAGIC, SAVED_VERSION, sys.byteorder == "big", next_mid, last_crc
+            ),
+            struct.pack("<I", len(self.by_qid)),
+        ]
+        for qid, index in self.by_qid.items():
+            dues, poss, sizes = array("q"), array("Q"), array("I")
+            for chunk in index.chunks():
+                if any(size & TRANSIENT_BIT for size in chunk.sizes):
+                    for due, pos, size in zip(chunk.dues, chunk.poss, chunk.sizes, strict=True):
+                        if not size & TRANSIENT_BIT:
+                            dues.append(due)
+                            poss.append(pos)
+                            sizes.append(size)
+                else:
+                    dues.extend(chunk.dues)
+                    poss.extend(chunk.poss)
+                    sizes.extend(chunk.sizes)
+            parts += [
+                _SAVED_QUEUE.pack(qid, len(dues)),
+                dues.tobytes(),
+                poss.tobytes(),
+                sizes.tobytes(),
+            ]
+        data = b"".join(parts)
+        write_atomic(path, data + struct.pack("<I", zlib.crc32(data)))
+
+    @staticmethod
+    def take_saved(path: str) -> tuple[int, int, dict[int, tuple[array, array, array]]] | None:
+        """Read and delete the side file: (next message id, newest segment CRC, queue id
+        -> (dues, positions, sizes)), or None if there is none or it is damaged."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        os.unlink(path)
+        fsync_dir(os.path.dirname(path))
+        try:
+            if len(data) < _SAVED_HEAD.size + 8:
+                raise ValueError("short")
+            if zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+                raise ValueError("CRC mismatch")
+            magic, version, big, next_mid, last_crc = _SAVED_HEAD.unpack_from(data)
+            if magic != SAVED_MAGIC or version != SAVED_VERSION:
+                raise ValueError(f"magic {magic!r}, version {version}")
+            p = _SAVED_HEAD.size
+            (count,) = struct.unpack_from("<I", data, p)
+            p += 4
+            queues = {}
+            for _ in range(count):
+                qid, n = _SAVED_QUEUE.unpack_from(data, p)
+                p += _SAVED_QUEUE.size
+                cols = []
+                for code, width in (("q", 8), ("Q", 8), ("I", 4)):
+                    col = array(code)
+                    col.frombytes(data[p : p + n * width])
+                    if bool(big) != (sys.byteorder == "big"):
+                        col.byteswap()
+                    p += n * width
+                    cols.append(col)
+                queues[qid] = (cols[0], cols[1], cols[2])
+            return next_mid, last_crc, queues
+        except (ValueError, struct.error) as exc:
+            log.warning("delay queue side file %s is damaged (%s); reading due times", path, exc)
+            return None
+
+    @staticmethod
+    def _from_saved(qid: int, dues: array, poss: array, sizes: array) -> DelayIndex:
+        index = DelayIndex(qid)
+        for start in range(0, len(dues), CHUNK):
+            chunk = Chunk(
+                dues[start : start + CHUNK],
+                poss[start : start + CHUNK],
+                sizes[start : start + CHUNK],
+            )
+            index._chunks.append(chunk)
+            index._lasts.append(chunk.dues[-1])
+        index.n = len(dues)
+        return index
+
+
+def _same_positions(paged: PagedIndex, poss: array, sizes: array) -> bool:
+    """The side file's entries are the clean index's positions (count and sums)."""
+    if len(poss) != len(paged):
+        return False
+    total_pos = total_size = 0
+    for run in paged.runs():
+        a = run.start
+        total_pos += sum(run.offs[a:]) + (run.seq << 32) * (len(run.offs) - a)
+        total_size += sum(run.sizes[a:])
+    return total_pos == sum(poss) and total_size == sum(sizes)

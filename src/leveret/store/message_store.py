@@ -409,6 +409,7 @@ class MessageStore:
         self._active = 0
         self._next_mid = 1
         self._clean_path = os.path.join(self.directory, "clean.idx")
+        self._delays_path = os.path.join(self.directory, "delays.idx")  # beside clean.idx
         # How the last recovery learnt each segment (for logs, tests and benchmarks).
         self.recovered_from: dict[str, int] = {}
         self._recovered = False
@@ -470,10 +471,13 @@ class MessageStore:
         """
         lg = self._log
         assert lg is not None, "prepare() first"
+        saved = self.delays.take_saved(self._delays_path)
         clean = clean_index.take(self._clean_path)
         if clean is not None:
             if lg.adopt(clean.sizes, clean.last_crc):
-                return self._open_clean(clean)
+                if saved is not None and saved[:2] != (clean.next_mid, clean.last_crc):
+                    saved = None  # not written with this index
+                return self._open_clean(clean, saved[2] if saved is not None else None)
             log.warning("clean-shutdown index does not match the segment files; scanning")
         scan = Scan(lg, self._queues.keys, self._live)  # type: ignore[arg-type]
         scan.run(cancelled)
@@ -515,7 +519,9 @@ class MessageStore:
         )
         return result
 
-    def _open_clean(self, clean: clean_index.CleanIndex) -> dict[QueueKey, PagedIndex]:
+    def _open_clean(
+        self, clean: clean_index.CleanIndex, saved_delays: dict[int, Any] | None = None
+    ) -> dict[QueueKey, PagedIndex]:
         """open_paged() from a clean-shutdown index: no record is read."""
         lg = self._log
         assert lg is not None
@@ -549,7 +555,7 @@ class MessageStore:
                 found = (lg.active, loaded)
         self._seed_summary(found)
         self._candidates.extend(s for s in lg.segment_sizes() if s != lg.active)
-        self.delays.restore(result)
+        self.delays.restore(result, saved_delays)
         log.info(
             "message store %s: %d messages in %d queues from the clean-shutdown index",
             self.directory,
@@ -602,6 +608,8 @@ class MessageStore:
         if not sizes:
             return
         last_crc = clean_index.file_crc(segment_path(self.directory, max(sizes)))
+        if self.delays.by_qid:
+            self.delays.save(self._delays_path, self._next_mid, last_crc)
         index = clean_index.CleanIndex(self._next_mid, last_crc, sizes, deps, queues)
         clean_index.write(self._clean_path, index)
 
