@@ -157,6 +157,13 @@ async def _consume(url: str, n: int, timeout: float) -> list[int]:
     return late
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(values: list[int], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(p / 100 * len(values)))]
@@ -205,8 +212,17 @@ def pending(args: argparse.Namespace) -> None:
         wait = (fire - time.time_ns() // 1_000_000) / 1000
         if wait < 0:
             print(f"WARNING: the first messages came due {-wait:.1f} s before consuming began")
+        pid = broker.proc.pid  # type: ignore[union-attr]
+        cpu0, wall0, load0 = _cpu_s(pid), time.monotonic(), os.getloadavg()[0]
         late = asyncio.run(_consume(broker.url, n, max(wait, 0) + args.spread + 300))
+        cpu = _cpu_s(pid) - cpu0
+        wall = time.monotonic() - wall0 - max(wait, 0)
         print(f"consumed {len(late):,} of {n:,} as they came due over {args.spread} s")
+        print(
+            f"  broker CPU {cpu:.1f} s in {wall:.1f} s ({cpu / wall:.0%} of a core; "
+            f"{cpu / len(late) * 1e6:.0f} us a message); load average {load0:.1f} -> "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
         print(f"  early (before due): {sum(1 for v in late if v < 0)}")
         print(
             "  lateness ms: "

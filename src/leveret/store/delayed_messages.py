@@ -5,7 +5,8 @@ The exchange type (broker/exchanges/delayed.py) drives it; the message store's
 delay queue (store/delay_queue.py) keeps the records in due-time order. What a
 record holds after its due time is this module's business:
 
-    u8 flags (KEYS), the exchange and routing key as basic.deliver carries them,
+    u8 flags (KEYS), i64 the delay (ms, as read from x-delay at publish),
+    the exchange and routing key as basic.deliver carries them,
     [KEYS: u16 n, n x (u16 length, key): the CC/BCC routing keys],
     the content header as published; then the body.
 
@@ -31,13 +32,14 @@ log = logging.getLogger("leveret.store")
 
 KEYS = 0x01
 _U16 = struct.Struct("<H")
+_HEAD = struct.Struct("<Bq")  # flags, delay
 
 
-def encode(message: Message) -> bytes:
+def encode(message: Message, delay: int) -> bytes:
     keys = message.routing_keys
     if keys is None:
-        return b"\x00" + message.exchange_and_key + message.header
-    parts = [bytes((KEYS,)), message.exchange_and_key, _U16.pack(len(keys))]
+        return _HEAD.pack(0, delay) + message.exchange_and_key + message.header
+    parts = [_HEAD.pack(KEYS, delay), message.exchange_and_key, _U16.pack(len(keys))]
     for key in keys:
         raw = key.encode()
         parts += [_U16.pack(len(raw)), raw]
@@ -45,14 +47,16 @@ def encode(message: Message) -> bytes:
     return b"".join(parts)
 
 
-def decode(blob: bytes, body: bytes) -> Message:
-    flags = blob[0]
-    n = blob[1]
-    exchange = blob[2 : 2 + n].decode()
-    m = blob[2 + n]
-    routing_key = blob[3 + n : 3 + n + m].decode()
-    encoded = blob[1 : 3 + n + m]
-    p = 3 + n + m
+def decode(blob: bytes, body: bytes) -> tuple[Message, int]:
+    """(the message, its delay) of a stored record."""
+    flags, delay = _HEAD.unpack_from(blob)
+    at = _HEAD.size
+    n = blob[at]
+    exchange = blob[at + 1 : at + 1 + n].decode()
+    m = blob[at + 1 + n]
+    routing_key = blob[at + 2 + n : at + 2 + n + m].decode()
+    encoded = blob[at : at + 2 + n + m]
+    p = at + 2 + n + m
     keys = None
     if flags & KEYS:
         (count,) = _U16.unpack_from(blob, p)
@@ -71,7 +75,7 @@ def decode(blob: bytes, body: bytes) -> Message:
             message.ttl = parse_expiration(message.properties.expiration)
         except PreconditionFailed:
             message.ttl = None
-    return message
+    return message, delay
 
 
 class StoredDelays:
@@ -101,13 +105,13 @@ class StoredDelays:
         index = self._resolve(False)
         return len(index) if index is not None else 0
 
-    def add(self, due: int, message: Message, barrier: Any, durable: bool) -> None:
+    def add(self, due: int, delay: int, message: Message, barrier: Any, durable: bool) -> None:
         index = self._resolve(True)
         assert index is not None
         self.messages.delays.add(
             index,
             due,
-            encode(message),
+            encode(message, delay),
             message.body,
             barrier.add() if durable and barrier is not None else None,
             not durable,
@@ -117,12 +121,12 @@ class StoredDelays:
         index = self._resolve(False)
         return index.first_due() if index is not None else None
 
-    def take_due(self, now: int, limit: int) -> list[tuple[Message, Any]]:
+    def take_due(self, now: int, limit: int) -> list[tuple[Message, int, Any]]:
         index = self._resolve(False)
         if index is None:
             return []
         return [
-            (decode(header, body), token)
+            (*decode(header, body), token)
             for _due, header, body, token in self.messages.delays.take(index, now, limit)
         ]
 

@@ -43,6 +43,7 @@ import heapq
 import logging
 import math
 import re
+import struct
 import time
 from contextlib import nullcontext
 from decimal import Decimal
@@ -55,8 +56,8 @@ from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
-from leveret.protocol.fieldtable import encode_value, join_table, split_table
-from leveret.protocol.properties import FLAG_HEADERS, rewrite_header, split_properties
+from leveret.protocol.fieldtable import encode_value, skip_value
+from leveret.protocol.properties import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 
 log = logging.getLogger("leveret.delayed")
 
@@ -77,6 +78,7 @@ BATCH = 1024  # due messages routed per loop turn
 MAX_WAIT = 60.0  # s: the timer wakes at least this often (the wall clock may be set)
 DISK_WAIT = 0.005  # s: a pause when the store's writer has a backlog
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # what Erlang's binary_to_integer takes
+_LONG = struct.Struct(">I")
 
 
 class InvalidDelay(PreconditionFailed):
@@ -142,18 +144,23 @@ class MemoryDelays:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def add(self, due: int, message: Any, barrier: Any, durable: bool) -> None:
+    def add(self, due: int, delay: int, message: Any, barrier: Any, durable: bool) -> None:
         self._count += 1
-        heapq.heappush(self._heap, (due, self._count, message))
+        # A copy: its header is edited when it is routed, and queues may share the original.
+        heapq.heappush(
+            self._heap, (due, self._count, (message.copy_with_body(message.body), delay))
+        )
 
     def first_due(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
-    def take_due(self, now: int, limit: int) -> list[tuple[Any, Any]]:
+    def take_due(self, now: int, limit: int) -> list[tuple[Any, int, Any]]:
+        """(message, its delay, token for `done`) of up to `limit` messages due by `now`."""
         heap = self._heap
         out = []
         while heap and heap[0][0] <= now and len(out) < limit:
-            out.append((heapq.heappop(heap)[2], None))
+            message, delay = heapq.heappop(heap)[2]
+            out.append((message, delay, None))
         return out
 
     def done(self, token: Any) -> None:
@@ -186,6 +193,7 @@ class DelayedMessages:
         self.exchange = exchange
         self.store = store
         self.closed = False
+        self.firing: Any = None  # the due message being routed (see `_route`)
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0  # ms since the epoch when the timer runs
 
@@ -197,12 +205,13 @@ class DelayedMessages:
 
     def enqueue(self, message: Any, barrier: Any = None) -> bool:
         """Keep a message with a positive x-delay until it is due."""
+        delay = _lenient_delay(message)  # its headers were decoded by `route`: cached
         # Rounded up to the ms (and fired once the ms has passed): never early.
-        due = min(-(-time.time_ns() // 1_000_000) + _lenient_delay(message), MAX_DUE)
+        due = min(-(-time.time_ns() // 1_000_000) + delay, MAX_DUE)
         # Persistent on a durable exchange: fsynced before the confirm, and it
         # survives a restart. Anything else is kept out of RAM but not made durable.
         durable = message.persistent and self.exchange.durable
-        self.store.add(due, message, barrier, durable)
+        self.store.add(due, delay, message, barrier, durable)
         self._arm(due)
         return True
 
@@ -240,9 +249,9 @@ class DelayedMessages:
         routed = 0
         with self.store.paused():
             batch = self.store.take_due(now_ms(), BATCH)
-            for message, token in batch:
+            for message, delay, token in batch:
                 try:
-                    self._route(message)
+                    self._route(message, delay)
                 except Exception:
                     log.exception("a delayed message of %s could not be routed", self.exchange)
                 self.store.done(token)
@@ -263,16 +272,19 @@ class DelayedMessages:
         self._timer_at = now_ms()
         self._timer = loop.call_later(wait, self.fire)
 
-    def _route(self, message: Any) -> None:
-        """Route a due message as the exchange's bindings are now."""
-        delay = _lenient_delay(message)
-        if delay > 0:
-            message = _with_delay(message, -delay)
+    def _route(self, message: Any, delay: int) -> None:
+        """Route a due message as the exchange's bindings are now, its x-delay made
+        -delay (so a delayed exchange on its way, this one too, routes it at once)."""
+        _set_delay(message, -delay)
         vhost = self.vhost
-        if message.routing_keys is None:
-            queues = vhost.route(self.exchange, message)
-        else:
-            queues = vhost.route_keys(self.exchange, message, message.routing_keys)
+        self.firing = message  # this exchange need not read the x-delay it just wrote
+        try:
+            if message.routing_keys is None:
+                queues = vhost.route(self.exchange, message)
+            else:
+                queues = vhost.route_keys(self.exchange, message, message.routing_keys)
+        finally:
+            self.firing = None
         self.exchange.stats.publish_out += bool(queues)
         hooks = vhost.hooks
         shared = len(queues) > 1 and hooks.share_body(message, queues, None)
@@ -293,13 +305,27 @@ class DelayedMessages:
             self.store.drop()
 
 
-def _with_delay(message: Any, value: int) -> Any:
-    """A copy of `message` whose x-delay header is `value` (other bytes as they were)."""
-    table = split_table(split_properties(message.header)[FLAG_HEADERS])
-    table["x-delay"] = encode_value(value)
-    copy = message.copy_with_body(message.body)
-    copy.set_header(rewrite_header(message.header, {FLAG_HEADERS: join_table(table)}))
-    return copy
+def _set_delay(message: Any, value: int) -> None:
+    """Make the x-delay header of `message` (a private copy) `value`, every other byte
+    of the header as it was: the fire path's one header edit, done in place."""
+    header = message.header
+    pos = 14  # after class, weight, body size, flags; then the properties in order
+    flags = message.flags
+    if flags & FLAG_CONTENT_TYPE:
+        pos += 1 + header[pos]
+    if flags & FLAG_CONTENT_ENCODING:
+        pos += 1 + header[pos]
+    (size,) = _LONG.unpack_from(header, pos)
+    at, end = pos + 4, pos + 4 + size
+    while at < end:
+        key_end = at + 1 + header[at]
+        value_end = skip_value(header, key_end)
+        if header[at + 1 : key_end] == b"x-delay":
+            new = encode_value(value)
+            table = header[pos + 4 : key_end] + new + header[value_end:end]
+            message.set_header(header[:pos] + _LONG.pack(len(table)) + table + header[end:])
+            return
+        at = value_end
 
 
 class DelayedMessageExchange(ExchangeType):
@@ -365,8 +391,10 @@ class DelayedMessageExchange(ExchangeType):
         self.inner.unbind(destination, routing_key, arguments)
 
     def route(self, routing_key: str, message: Any):
-        if self._held and message.flags & FLAG_HEADERS and _lenient_delay(message) > 0:
-            return self._held
+        held = self._held
+        if held and message.flags & FLAG_HEADERS and held[0].firing is not message:
+            if _lenient_delay(message) > 0:
+                return held
         return self.inner.route(routing_key, message)
 
     def check_publish(self, message: Any) -> None:
