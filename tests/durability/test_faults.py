@@ -119,10 +119,10 @@ def test_queue_index_format_version_refused(brokers):
     idx = broker.data_dir / "msgs" / "queues.idx"
     with open(idx, "r+b") as f:
         assert f.read(4) == b"LVQI"
-        f.write(struct.pack("<H", 3))
+        f.write(struct.pack("<H", 9))
     rc, log = _run_refused(broker)
     assert rc != 0
-    assert "version 3" in log and "queues.idx" in log, log
+    assert "version 9" in log and "queues.idx" in log, log
 
 
 # ---- disk full -------------------------------------------------------------------------
