@@ -176,7 +176,8 @@ def pending(args: argparse.Namespace) -> None:
         broker.start()
         time.sleep(1.0)
         idle = _rss_kb(broker.proc.pid)  # type: ignore[union-attr]
-        asyncio.run(_setup(broker.url, "x-delayed-message"))
+        kind = "direct" if args.plain else "x-delayed-message"
+        asyncio.run(_setup(broker.url, kind))
         n = args.messages
         fire = time.time_ns() // 1_000_000 + int(args.fire_after * 1000)
         spread = int(args.spread * 1000)
@@ -192,6 +193,14 @@ def pending(args: argparse.Namespace) -> None:
         pid = broker.proc.pid  # type: ignore[union-attr]
         full = _rss_kb(pid)
         peak = _rss_kb(pid, "VmHWM")
+        if args.plain:
+            print(f"published {n:,} into a durable queue (direct exchange) at {rate:,.0f} msg/s")
+            print(f"RSS idle {idle / 1024:.1f} MB, with {n:,} queued {full / 1024:.1f} MB")
+            print(
+                f"  growth {(full - idle) / 1024:.1f} MB = {(full - idle) * 1024 / n:.1f} B/message"
+            )
+            broker.stop()
+            return
         count = broker.delayed("bench.x")
         print(f"published {n:,} at {rate:,.0f} msg/s; pending now: {count:,}")
         print(f"RSS idle {idle / 1024:.1f} MB, with {count:,} pending {full / 1024:.1f} MB")
@@ -343,6 +352,9 @@ def main() -> int:
     a.add_argument("--size", type=int, default=64)
     a.add_argument("--fire-after", type=float, default=300.0, help="s from start to first due")
     a.add_argument("--spread", type=float, default=120.0, help="s over which they come due")
+    a.add_argument(
+        "--plain", action="store_true", help="RSS only, of a direct exchange's durable queue"
+    )
     b = sub.add_parser("rate")
     b.add_argument("--messages", type=int, default=100_000)
     b.add_argument("--size", type=int, default=64)

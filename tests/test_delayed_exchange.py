@@ -415,3 +415,21 @@ def test_aio_pika_x_delayed_message(broker):
     got = asyncio.run(scenario())
     assert [(b, h) for _t, b, h in got] == [(b"50", -50), (b"250", -250)]
     assert got[1][0] >= 0.25
+
+
+def test_the_example_in_docs_delayed_md_runs(broker):
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "delayed.md"
+    block = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)[0]
+    exec(
+        compile(block.replace("amqp://guest:guest@127.0.0.1:5672/%2F", broker.url), "doc", "exec"),
+        {},
+    )
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    assert _pending(broker, "retry") == 1
+    ch.exchange_delete("retry")
+    ch.queue_delete("work")
+    conn.close()
