@@ -257,7 +257,7 @@ def test_routed_against_the_bindings_of_the_due_time(ch, broker):
     _declare(ch, "dx.late")
     _queue(ch, "dq.late-a")
     _queue(ch, "dq.late-b", "dx.late", "k")
-    ch.basic_publish("dx.late", "k", b"m", _props(300))
+    ch.basic_publish("dx.late", "k", b"m", _props(1000))
     ch.queue_bind("dq.late-a", "dx.late", "k")  # bound after the publish
     ch.queue_unbind("dq.late-b", "dx.late", "k")  # unbound before the due time
     assert [b for _t, b, _h in _collect(ch, "dq.late-a", 1)] == [b"m"]
@@ -269,11 +269,11 @@ def test_alternate_exchange_only_at_the_due_time(ch):
     ch.exchange_declare("dx.ae", "fanout")
     _queue(ch, "dq.ae", "dx.ae")
     _declare(ch, "dx.with-ae", **{"alternate-exchange": "dx.ae"})
-    ch.basic_publish("dx.with-ae", "k", b"m", _props(300))
+    ch.basic_publish("dx.with-ae", "k", b"m", _props(1000))
     ch.connection.sleep(0.1)
     assert _count(ch, "dq.ae") == 0  # the plugin would have sent it there already
     ((_t, body, headers),) = _collect(ch, "dq.ae", 1)
-    assert (body, headers["x-delay"]) == (b"m", -300)
+    assert (body, headers["x-delay"]) == (b"m", -1000)
 
 
 def test_exchange_to_exchange_bindings_on_both_sides(ch):
@@ -323,13 +323,13 @@ def test_deleting_the_exchange_drops_its_pending_messages(ch, broker):
     _declare(ch, "dx.gone")
     _queue(ch, "dq.gone", "dx.gone", "k")
     ch.confirm_delivery()
-    for d in (100, 200):
+    for d in (1000, 1100):
         ch.basic_publish("dx.gone", "k", b"m", _props(d))
     assert _pending(broker, "dx.gone") == 2
     ch.exchange_delete("dx.gone")
     _declare(ch, "dx.gone")
     ch.queue_bind("dq.gone", "dx.gone", "k")
-    ch.connection.sleep(0.4)
+    ch.connection.sleep(1.3)
     assert _count(ch, "dq.gone") == 0
     assert _pending(broker, "dx.gone") == 0
 
