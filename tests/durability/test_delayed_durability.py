@@ -61,13 +61,13 @@ def test_confirmed_delayed_messages_survive_sigkill_and_a_clean_restart(tmp_path
         rng = random.Random(5)
         sent = {}  # body -> (published at, delay)
         for n in range(200):
-            delay = rng.randrange(2500, 4000)
+            delay = rng.randrange(5000, 6500)
             body = make_body(f"p{n}", rng.randrange(10, 3000))
             sent[body] = (time.time(), delay)
             ch.basic_publish("dx", "k", body, _props(delay))
         for n in range(20):
-            ch.basic_publish("dx", "k", make_body(f"t{n}"), _props(2500, persistent=False))
-            ch.basic_publish("dx.transient", "k", make_body(f"n{n}"), _props(2500))
+            ch.basic_publish("dx", "k", make_body(f"t{n}"), _props(5000, persistent=False))
+            ch.basic_publish("dx.transient", "k", make_body(f"n{n}"), _props(5000))
         for n in range(10):
             ch.basic_publish("dx", "k", make_body(f"long{n}"), _props(600_000 + n))
         assert _delayed(broker, "dx") >= 10  # (on a loaded machine some may be due already)
