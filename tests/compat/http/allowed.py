@@ -19,6 +19,7 @@ ALLOWED: list[Allowed] = [
         kind="value",
         path="*exchange_types",
         anchor="differences.md#plugins-exchange-types",
-        reason="Leveret also lists its built-in x-deduplication exchange type",
+        reason="Leveret also lists its built-in x-deduplication and x-delayed-message exchange "
+        "types",
     ),
 ]
