@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from pamqp import commands as cmd  # noqa: E402
 
+from leveret.perf.amqp import ConfirmTracker  # noqa: E402
 from leveret.protocol import connection as pc  # noqa: E402
 from leveret.protocol.properties import BasicProperties  # noqa: E402
 
@@ -89,7 +90,14 @@ def fill(c: Client, names: list[str], messages: int, body: bytes, window: int) -
     c.rpc(cmd.Confirm.Select(), cmd.Confirm.SelectOk)
     props = BasicProperties(delivery_mode=2).encode()
     total = len(names) * messages
-    sent = acked = 0
+    sent = 0
+    confirms = ConfirmTracker()  # messages to many queues: single acks come out of order
+
+    def take_confirms() -> None:
+        for e in c.events():
+            if isinstance(e, pc.Ack | pc.Nack):
+                confirms.on_confirm(e.delivery_tag, e.multiple, isinstance(e, pc.Nack))
+
     started = time.monotonic()
     for _round in range(messages):
         for name in names:
@@ -97,15 +105,13 @@ def fill(c: Client, names: list[str], messages: int, body: bytes, window: int) -
             sent += 1
             if sent % 500 == 0:
                 c.flush()
-                while sent - acked > window:
-                    for e in c.events():
-                        if isinstance(e, pc.Ack):
-                            acked = e.delivery_tag if e.multiple else acked + 1
+                while sent - confirms.confirmed - confirms.nacked > window:
+                    take_confirms()
     c.flush()
-    while acked < total:
-        for e in c.events():
-            if isinstance(e, pc.Ack):
-                acked = e.delivery_tag if e.multiple else acked + 1
+    while confirms.confirmed + confirms.nacked < total:
+        take_confirms()
+    if confirms.nacked:
+        raise RuntimeError(f"{confirms.nacked} publishes were nacked")
     return total / (time.monotonic() - started)
 
 
