@@ -421,3 +421,53 @@ def unknown_and_other_arguments(s: Session) -> None:
     c.rpc(1, C.Exchange.Declare(exchange="x", exchange_type="direct", arguments={"x-any": 1}))
     c.rpc(1, C.Exchange.Declare(exchange="x", exchange_type="direct"))
     c.consume(1, "q", "t", arguments={"x-unknown-consumer-arg": True})
+
+
+@scenario
+def exclusive_queue_lifecycle(s: Session) -> None:
+    """An exclusive queue outlives its channel, not its connection; other connections
+    see it locked until then, and gone after."""
+    owner = s.connect()
+    owner.open(1)
+    owner.rpc(1, C.Queue.Declare(queue="mine", exclusive=True))
+    owner.publish(1, "", "mine", b"m")
+    owner.close_channel(1)
+    owner.open(2)
+    owner.rpc(2, C.Queue.Declare(queue="mine", passive=True))
+    other = s.connect()
+    other.open(1)
+    other.get(1, "mine")
+    owner.close()
+    other.open(2)
+    other.rpc(2, C.Queue.Declare(queue="mine", passive=True))
+    other.open(3)
+    other.rpc(3, C.Queue.Declare(queue="mine", exclusive=True))
+
+
+@scenario
+def channel_numbers(s: Session) -> None:
+    """Channel numbers up to channel_max; a number above it; reuse after close."""
+    c = s.connect()
+    top = c.raw.tune.channel_max
+    s.record("channel_max", top)
+    c.open(top)
+    c.close_channel(top)
+    c.open(top)
+    c.open(top + 1)
+
+
+@scenario
+def no_local_and_consume_flags(s: Session) -> None:
+    """no_local is ignored (RabbitMQ delivers a connection's own messages); nowait
+    consume; server-generated consumer tags."""
+    c = s.connect()
+    c.open(1)
+    c.rpc(1, C.Queue.Declare(queue="q"))
+    c.rpc(1, C.Basic.Consume(queue="q", no_local=True, no_ack=True))
+    c.publish(1, "", "q", b"own message")
+    c.deliveries(1, 1)
+    c.send(1, C.Basic.Consume(queue="q", consumer_tag="quiet", nowait=True, no_ack=True))
+    c.rpc(1, C.Queue.Declare(queue="q", passive=True))
+    c.rpc(1, C.Basic.Cancel(consumer_tag="quiet"))
+    c.consume(1, "q")
+    c.rpc(1, C.Queue.Declare(queue="q", passive=True))
