@@ -9,8 +9,8 @@ the `.py` runs as it is.
 At run time LEVERET_PURE_PYTHON=1 makes an installed build import the Python sources
 instead of its extensions (to compare the two, or to rule the compiled code out),
 and an extension whose source changed since it was built (an editable install, then
-an edit or a checkout) is skipped with a warning: the edited `.py` runs, never stale
-machine code. setup.py writes each source's hash beside the extensions
+an edit or a checkout) is skipped (logged at info, listed by build_info()): the
+edited `.py` runs, never stale machine code. setup.py writes each source's hash beside the extensions
 (`_compiled.json`) when it builds them.
 
 This module is read by setup.py before the package can be imported: it imports
@@ -24,9 +24,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
+import logging
 import os
 import sys
-import warnings
 
 # The modules the profile names and instruction counts keep (docs/architecture.md#the-
 # compiled-hot-path). protocol/methods.py was tried: compiled as it is, its
@@ -97,13 +97,13 @@ def install() -> None:
             if stale:
                 _skipped.add(module)
         if _skipped:
-            warnings.warn(
-                "leveret: the source of "
-                + ", ".join(sorted(_skipped))
-                + " changed since it was compiled; running the Python source "
-                "(rebuild with `pip install -e .` or `python setup.py build_ext --inplace`)",
-                RuntimeWarning,
-                stacklevel=2,
+            # Logged, not warned: a warning on stderr would change what every command
+            # prints. build_info() lists them too.
+            logging.getLogger("leveret").info(
+                "the source of %s changed since it was compiled; running the Python "
+                "source (rebuild with `pip install -e .` or "
+                "`python setup.py build_ext --inplace`)",
+                ", ".join(sorted(_skipped)),
             )
     if _skipped:
         sys.meta_path.insert(0, _SourceFirst(set(_skipped)))
