@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import shutil
 import signal
@@ -35,6 +36,8 @@ sys.path.insert(0, HERE)
 from shovel_throughput import count, free_port, http  # noqa: E402
 
 from leveret.client.blocking import connect  # noqa: E402
+
+logging.getLogger("leveret.client").setLevel(logging.CRITICAL)  # the kills' reconnects
 
 
 def body(i: int) -> bytes:

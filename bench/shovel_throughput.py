@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import shutil
 import signal
@@ -41,6 +42,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from leveret.client.blocking import connect  # noqa: E402
 from leveret.client.errors import NotFound  # noqa: E402
+
+logging.getLogger("leveret.client").setLevel(logging.ERROR)  # the count polls' 404s
 
 BODY = b"x" * 1024
 

@@ -447,7 +447,7 @@ class HttpControl:
         self._vhost(vhost)
         self._delete(
             f"/parameters/{_q(component)}/{_q(vhost)}/{_q(name)}",
-            lambda: f"no parameter {component}/{vhost}/{name}",
+            lambda: f"no {component} parameter '{name}' in vhost '{vhost}'",
         )
 
     def op_list_parameters(self, vhost: str) -> list[dict[str, Any]]:

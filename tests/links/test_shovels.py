@@ -290,3 +290,47 @@ def test_shovels_in_another_vhost_and_visibility():
         )
         b.admin.delete_vhost("v2")
         assert shovel_state(b.api, "s2") is None  # its shovels went with it
+
+
+def test_several_uris_are_tried_in_turn():
+    with leveret() as src, leveret() as dest:
+        publish(src.url, "jobs", [b"j"] * 20)
+        dead = f"amqp://guest:guest@127.0.0.1:{free_port()}"
+        put_shovel(
+            src.api,
+            "turns",
+            {
+                "src-uri": "amqp://",
+                "src-queue": "jobs",
+                "dest-uri": [dead, dest.url],
+                "dest-queue": "jobs",
+                "reconnect-delay": 0.2,
+            },
+        )
+        row = wait_state(src.api, "turns", "running")
+        assert row["dest_uri"] == dest.url.replace("guest:guest@", "")
+        wait_count(dest.url, "jobs", 20)
+
+
+def test_leveret_ctl_over_the_management_api():
+    import subprocess
+    import sys
+
+    with leveret() as b:
+        ctl = [sys.executable, "-m", "leveret", "ctl", "--url", b.api]
+        value = '{"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}'
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([*ctl, *args], capture_output=True, text=True, timeout=60)
+
+        assert run("set_parameter", "shovel", "s", value).returncode == 0
+        wait_state(b.api, "s", "running")
+        bad = run("set_parameter", "shovel", "t", '{"src-uri": "http://x"}')
+        assert bad.returncode == 1
+        assert '"http://x" not a valid URI: {{unexpected_uri_scheme,"http"}' in bad.stderr
+        assert '"name": "s"' in run("--formatter", "json", "list_parameters").stdout
+        assert '"state": "running"' in run("--formatter", "json", "shovel_status").stdout
+        assert run("restart_shovel", "s").returncode == 0
+        assert run("delete_shovel", "s").returncode == 0
+        missing = run("clear_parameter", "shovel", "s")
+        assert missing.returncode == 1 and "no shovel parameter 's' in vhost '/'" in missing.stderr

@@ -68,12 +68,12 @@ class RuntimeParameters:
         if component == VHOST_LIMITS:
             limits = self._vhost(vhost).limits
             if name != "limits" or not limits:
-                raise NotFound(f"no parameter {component}/{vhost}/{name}")
+                raise NotFound(f"no {component} parameter '{name}' in vhost '{vhost}'")
             return dict(limits)
         try:
             return self.values[(vhost, component, name)]
         except KeyError:
-            raise NotFound(f"no parameter {component}/{vhost}/{name}") from None
+            raise NotFound(f"no {component} parameter '{name}' in vhost '{vhost}'") from None
 
     def of(self, vhost: str, component: str) -> dict[str, Any]:
         """name → value of one component in one vhost."""
@@ -137,12 +137,12 @@ class RuntimeParameters:
         self._vhost(vhost)
         if component == VHOST_LIMITS:
             if name != "limits" or not self._vhost(vhost).limits:
-                raise NotFound(f"no parameter {component}/{vhost}/{name}")
+                raise NotFound(f"no {component} parameter '{name}' in vhost '{vhost}'")
             self.broker.admin.clear_vhost_limits(vhost)
             return
         key = (vhost, component, name)
         if key not in self.values:
-            raise NotFound(f"no parameter {component}/{vhost}/{name}")
+            raise NotFound(f"no {component} parameter '{name}' in vhost '{vhost}'")
         self.broker.hooks.catalog_delete("parameter", json.dumps(list(key)))
         del self.values[key]
         log.info("parameter %s '%s' in vhost '%s' cleared", component, name, vhost)
