@@ -6,9 +6,10 @@ Two `leveret server` subprocesses (fsync batch). The source queue is filled with
 persistent 1 KB messages, each body numbered. A shovel (on-confirm) runs in the
 source broker and moves them to the destination; when about half have arrived (each
 further kill: the next fraction) the destination is killed with SIGKILL and
-restarted on the same port and data dir. When the source is empty the destination
-is drained and every number counted: the run fails if one is missing, and prints the
-duplicates (messages the destination had stored but whose confirm was lost with it).
+restarted on the same port and data dir. When the source holds nothing (ready or
+unacked) the destination is drained and every number counted: the run fails if one
+is missing, and prints the duplicates (messages the destination had stored but whose
+confirm was lost with it).
 
 With --rabbitmq-port the same is done with RabbitMQ's own shovel (running in
 RabbitMQ, from the source Leveret to the destination Leveret), for comparison.
@@ -81,6 +82,12 @@ class Broker:
             self.proc.wait(60)
 
 
+def total(broker: Broker, queue: str) -> int:
+    """Ready plus unacked messages of a queue (the management API's `messages`)."""
+    status, info = http(broker.api, "GET", f"/api/queues/%2F/{queue}")
+    return info.get("messages", 0) if status == 200 and isinstance(info, dict) else -1
+
+
 def fill(url: str, queue: str, n: int) -> None:
     with connect(url) as conn:
         ch = conn.channel()
@@ -130,9 +137,12 @@ def one(runner: str, n: int, kills: int, rabbit_api: str | None) -> dict:
             killed_at = count(src.url, "jobs")
             dest.start()
             print(f"  {runner}: killed the destination with {n - killed_at} moved", flush=True)
-        wait(lambda: count(src.url, "jobs") == 0, 900, "the source to drain")
+        # Drained: nothing ready and nothing unacked (in flight) at the source.
+        wait(lambda: total(src, "jobs") == 0, 900, "the source to drain")
         seconds = time.monotonic() - started
         http(api, "DELETE", f"/api/parameters/shovel/%2F/{name}")
+        time.sleep(2)
+        left_at_source = count(src.url, "jobs")
         seen: collections.Counter = collections.Counter()
         with connect(dest.url) as conn:
             ch = conn.channel()
@@ -147,7 +157,8 @@ def one(runner: str, n: int, kills: int, rabbit_api: str | None) -> dict:
         missing = [i for i in range(n) if b"%08d" % i not in seen]
         duplicates = sum(seen.values()) - len(seen)
         return {"runner": runner, "messages": n, "kills": kills, "missing": len(missing),
-                "duplicates": duplicates, "seconds": round(seconds, 1)}  # fmt: skip
+                "duplicates": duplicates, "left_at_source": left_at_source,
+                "seconds": round(seconds, 1)}  # fmt: skip
     finally:
         src.stop()
         dest.stop()
