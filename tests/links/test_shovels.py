@@ -334,3 +334,20 @@ def test_leveret_ctl_over_the_management_api():
         assert run("delete_shovel", "s").returncode == 0
         missing = run("clear_parameter", "shovel", "s")
         assert missing.returncode == 1 and "no shovel parameter 's' in vhost '/'" in missing.stderr
+
+
+def test_a_shovels_connections_to_this_broker_are_listed_as_direct():
+    with leveret() as b:
+        put_shovel(
+            b.api,
+            "s",
+            {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"},
+        )
+        wait_state(b.api, "s", "running")
+        conns = [
+            c
+            for c in api(b.api, "GET", "/api/connections")[1]
+            if c["client_properties"].get("connection_name") == "Shovel s"
+        ]
+        assert len(conns) == 2
+        assert {(c["type"], c["user"], c["vhost"]) for c in conns} == {("direct", "none", "/")}

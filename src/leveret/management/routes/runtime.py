@@ -72,7 +72,7 @@ def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
         "channels": len(conn.channels),
         "channel_max": conn.channel_max,
         "state": "running",
-        "type": "network",
+        "type": "direct" if getattr(conn, "direct", None) is not None else "network",
         "protocol": "AMQP 0-9-1",
         "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"),
         "host": local_host.strip("[]"),
