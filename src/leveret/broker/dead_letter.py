@@ -116,13 +116,16 @@ def _is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:
     return False
 
 
-def count(vhost: VirtualHost, queue: Queue, reason: str, n: int = 1) -> None:
+def count(
+    vhost: VirtualHost, queue: Queue, reason: str, n: int = 1, strategy: str | None = None
+) -> None:
     """Count messages that left `queue` for `reason` without a delivery, whether or not
     they go anywhere (RabbitMQ's rabbitmq_global_messages_dead_lettered_*_total): with
     strategy "at_most_once" when the queue's DLX exists, "disabled" when they are
-    dropped. A queue type with other guarantees (quorum's at_least_once) passes its own."""
-    dlx = queue.options.dead_letter_exchange
-    strategy = "at_most_once" if dlx is not None and dlx in vhost.exchanges else "disabled"
+    dropped. A queue type with other guarantees (quorum's "at_least_once") passes its own."""
+    if strategy is None:
+        dlx = queue.options.dead_letter_exchange
+        strategy = "at_most_once" if dlx is not None and dlx in vhost.exchanges else "disabled"
     vhost.counters.add_dead_lettered(reason, queue.queue_type, strategy, n)
 
 
