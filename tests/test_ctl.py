@@ -309,7 +309,7 @@ def test_the_readme_secure_setup_uses_real_ctl_commands():
     for line in lines:
         import shlex
 
-        args = parser.parse_args(["ctl", *shlex.split(line)])
+        args = parser.parse_args(["ctl", *shlex.split(line, comments=True)])
         assert args.command == "ctl"
 
 
