@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 LEVERET_PURE_PYTHON=1 python -m pytest -q -p no:cacheprovider \
   tests/unit tests/store tests/test_bad_frames.py tests/test_fuzz_frames.py \
   tests/test_basic.py tests/test_queues.py tests/test_exchanges.py tests/test_confirms_tx.py \
-  tests/test_channels.py tests/test_connection.py "$@"
+  tests/test_channels.py tests/test_connection.py tests/compat/amqp "$@"
