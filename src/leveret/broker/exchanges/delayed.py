@@ -56,7 +56,7 @@ from leveret.broker.exchanges.direct import DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
-from leveret.protocol.fieldtable import encode_value, skip_value
+from leveret.protocol.fieldtable import decode_value, encode_value, skip_value
 from leveret.protocol.properties import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 
 log = logging.getLogger("leveret.delayed")
@@ -79,6 +79,8 @@ MAX_WAIT = 60.0  # s: the timer wakes at least this often (the wall clock may be
 DISK_WAIT = 0.005  # s: a pause when the store's writer has a backlog
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # what Erlang's binary_to_integer takes
 _LONG = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 
 
 class InvalidDelay(PreconditionFailed):
@@ -93,10 +95,7 @@ def delay_of(message: Any) -> int:
     second to it)."""
     if not message.flags & FLAG_HEADERS:
         return 0
-    headers = message.headers
-    if not headers:
-        return 0
-    value = headers.get("x-delay")
+    value = _x_delay(message)
     if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
@@ -305,12 +304,11 @@ class DelayedMessages:
             self.store.drop()
 
 
-def _set_delay(message: Any, value: int) -> None:
-    """Make the x-delay header of `message` (a private copy) `value`, every other byte
-    of the header as it was: the fire path's one header edit, done in place."""
-    header = message.header
+def _x_delay_span(header: bytes, flags: int) -> tuple[int, int, int, int] | None:
+    """Where the headers table's x-delay entry is in a content header: (table start,
+    value start, value end, table end), or None. A scan of the raw table: decoding
+    the whole table for one value cost more than the rest of a delayed publish."""
     pos = 14  # after class, weight, body size, flags; then the properties in order
-    flags = message.flags
     if flags & FLAG_CONTENT_TYPE:
         pos += 1 + header[pos]
     if flags & FLAG_CONTENT_ENCODING:
@@ -321,11 +319,43 @@ def _set_delay(message: Any, value: int) -> None:
         key_end = at + 1 + header[at]
         value_end = skip_value(header, key_end)
         if header[at + 1 : key_end] == b"x-delay":
-            new = encode_value(value)
-            table = header[pos + 4 : key_end] + new + header[value_end:end]
-            message.set_header(header[:pos] + _LONG.pack(len(table)) + table + header[end:])
-            return
+            return pos, key_end, value_end, end
         at = value_end
+    return None
+
+
+def _x_delay(message: Any) -> Any:
+    """The x-delay header's value (a message with headers), or None."""
+    if message._headers is not False:  # already decoded (routing by headers, CC)
+        headers = message._headers
+        return headers.get("x-delay") if headers else None
+    header = message.header
+    try:
+        span = _x_delay_span(header, message.flags)
+    except (ValueError, struct.error, IndexError):
+        headers = message.headers  # malformed: as the rest of the broker reads it
+        return headers.get("x-delay") if headers else None
+    if span is None:
+        return None
+    _pos, start, end, _table_end = span
+    kind = header[start]
+    if kind == 73:  # 'I', signed 32-bit: what most clients send
+        return _INT32.unpack_from(header, start + 1)[0]
+    if kind == 108:  # 'l', signed 64-bit
+        return _INT64.unpack_from(header, start + 1)[0]
+    return decode_value(header[start:end])
+
+
+def _set_delay(message: Any, value: int) -> None:
+    """Make the x-delay header of `message` (a private copy) `value`, every other byte
+    of the header as it was: the fire path's one header edit, done in place."""
+    header = message.header
+    span = _x_delay_span(header, message.flags)
+    if span is None:
+        return
+    pos, start, value_end, end = span
+    table = header[pos + 4 : start] + encode_value(value) + header[value_end:end]
+    message.set_header(header[:pos] + _LONG.pack(len(table)) + table + header[end:])
 
 
 class DelayedMessageExchange(ExchangeType):
