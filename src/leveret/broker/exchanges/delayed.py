@@ -95,7 +95,18 @@ def delay_of(message: Any) -> int:
     second to it)."""
     if not message.flags & FLAG_HEADERS:
         return 0
+    if _last[0] is message:  # a publish asks three times: check, route, enqueue
+        return _last[1]
     value = _x_delay(message)
+    delay = _read_delay(value)
+    _last[0], _last[1] = message, delay
+    return delay
+
+
+_last: list[Any] = [None, 0]  # the message delay_of read last, and its delay
+
+
+def _read_delay(value: Any) -> int:
     if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
