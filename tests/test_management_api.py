@@ -399,3 +399,33 @@ def test_a_user_without_a_management_tag(api):
         )
     finally:
         call(api, "DELETE", f"/users/{user}")
+
+
+def test_operator_policies_travel_in_definitions_as_parameters(api):
+    """RabbitMQ exports an operator policy as a parameter of component operator_policy
+    and imports it from there; a vhost's own export leaves `vhost` off its queues."""
+    vhost = unique("defs-vh")
+    assert call(api, "PUT", f"/vhosts/{vhost}")[0] == 201
+    try:
+        policy = {"pattern": "^q", "definition": {"max-length": 7}, "apply-to": "queues"}
+        assert call(api, "PUT", f"/operator-policies/{vhost}/cap", policy)[0] == 201
+        assert call(api, "PUT", f"/queues/{vhost}/q1", {"durable": True})[0] == 201
+        exported = call(api, "GET", f"/definitions/{vhost}")[1]
+        assert {
+            "vhost": vhost,
+            "component": "operator_policy",
+            "name": "cap",
+            "value": {**policy, "priority": 0},
+        } in exported["parameters"]
+        assert exported["queues"] == [
+            {"name": "q1", "durable": True, "auto_delete": False, "arguments": {}}
+        ]
+        assert "users" not in exported and "vhosts" not in exported
+        assert call(api, "DELETE", f"/operator-policies/{vhost}/cap")[0] == 204
+        assert call(api, "DELETE", f"/queues/{vhost}/q1")[0] == 204
+        assert call(api, "POST", f"/definitions/{vhost}", exported)[0] in (201, 204)
+        status, back = call(api, "GET", f"/operator-policies/{vhost}/cap")
+        assert status == 200 and back["definition"] == {"max-length": 7}
+        assert call(api, "GET", f"/queues/{vhost}/q1")[0] == 200
+    finally:
+        call(api, "DELETE", f"/vhosts/{vhost}")

@@ -314,3 +314,136 @@ def test_stream_queues_show_their_offsets(api):  # noqa: F811
     finally:
         channel.queue_delete(name)
         connection.close()
+
+
+def test_persistent_messages_are_counted_until_they_leave(api):  # noqa: F811
+    """messages_persistent and message_bytes_persistent: persistent messages of a
+    durable queue, ready or unacknowledged; a transient queue counts none."""
+    connection = pika.BlockingConnection(pika.URLParameters(api[1]))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    durable, transient = unique("persist-q"), unique("transient-q")
+    channel.queue_declare(durable, durable=True)
+    channel.queue_declare(transient, durable=False)
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for queue in (durable, transient):
+        channel.basic_publish("", queue, b"first", persistent)
+        channel.basic_publish("", queue, b"plain")
+        channel.basic_publish("", queue, b"second!", persistent)
+
+    def counts(queue):
+        body = call(api, "GET", f"/queues/%2F/{queue}")[1]
+        return (
+            body.get("messages"),
+            body.get("messages_persistent"),
+            body.get("message_bytes_persistent"),
+        )
+
+    try:
+        assert eventually(lambda: counts(durable), lambda c, want=(3, 2, 12): c == want) == (
+            3,
+            2,
+            12,
+        )
+        assert eventually(lambda: counts(transient), lambda c, want=(3, 0, 0): c == want) == (
+            3,
+            0,
+            0,
+        )
+        method, _props, body = channel.basic_get(durable)  # unacknowledged: still counted
+        assert body == b"first"
+        assert eventually(lambda: counts(durable), lambda c, want=(3, 2, 12): c == want) == (
+            3,
+            2,
+            12,
+        )
+        channel.basic_nack(method.delivery_tag, requeue=True)  # back: counted once
+        method, _props, body = channel.basic_get(durable)
+        channel.basic_ack(method.delivery_tag)  # gone
+        assert eventually(lambda: counts(durable), lambda c, want=(2, 1, 7): c == want) == (2, 1, 7)
+        channel.queue_purge(durable)
+        assert eventually(lambda: counts(durable), lambda c, want=(0, 0, 0): c == want) == (0, 0, 0)
+    finally:
+        channel.queue_delete(durable)
+        channel.queue_delete(transient)
+        connection.close()
+
+
+def test_exchanges_name_who_declared_them(api):  # noqa: F811
+    """user_who_performed_action: the API's user, the AMQP connection's user, and
+    "rmq-internal" for what the broker made itself."""
+    _base, amqp = api
+    user, vhost = unique("declarer"), unique("declarer-vh")
+    assert call(api, "PUT", f"/users/{user}", {"password": "pw", "tags": "administrator"})[0] == 201
+    assert call(api, "PUT", f"/vhosts/{vhost}", user=user, password="pw")[0] == 201
+    try:
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert call(api, "PUT", f"/permissions/{vhost}/guest", everything)[0] == 201
+        assert call(api, "PUT", f"/exchanges/{vhost}/by-api", {"type": "fanout"})[0] == 201
+        params = pika.URLParameters(amqp.rsplit("/", 1)[0] + "/" + vhost)
+        params.credentials = pika.PlainCredentials(user, "pw")
+        connection = pika.BlockingConnection(params)
+        connection.channel().exchange_declare("by-amqp", "topic")
+        connection.close()
+        who = {
+            x["name"]: x["user_who_performed_action"]
+            for x in call(api, "GET", f"/exchanges/{vhost}")[1]
+        }
+        assert who["by-api"] == "guest"
+        assert who["by-amqp"] == user
+        assert who["amq.topic"] == user  # made with the vhost, by whoever made it
+        assert who["amq.rabbitmq.trace"] == user
+        assert call(api, "GET", "/exchanges/%2F/amq.direct")[1]["user_who_performed_action"] == (
+            "rmq-internal"
+        )
+    finally:
+        call(api, "DELETE", f"/vhosts/{vhost}")
+        call(api, "DELETE", f"/users/{user}")
+
+
+def test_churn_counts_connections_channels_and_queues(api):  # noqa: F811
+    """churn_rates in the overview and the same counters on the node."""
+
+    def churn():
+        return call(api, "GET", "/overview")[1]["churn_rates"]
+
+    before = churn()
+    connection = pika.BlockingConnection(pika.URLParameters(api[1]))
+    channel = connection.channel()
+    queue = unique("churn-q")
+    channel.queue_declare(queue)
+    channel.queue_declare(queue)  # declared again: declared, not created
+    channel.queue_delete(queue)
+    channel.close()
+    connection.close()
+
+    def moved(now):
+        return all(
+            now[key] - before[key] >= n
+            for key, n in (
+                ("connection_created", 1),
+                ("connection_closed", 1),
+                ("channel_created", 1),
+                ("channel_closed", 1),
+                ("queue_declared", 2),
+                ("queue_created", 1),
+                ("queue_deleted", 1),
+            )
+        )
+
+    assert moved(eventually(churn, moved)), (before, churn())
+    node = call(api, "GET", "/nodes")[1][0]
+    assert node["queue_created"] >= before["queue_created"] + 1
+    assert set(before) == {
+        f"{kind}_{what}{details}"
+        for kind, what in (
+            ("connection", "created"),
+            ("connection", "closed"),
+            ("channel", "created"),
+            ("channel", "closed"),
+            ("queue", "declared"),
+            ("queue", "created"),
+            ("queue", "deleted"),
+        )
+        for details in ("", "_details")
+    }

@@ -347,7 +347,10 @@ class HttpControl:
             "priority": policy["priority"],
             "apply-to": policy["apply_to"],
         }
-        self.request("PUT", f"/{kind}/{_q(vhost)}/{_q(name)}", body)
+        try:
+            self.request("PUT", f"/{kind}/{_q(vhost)}/{_q(name)}", body)
+        except ApiError as exc:  # RabbitMQ's API escapes < and > in a policy's texts
+            raise ApiError(exc.status, html.unescape(exc.reason)) from None
 
     def _clear_policy(self, kind: str, what: str, vhost: str, name: str) -> None:
         self._vhost(vhost)

@@ -133,7 +133,9 @@ class Admin:
         description: str = "",
         tags: list[str] | tuple[str, ...] = (),
         exist_ok: bool = False,
+        user: str | None = None,
     ) -> VirtualHost:
+        """A new vhost; `user` (who asked) is named as the declarer of its exchanges."""
         _name(name, "vhost name")
         existing = self.broker.vhosts.get(name)
         if existing is not None:
@@ -143,6 +145,9 @@ class Admin:
         record = {"name": name, "description": description, "tags": list(tags), "limits": {}}
         self.hooks.catalog_put("vhost", name, record)  # on disk before anyone can use it
         vhost = self._make_vhost(record)
+        if user is not None:
+            for exchange in vhost.exchanges.values():
+                exchange.declared_by = user
         log.debug("vhost '%s' created", name)
         return vhost
 

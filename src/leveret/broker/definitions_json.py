@@ -85,16 +85,16 @@ PER_VHOST = (
 
 
 def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
-    """The whole broker, or one vhost (as RabbitMQ's per-vhost export: no users, no vhosts)."""
+    """The whole broker, or one vhost. A vhost's export is RabbitMQ's: no users,
+    vhosts or permissions, and its queues, exchanges and bindings without `vhost`
+    (an import puts them into the vhost it is posted to)."""
     admin = broker.admin
     vhosts = [admin.vhost(vhost)] if vhost is not None else list(broker.vhosts.values())
-    doc: dict[str, Any] = {
-        "rabbit_version": "3.10.8",
-        "rabbitmq_version": "3.10.8",
-        "product_name": "Leveret",
-        "product_version": leveret.__version__,
-    }
+    doc: dict[str, Any] = {"rabbit_version": "3.10.8"}
     if vhost is None:
+        doc["rabbitmq_version"] = "3.10.8"
+        doc["product_name"] = "Leveret"
+        doc["product_version"] = leveret.__version__
         doc["users"] = [u.record() for u in sorted(broker.access.users.values(), key=_name)]
         doc["vhosts"] = [
             {"name": v.name, "metadata": {"description": v.description, "tags": v.tags}}
@@ -102,11 +102,17 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
         ]
         doc["permissions"] = admin.list_permissions()
         doc["topic_permissions"] = admin.list_topic_permissions()
-    # vhost limits, shovels, federation upstreams and sets (broker.parameters)
+    # vhost limits, shovels, federation upstreams and sets (broker.parameters), and
+    # operator policies, which RabbitMQ keeps as parameters of component operator_policy
     doc["parameters"] = [
         p for v in sorted(vhosts, key=_name) for p in broker.parameters.list(v.name)
+    ] + [
+        {"vhost": v.name, "component": "operator_policy", "name": p.name, "value": _value(p)}
+        for v in sorted(vhosts, key=_name)
+        for p in sorted(v.operator_policies.values(), key=_name)
     ]
-    doc["global_parameters"] = []
+    if vhost is None:
+        doc["global_parameters"] = []
     doc["policies"] = []
     for v in sorted(vhosts, key=_name):
         for policy in sorted(v.policies.values(), key=_name):
@@ -157,7 +163,18 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
                         "arguments": _jsonable(b.arguments),
                     }
                 )
+    if vhost is not None:
+        for kind in ("queues", "exchanges", "bindings"):
+            for item in doc[kind]:
+                del item["vhost"]
     return doc
+
+
+def _value(policy: Policy) -> dict[str, Any]:
+    """An operator policy as the value of its parameter (RabbitMQ's form)."""
+    record = policy.record()
+    del record["name"]
+    return record
 
 
 def _name(item: Any) -> str:
@@ -317,6 +334,16 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
     for item in doc.get("parameters", []):
         if item["component"] == "vhost-limits":
             admin.set_vhost_limits(vh(item), item["value"])
+        elif item["component"] == "operator_policy":
+            value = item["value"]
+            admin.set_operator_policy(
+                vh(item),
+                item["name"],
+                value["pattern"],
+                value["definition"],
+                value.get("priority", 0),
+                value.get("apply-to", "queues"),
+            )
         else:
             broker.parameters.set(vh(item), item["component"], item["name"], item["value"])
     for item in doc.get("policies", []):
@@ -347,10 +374,13 @@ def _check_parameters(broker: Broker, doc: dict[str, Any], vhost: str | None) ->
         component = param["component"]
         if component == "vhost-limits":
             continue
+        if component == "operator_policy":
+            _check_operator_policy(i, param)
+            continue
         if component not in known:
             raise InvalidValue(
                 f"parameters[{i}]: component '{component}' is not supported (Leveret knows "
-                + ", ".join(["vhost-limits", *sorted(known)])
+                + ", ".join(["vhost-limits", "operator_policy", *sorted(known)])
                 + ")"
             )
         where = vhost if vhost is not None else param["vhost"]
@@ -359,6 +389,27 @@ def _check_parameters(broker: Broker, doc: dict[str, Any], vhost: str | None) ->
             raise InvalidValue(
                 f"parameters[{i}] ({component} '{param['name']}'): " + "; ".join(problems)
             )
+
+
+def _check_operator_policy(i: int, param: dict[str, Any]) -> None:
+    """An operator policy parameter, checked before anything changes."""
+    value = param["value"]
+    if not isinstance(value, dict) or not {"pattern", "definition"} <= value.keys():
+        raise InvalidValue(
+            f"parameters[{i}] (operator_policy '{param['name']}'): the value needs "
+            "pattern and definition"
+        )
+    try:
+        Policy(
+            param["name"],
+            value["pattern"],
+            value["definition"],
+            value.get("priority", 0),
+            value.get("apply-to", "queues"),
+            operator=True,
+        )
+    except InvalidValue as exc:
+        raise InvalidValue(f"parameters[{i}]: {exc}") from None
 
 
 def _declare(target: Any, kind: str, item: dict[str, Any]) -> None:

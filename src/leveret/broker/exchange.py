@@ -54,6 +54,9 @@ class Exchange:
         self.deleted = False
         self.policy_alternate: str | None = None  # alternate-exchange from a policy
         self.stats = MessageStats()
+        # Who declared it (the API's user_who_performed_action); the broker's own
+        # exchanges, and those restored from disk, say RabbitMQ's "rmq-internal".
+        self.declared_by = "rmq-internal"
 
     @property
     def alternate_exchange(self) -> str | None:

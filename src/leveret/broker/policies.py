@@ -27,10 +27,18 @@ from typing import Any
 from leveret.broker.errors import InvalidValue
 from leveret.broker.queue_args import OVERFLOW_MODES, QUEUE_MODES
 from leveret.broker.queues.stream import parse_age
+from leveret.links.erlang_terms import proplist, string, term
 
 
 class PolicyError(InvalidValue, ValueError):
-    """A policy refused when it is set; the text says which field and why."""
+    """A policy refused when it is set; the text says which field and why.
+
+    `rabbit` is the reason in RabbitMQ's words (values printed as Erlang terms, as its
+    HTTP API and rabbitmqctl answer), without the policy's name."""
+
+    def __init__(self, message: str, rabbit: str | None = None) -> None:
+        super().__init__(message)
+        self.rabbit = rabbit if rabbit is not None else message
 
 
 def _is_int(value: Any, minimum: int | None = None) -> bool:
@@ -121,17 +129,27 @@ class Policy:
         if not isinstance(self.name, str) or not self.name:
             raise PolicyError(f"{what} name must be a non-empty string")
 
-        def fail(reason: str) -> PolicyError:
-            return PolicyError(f"{what} '{self.name}': {reason}")
+        def fail(reason: str, rabbit: str | None = None) -> PolicyError:
+            return PolicyError(f"{what} '{self.name}': {reason}", rabbit or reason)
 
         if not isinstance(self.pattern, str):
-            raise fail(f"pattern should be a string but was {_show(self.pattern)}")
+            raise fail(
+                f"pattern should be a string but was {_show(self.pattern)}",
+                f"pattern should be a binary but was {term(self.pattern)}",
+            )
         try:
             self.regex = re.compile(self.pattern)  # once, when set; never per lookup
         except re.error as exc:
-            raise fail(f"invalid regular expression '{self.pattern}': {exc}") from None
+            raise fail(
+                f"invalid regular expression '{self.pattern}': {exc}",
+                "pattern should be regular expression but is invalid: "
+                f"{{{string(exc.msg)},{exc.pos or 0}}}",
+            ) from None
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise fail(f"priority should be a number, actually was {_show(self.priority)}")
+            raise fail(
+                f"priority should be a number, actually was {_show(self.priority)}",
+                f"priority should be a number, actually was {term(self.priority)}",
+            )
         if self.apply_to not in APPLY_TO:
             raise fail(
                 f"apply-to '{self.apply_to}' unrecognised; should be "
@@ -148,7 +166,11 @@ class Policy:
             names = ", ".join(f"'{key}'" for key in unknown)
             verb = "is not a recognised" if len(unknown) == 1 else "are not recognised"
             noun = f"{what} setting" + ("" if len(unknown) == 1 else "s")
-            raise fail(f"{names} {verb} {noun}; known: " + ", ".join(allowed))
+            raise fail(
+                f"{names} {verb} {noun}; known: " + ", ".join(allowed),
+                proplist({k: self.definition[k] for k in unknown})
+                + " are not recognised policy settings",
+            )
         for check_all in {EXTRA_KEYS[k] for k in self.definition if k in EXTRA_KEYS}:
             reason = check_all(self.definition)
             if reason is not None:  # in RabbitMQ's words, as its plugins answer
@@ -159,7 +181,8 @@ class Policy:
             check = QUEUE_KEYS[key][1] if key in QUEUE_KEYS else EXCHANGE_KEYS[key]
             reason = check(value)
             if reason is not None:
-                raise fail(reason)
+                # Each check's text starts with the value: RabbitMQ prints it as a term.
+                raise fail(reason, reason.replace(_show(value), term(value), 1))
 
     def applies_to(self, kind: str, name: str, queue_type: str = "classic") -> bool:
         """kind: 'queue' or 'exchange'."""

@@ -115,7 +115,7 @@ def rates_between(
     last: tuple[int, ...] | None, now: tuple[int, ...], seconds: float
 ) -> tuple[tuple[float, ...] | None, tuple[int, ...]]:
     if last is None or seconds <= 0:
-        return (0.0,) * len(FIELDS), now
+        return (0.0,) * len(now), now
     return tuple(max(0, b - a) / seconds for a, b in zip(last, now, strict=True)), now
 
 
@@ -162,6 +162,37 @@ def connection_counts(conn: Any) -> tuple[int, ...]:
     return total([conn.stats, *(ch.stats for ch in conn.channels.values())])
 
 
+#: RabbitMQ's churn figures (overview `churn_rates`, a node's counters), in this order
+CHURN = (
+    "connection_created",
+    "connection_closed",
+    "channel_created",
+    "channel_closed",
+    "queue_declared",
+    "queue_created",
+    "queue_deleted",
+)
+
+
+def churn_counts(broker: Any) -> tuple[int, ...]:
+    """Connections and channels opened and closed, queues declared, created and deleted
+    since start (CHURN order), as Prometheus' rabbitmq_*_total counters count them. Closed
+    ones are those opened and no longer open."""
+    connections = broker.connections
+    channels = sum(len(c.channels) for c in connections)
+    queues = list(broker.counters.retired_churn)  # of deleted vhosts
+    for vhost in broker.vhosts.values():
+        for i, n in enumerate(vhost.churn):
+            queues[i] += n
+    return (
+        broker.connections_opened,
+        broker.connections_opened - len(connections),
+        broker.channels_opened,
+        broker.channels_opened - channels,
+        *queues,
+    )
+
+
 def vhost_counts(vhost: Any, connections: Iterable[Any]) -> tuple[int, ...]:
     """A vhost's counts: closed connections' plus the open ones' (channel side)."""
     return total([vhost.stats, *(connection_counts(c) for c in connections)])
@@ -183,6 +214,8 @@ class Sampler:
         self._vhost_last: dict[str, tuple[int, ...]] = {}
         self.overview_rates: tuple[float, ...] | None = None
         self._overview_last: tuple[int, ...] | None = None
+        self.churn_rates: tuple[float, ...] | None = None
+        self._churn_last: tuple[int, ...] | None = None
         self._task: asyncio.Task[None] | None = None
         self._at = time.monotonic()
 
@@ -232,6 +265,9 @@ class Sampler:
         overview = total(self._vhost_last.values())
         self.overview_rates, self._overview_last = rates_between(
             self._overview_last, overview, seconds
+        )
+        self.churn_rates, self._churn_last = rates_between(
+            self._churn_last, churn_counts(broker), seconds
         )
 
 

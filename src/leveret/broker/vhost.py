@@ -37,6 +37,12 @@ STANDARD_EXCHANGES = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
+# RabbitMQ's firehose tracer publishes to this internal exchange of every vhost while
+# tracing is on. Leveret has no tracer: the exchange is there (as tools expect) and
+# stays silent (docs/differences.md#http-trace-exchange).
+TRACE_EXCHANGE = ("amq.rabbitmq.trace", "topic")
+# Who made what the broker makes itself (RabbitMQ's name for it).
+INTERNAL_USER = "rmq-internal"
 
 # Queue arguments that must match on redeclaration (as RabbitMQ's equivalence check).
 EQUIVALENCE_ARGS = (
@@ -92,6 +98,7 @@ class VirtualHost:
         # Message counts of closed connections (broker.stats); open ones add their own.
         self.stats = MessageStats()
         self.churn = [0, 0, 0]  # queues declared, created, deleted (Prometheus)
+        self.octets = [0, 0]  # bytes received and sent by its closed connections
         self.description = ""
         self.tags: list[str] = []
         # RabbitMQ's vhost limits: "max-connections", "max-queues" (absent: none).
@@ -107,6 +114,8 @@ class VirtualHost:
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
             self.exchanges[ex_name] = Exchange(name, ex_name, ex_type, durable=True)
+        ex_name, ex_type = TRACE_EXCHANGE
+        self.exchanges[ex_name] = Exchange(name, ex_name, ex_type, durable=True, internal=True)
 
     # --- exchanges ----------------------------------------------------------
 
@@ -125,7 +134,10 @@ class VirtualHost:
         auto_delete: bool = False,
         internal: bool = False,
         arguments: dict[str, Any] | None = None,
+        user: str = INTERNAL_USER,
     ) -> Exchange:
+        """`user` made the declaration: a new exchange keeps it (the API's
+        `user_who_performed_action`)."""
         if not name:
             raise AccessRefused("operation not permitted on the default exchange")
         existing = self.exchanges.get(name)
@@ -146,6 +158,7 @@ class VirtualHost:
                 self.name, name, type_name, durable, auto_delete, internal, arguments
             )
             exchange.router.placed(self, exchange)
+            exchange.declared_by = user
             exchange.router.attach(
                 self.hooks.exchange_state_path(self.name, name) if durable else None
             )
@@ -192,7 +205,8 @@ class VirtualHost:
         self._remove_exchange(exchange)
 
     def _standard(self) -> list[Exchange]:
-        return [self.exchanges[n] for n, _ in STANDARD_EXCHANGES if n in self.exchanges]
+        names = (*(n for n, _ in STANDARD_EXCHANGES), TRACE_EXCHANGE[0])
+        return [self.exchanges[n] for n in names if n in self.exchanges]
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         exchange.deleted = True
@@ -423,6 +437,10 @@ class VirtualHost:
         return count
 
     def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
+        message = entry.message
+        if message.persistent and queue.persistent:  # counted in by a durable queue
+            queue.persistent -= 1
+            queue.persistent_bytes -= message.size
         if queue.tracked:
             self.hooks.message_removed(queue, entry)
         if queue.dedup is not None:

@@ -135,8 +135,9 @@ def build_app(server: Server) -> web.Application:
     return app
 
 
-async def read_json(request: web.Request) -> Any:
-    """The body as JSON; 400 not_json as RabbitMQ when it is not."""
+async def read_json(request: web.Request, reason: str = "not_json") -> Any:
+    """The body as JSON; else RabbitMQ's 400 with `reason` (`not_json`; definitions
+    say `failed_to_parse_json`)."""
     text = await request.text()
     if not text.strip():
         return {}
@@ -144,7 +145,7 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(text)
     except ValueError:
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": "bad_request", "reason": "not_json"}),
+            text=json.dumps({"error": "bad_request", "reason": reason}),
             content_type="application/json",
         ) from None
 
@@ -157,9 +158,11 @@ class ManagementServer:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
+        self.sampler: Sampler | None = None  # the running API's rates (node views read it)
 
     async def start(self) -> int:
         app = build_app(self.server)
+        self.sampler = app[SAMPLER_KEY]
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         app[SAMPLER_KEY].start()

@@ -419,6 +419,8 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if self in self.broker.connections:
             self.broker.connections.discard(self)
             self.vhost.stats.add(connection_counts(self))  # vhost totals never go back
+            self.vhost.octets[0] += self.recv_oct
+            self.vhost.octets[1] += self.send_oct
 
     def pause_writing(self) -> None:
         self._transport_paused = True

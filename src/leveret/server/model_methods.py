@@ -45,6 +45,7 @@ class ModelMethods:
             m.auto_delete,
             m.internal,
             _args(m.arguments),
+            self.conn.user or "",
         )
         if not m.nowait:
             self.send_method(cmd.Exchange.DeclareOk())

@@ -130,6 +130,10 @@ class DurableState(DurabilityHooks):
         self.memory_used = 0  # bodies held in RAM by queue entries
         self.paged_out = 0  # bodies ever paged out to disk (messages, then bytes)
         self.paged_out_bytes = 0
+        # Messages written to and read back from disk (the overview's disk_writes and
+        # disk_reads, as RabbitMQ counts its queues' writes and reads).
+        self.disk_writes = 0
+        self.disk_reads = 0
         self._restoring = False
         self._started = 0.0
         self.loop = loop
@@ -348,10 +352,13 @@ class DurableState(DurabilityHooks):
                 )
             self.paged_out += 1
             self.paged_out_bytes += size
+            self.disk_writes += 1
             return True
         if shared is not None:
             entry.location = self.messages.take_slot(*shared)
+            self.disk_writes += 1
         elif persistent:
+            self.disk_writes += 1
             entry.location = self.messages.publish(
                 _store_key(queue, message),
                 _record_header(message),
@@ -372,6 +379,7 @@ class DurableState(DurabilityHooks):
         transient one unless the message was already stored."""
         message = entry.message
         if entry.location is None:
+            self.disk_writes += 1
             entry.location = self.messages.publish(
                 _store_key(queue, message),
                 _record_header(message),
@@ -417,6 +425,7 @@ class DurableState(DurabilityHooks):
             connection.resume_after_disk()
 
     def load_body(self, entry: QueueEntry) -> bytes:
+        self.disk_reads += 1
         return self.messages.read_body(entry.location)[1]
 
     def load_tail(self, tail: Any, limit: int) -> list[Any]:
@@ -427,6 +436,7 @@ class DurableState(DurabilityHooks):
                 location, blob, body, expires_at = item
                 message = _message_from_record(blob, body)
                 self.memory_used += message.size
+                self.disk_reads += 1
                 items.append((location, message, expires_at))
             else:
                 items.append(item)

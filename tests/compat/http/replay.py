@@ -12,6 +12,7 @@ import argparse
 import collections
 import fnmatch
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -73,13 +74,15 @@ def differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[Differ
 
 @contextmanager
 def leveret() -> Any:
-    """An in-process Leveret with its management API on an ephemeral port."""
+    """An in-process Leveret with its management API and Prometheus on ephemeral ports,
+    storing messages in a temporary directory (as the reference RabbitMQ does)."""
     from leveret.config import ServerConfig
     from leveret.testing import embedded_broker
 
-    config = ServerConfig(port=0, persistence=False, management_port=0)
-    with embedded_broker(config) as broker:
-        yield Target(f"http://127.0.0.1:{broker.server.management.port}", broker.url)
+    with tempfile.TemporaryDirectory(prefix="leveret-compat-") as data_dir:
+        config = ServerConfig(port=0, data_dir=data_dir, management_port=0, prometheus_port=0)
+        with embedded_broker(config) as broker:
+            yield Target(f"http://127.0.0.1:{broker.server.management.port}", broker.url)
 
 
 def replay(target: Target, only: str | None = None) -> tuple[dict[str, Any], list[Difference]]:

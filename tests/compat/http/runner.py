@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import pika
 
-from ..common import EMPTY, masked, shape
+from ..common import EMPTY, masked, named_keys, shape, sorted_lists
 
 VHOST = "compat"
 PASSWORD = "compat-pw"
@@ -65,6 +65,8 @@ class Case:
     setup: list[Req] = field(default_factory=list)
     cleanup: list[Req] = field(default_factory=list)
     volatile: tuple[str, ...] = ()
+    #: arrays (names or paths) compared in a canonical order, besides UNORDERED
+    unordered: tuple[str, ...] = ()
     #: the read-only cases run first, on the shared state
     writes: bool = False
 
@@ -146,7 +148,11 @@ VOLATILE = (
     "*_declared",
     "*_deleted",
     "context_switches*",
+    "ra_open_file_metrics",
 )
+
+#: arrays whose order RabbitMQ takes from a hash table: compared in a canonical order
+UNORDERED = ("exchange_types", "*.exchange_types")
 
 
 class Target:
@@ -391,8 +397,10 @@ class Target:
         if body is NOBODY:
             record["shape"] = EMPTY
         else:
+            body = named_keys(body, self.variables)
             record["shape"] = shape(body)
-            record["body"] = masked(body, VOLATILE + case.volatile, self.variables)
+            body = masked(body, VOLATILE + case.volatile, self.variables)
+            record["body"] = sorted_lists(body, UNORDERED + case.unordered)
         if "location" in headers:
             record["location"] = masked(headers["location"], (), self.variables)
         return record

@@ -47,6 +47,10 @@ class Queue:
     # The ids of x-message-deduplication (broker.queue_dedup), or None: most
     # queues never deduplicate and pay one `is None` test per removal.
     dedup: PresentIds | None = None
+    # Persistent messages in a durable queue, ready and unacknowledged, and their body
+    # bytes (RabbitMQ's messages_persistent); a type that counts them sets them.
+    persistent = 0
+    persistent_bytes = 0
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""

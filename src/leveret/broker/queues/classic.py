@@ -311,6 +311,9 @@ class ClassicQueue(Queue):
         self.stores_messages = (
             durable and exclusive_owner is None and not name.startswith("amq.gen-")
         )
+        # RabbitMQ's messages_persistent: in at enqueue, out in vhost.on_message_removed.
+        self.persistent = 0
+        self.persistent_bytes = 0
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_due = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -326,6 +329,9 @@ class ClassicQueue(Queue):
         self.stats.publish += 1
         entry = QueueEntry(self._seq, message)
         if self.plain and message.ttl is None:
+            if message.persistent and self.durable:
+                self.persistent += 1
+                self.persistent_bytes += message.size
             # The store may keep a long queue's message as its disk position only
             # (in ready.tail); then the entry object is dropped here.
             if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, True):
@@ -344,6 +350,8 @@ class ClassicQueue(Queue):
         entry.location = location
         self._start_expiry(entry, time.monotonic())
         self.ready.append(entry)
+        self.persistent += 1  # what the store recovers was persistent
+        self.persistent_bytes += message.size
         if self.dedup is not None:  # the ids come back with the messages
             self.dedup.add(message_dedup_id(message))
 
@@ -382,6 +390,8 @@ class ClassicQueue(Queue):
         ready.n += tail.n
         if ready is not self.ready:
             self.ready.n += tail.n
+        self.persistent += tail.n  # what the store recovers was persistent
+        self.persistent_bytes += tail.nbytes
 
     def _paged_one(self, ready: ReadyMessages) -> None:
         """Message number self._seq went into `ready`'s paged tail (the store put it there)."""
@@ -510,6 +520,21 @@ class ClassicQueue(Queue):
             connection.resume_after_flow(self)
 
     def purge(self) -> list[QueueEntry]:
+        paged = self.ready.paged
+        entries = self._take_all_ready()
+        if self.persistent:
+            gone = [e.message.size for e in entries if e.message.persistent]
+            self.persistent -= len(gone)
+            self.persistent_bytes -= sum(gone)
+            if paged and self.dedup is None:
+                # A paged tail goes without an entry each: what is left is at most the
+                # unacknowledged messages (exact when they are all persistent).
+                self.persistent = min(self.persistent, self.unacked)
+                if not self.persistent:
+                    self.persistent_bytes = 0
+        return entries
+
+    def _take_all_ready(self) -> list[QueueEntry]:
         if self.dedup is not None:
             # Paged messages are read back so that their ids can be forgotten.
             entries = []
@@ -561,6 +586,9 @@ class ClassicQueue(Queue):
                 dead_letter.count(self.vhost, self, dead_letter.MAXLEN)
                 dead_letter.dead_letter(self.vhost, self, message, dead_letter.MAXLEN)
             return False
+        if message.persistent and self.durable:
+            self.persistent += 1
+            self.persistent_bytes += message.size
         # A queue with TTLs may page too: the deadline stays with the disk position.
         if self.tracked and self.vhost.hooks.message_enqueued(self, entry, barrier, self.pageable):
             self._paged_one(self.level_of(message))

@@ -11,6 +11,7 @@ from leveret.broker.admin import VHOST_LIMITS
 from leveret.broker.errors import InvalidValue, NotFound
 from leveret.management.app import error, read_json
 from leveret.management.routes.common import (
+    NODE,
     _admin,
     _body_dict,
     _bool,
@@ -26,20 +27,52 @@ from leveret.management.routes.common import (
 
 
 def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
-    ready = sum(q.message_count for q in vhost.queues.values())
-    unacked = sum(q.unacked for q in vhost.queues.values())
+    """A vhost as RabbitMQ shows it: message figures once it has queues, octets once it
+    has had connections (RabbitMQ's statistics appear with their first event)."""
     message_stats = vhosts_message_stats(request, [vhost])
-    return {
-        **({"message_stats": message_stats} if message_stats else {}),
-        "name": vhost.name,
+    out: dict[str, Any] = {
+        "cluster_state": {NODE: "running"},
+        "default_queue_type": getattr(vhost, "default_queue_type", None) or "undefined",
         "description": vhost.description,
-        "tags": vhost.tags,
+        **({"message_stats": message_stats} if message_stats else {}),
         "metadata": {"description": vhost.description, "tags": vhost.tags},
+        "name": vhost.name,
+        "tags": vhost.tags,
         "tracing": False,
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
     }
+    if vhost.queues:
+        ready = unacked = 0
+        ready_rate = unacked_rate = 0.0
+        for q in vhost.queues.values():
+            ready += q.message_count
+            unacked += q.unacked
+            rates = q.stats.depth_rates
+            ready_rate += rates[0]
+            unacked_rate += rates[1]
+        out |= {
+            "messages": ready + unacked,
+            "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},
+            "messages_ready": ready,
+            "messages_ready_details": {"rate": round(ready_rate, 1)},
+            "messages_unacknowledged": unacked,
+            "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
+        }
+    conns = [c for c in _broker(request).connections if c.vhost is vhost]
+    if conns or any(vhost.octets):
+        recv = vhost.octets[0] + sum(c.recv_oct for c in conns)
+        send = vhost.octets[1] + sum(c.send_oct for c in conns)
+        out |= {
+            "recv_oct": recv,
+            "recv_oct_details": {"rate": round(sum(_oct_rate(c, 0) for c in conns), 1)},
+            "send_oct": send,
+            "send_oct_details": {"rate": round(sum(_oct_rate(c, 1) for c in conns), 1)},
+        }
+    return out
+
+
+def _oct_rate(conn: Any, i: int) -> float:
+    rates = getattr(conn, "octet_rates", None)
+    return rates[i] if rates else 0.0
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
@@ -68,7 +101,7 @@ async def put_vhost(request: web.Request) -> web.Response:
     description = body.get("description", "")
     if not isinstance(description, str):
         description = json.dumps(description)  # RabbitMQ keeps what it was given
-    _admin(request).add_vhost(name, description, tags, exist_ok=True)
+    _admin(request).add_vhost(name, description, tags, exist_ok=True, user=request["user"].name)
     if not existed:
         # As RabbitMQ: whoever creates a vhost may use it at once.
         _admin(request).set_permissions(request["user"].name, name, ".*", ".*", ".*")

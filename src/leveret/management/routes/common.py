@@ -87,6 +87,15 @@ def _visible_vhosts(request: web.Request) -> list[Any]:
     return [v for v in vhosts if _may_log_in(request, v)]
 
 
+def login_vhosts(request: web.Request) -> list[Any]:
+    """Administrators see every vhost; others, monitoring users too, those they may use
+    (RabbitMQ's filter_vhost: the lists of queues, exchanges, bindings, policies)."""
+    vhosts = sorted(_broker(request).vhosts.values(), key=lambda v: v.name)
+    if is_admin(request):
+        return vhosts
+    return [v for v in vhosts if _may_log_in(request, v)]
+
+
 def _vhost(request: web.Request, visible: bool = False) -> Any:
     """The URL's vhost, as RabbitMQ's is_authorized_vhost: administrators reach every
     vhost, other users those they have permissions in (401 "User not authorised to
@@ -113,7 +122,8 @@ def vhosts_message_stats(request: web.Request, vhosts: list[Any]) -> dict[str, A
     counts = total(vhost_counts(v, conns[v.name]) for v in vhosts)
     sampler = request.app[SAMPLER_KEY]
     rates = total(sampler.vhost_rates[n] for n in names if sampler.vhost_rates.get(n))
-    return message_stats_json(counts, rates)
+    # As RabbitMQ: the publishing side's keys and the delivering side's each once it moved.
+    return message_stats_json(counts, rates, by_side=True)
 
 
 def exchange_param(request: web.Request, key: str = "name") -> str:

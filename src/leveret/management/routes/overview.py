@@ -13,7 +13,8 @@ import leveret
 from leveret.broker import definitions_json
 from leveret.broker.errors import NotFound
 from leveret.broker.exchanges import EXCHANGE_TYPES
-from leveret.management.app import read_json
+from leveret.management import node_info
+from leveret.management.app import SAMPLER_KEY, Denied, error, read_json
 from leveret.management.routes.common import (
     NODE,
     RABBITMQ_VERSION,
@@ -26,6 +27,7 @@ from leveret.management.routes.common import (
     _vhost,
     _visible_vhosts,
     bad_request,
+    is_monitor,
     listing,
     require_monitor,
     vhosts_message_stats,
@@ -36,7 +38,14 @@ from leveret.server.alarms import resident_bytes
 async def overview(request: web.Request) -> web.Response:
     server = _server(request)
     vhosts = _visible_vhosts(request)
-    connections = [c for c in server.broker.connections if c.vhost in vhosts]
+    monitor = is_monitor(request)
+    user = request["user"].name
+    # Monitoring users see every connection; others their own (RabbitMQ's overview).
+    connections = [
+        c
+        for c in server.broker.connections
+        if c.vhost in vhosts and (monitor or getattr(c, "user", None) == user)
+    ]
     # One pass over every queue: with 10,000 queues this is most of the call's time.
     n_queues = ready = unacked = consumers = 0
     ready_rate = unacked_rate = 0.0
@@ -49,51 +58,89 @@ async def overview(request: web.Request) -> web.Response:
             rates = q.stats.depth_rates
             ready_rate += rates[0]
             unacked_rate += rates[1]
-    return web.json_response(
-        {
-            "rates_mode": "basic",
-            "statistics_db_event_queue": 0,
-            "exchange_types": _exchange_types(),
-            "message_stats": vhosts_message_stats(request, vhosts),
-            "management_version": RABBITMQ_VERSION,
-            "rabbitmq_version": RABBITMQ_VERSION,
-            "product_name": "Leveret",
-            "product_version": leveret.__version__,
-            "cluster_name": _broker(request).cluster_name,
-            "node": "leveret@localhost",
-            "object_totals": {
-                "connections": len(connections),
-                "channels": sum(len(c.channels) for c in connections),
-                "exchanges": sum(len(v.exchanges) for v in vhosts),
-                "queues": n_queues,
-                "consumers": consumers,
-            },
-            "queue_totals": {
-                "messages": ready + unacked,
-                "messages_ready": ready,
-                "messages_unacknowledged": unacked,
-                "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},
-                "messages_ready_details": {"rate": round(ready_rate, 1)},
-                "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
-            },
-            "listeners": _listeners(server),
-        }
-    )
+    message_stats = vhosts_message_stats(request, vhosts)
+    if message_stats:
+        message_stats.update(_disk_stats(server))
+    erlang_version, erlang_full_version = node_info.runtime_version()
+    sampler = request.app[SAMPLER_KEY]
+    body: dict[str, Any] = {
+        "management_version": RABBITMQ_VERSION,
+        "rates_mode": "basic",
+        "sample_retention_policies": node_info.SAMPLE_RETENTION_POLICIES,
+        "exchange_types": _exchange_types(),
+        "product_version": leveret.__version__,
+        "product_name": "Leveret",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "cluster_name": _broker(request).cluster_name,
+        "erlang_version": erlang_version,
+        "erlang_full_version": erlang_full_version,
+        "release_series_support_status": "supported",
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "message_stats": message_stats,
+        "churn_rates": node_info.churn_json(server.broker, sampler.churn_rates),
+        "queue_totals": {}
+        if not n_queues
+        else {
+            "messages": ready + unacked,
+            "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},
+            "messages_ready": ready,
+            "messages_ready_details": {"rate": round(ready_rate, 1)},
+            "messages_unacknowledged": unacked,
+            "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
+        },
+        "object_totals": {
+            "channels": sum(len(c.channels) for c in connections),
+            "connections": len(connections),
+            "exchanges": sum(len(v.exchanges) for v in vhosts),
+            "queues": n_queues,
+        },
+        "statistics_db_event_queue": 0,
+    }
+    if monitor:  # RabbitMQ shows the node and its listeners to monitoring users only
+        body["object_totals"]["consumers"] = consumers
+        body["node"] = NODE
+        body["listeners"] = _listeners(server)
+        body["contexts"] = node_info.contexts(server, NODE)
+    return web.json_response(body)
+
+
+def _disk_stats(server: Any) -> dict[str, Any]:
+    """The overview's disk_reads and disk_writes: messages the store read back and wrote."""
+    hooks = server.broker.hooks
+    out: dict[str, Any] = {}
+    for key in ("disk_reads", "disk_writes"):
+        out[key] = getattr(hooks, key, 0)
+        out[f"{key}_details"] = {"rate": 0.0}
+    return out
 
 
 def _listeners(server: Any) -> list[dict[str, Any]]:
+    """RabbitMQ's listeners; `socket_opts` names the options Leveret sets on the socket."""
     out = [
-        {"node": NODE, "protocol": "amqp", "ip_address": h, "port": p} for h, p in server.addresses
+        {
+            "node": NODE,
+            "protocol": "amqp",
+            "ip_address": h,
+            "port": p,
+            "socket_opts": {"backlog": 128, "nodelay": True},
+        }
+        for h, p in server.addresses
     ]
-    if server.management is not None:
-        out.append(
-            {
-                "node": NODE,
-                "protocol": "http",
-                "ip_address": server.config.host,
-                "port": server.management.port,
-            }
-        )
+    for protocol, http in (
+        ("http", server.management),
+        ("http/prometheus", getattr(server, "prometheus", None)),
+    ):
+        if http is not None:
+            out.append(
+                {
+                    "node": NODE,
+                    "protocol": protocol,
+                    "ip_address": server.config.host,
+                    "port": http.port,
+                    "socket_opts": {"ip": server.config.host, "port": http.port},
+                }
+            )
     return out
 
 
@@ -146,6 +193,7 @@ def _node_json(server: Any) -> dict[str, Any]:
         "applications": [
             {"name": "leveret", "description": "Leveret", "version": leveret.__version__}
         ],
+        **node_info.node_details(server, _churn_rates(server)),
     }
 
 
@@ -154,6 +202,11 @@ def _nodes(server: Any) -> list[dict[str, Any]]:
     if server.cluster is not None:
         return server.cluster.api_nodes(_node_json(server))
     return [_node_json(server)]
+
+
+def _churn_rates(server: Any) -> tuple[float, ...] | None:
+    sampler = getattr(server.management, "sampler", None)
+    return sampler.churn_rates if sampler is not None else None
 
 
 async def list_nodes(request: web.Request) -> web.Response:
@@ -196,13 +249,17 @@ async def whoami(request: web.Request) -> web.Response:
 async def get_definitions(request: web.Request) -> web.Response:
     _require_admin(request)
     vhost = request.match_info.get("vhost")
+    if vhost is not None and vhost not in _broker(request).vhosts:
+        raise bad_request("bad_request", "vhost_not_found")  # sic: 400, as RabbitMQ
     return web.json_response(definitions_json.export_definitions(_broker(request), vhost))
 
 
 async def post_definitions(request: web.Request) -> web.Response:
     _require_admin(request)
-    body = await read_json(request)
     vhost = request.match_info.get("vhost")
+    if vhost is not None and vhost not in _broker(request).vhosts:
+        return error(404, "not_found", "vhost_not_found")
+    body = await read_json(request, "failed_to_parse_json")
     definitions_json.import_definitions(_broker(request), body, vhost)
     return _ok()
 
@@ -325,8 +382,12 @@ async def aliveness(request: web.Request) -> web.Response:
     guard = _permission_guard(request, vhost)
     if guard is not None:
         # RabbitMQ declares, publishes to and reads a queue named aliveness-test.
-        for what in ("configure", "write", "read"):
-            _access_check(guard.require, what, "queue", "aliveness-test")
+        # Its refusal keeps the AMQP code in the text (it comes from a channel error).
+        try:
+            for what in ("configure", "write", "read"):
+                _access_check(guard.require, what, "queue", "aliveness-test")
+        except Denied as exc:
+            raise Denied(f"ACCESS_REFUSED - {exc.reason}") from None
     return web.json_response({"status": "ok"})
 
 

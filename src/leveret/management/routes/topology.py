@@ -26,9 +26,9 @@ from leveret.management.routes.common import (
     _ok,
     _permission_guard,
     _vhost,
-    _visible_vhosts,
     exchange_param,
     listing,
+    login_vhosts,
 )
 from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
@@ -86,13 +86,13 @@ def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
         "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
         "message_bytes": ready_bytes,
         "message_bytes_ready": ready_bytes,
-        # Leveret keeps no per-queue sums of unacknowledged or persistent bytes: stand-ins
+        # Leveret keeps no per-queue sum of unacknowledged bytes: a stand-in
         # (docs/management.md#stand-ins).
         "message_bytes_unacknowledged": 0,
         "message_bytes_ram": ready_bytes,
-        "message_bytes_persistent": 0,
+        "message_bytes_persistent": q.persistent_bytes,
         "message_bytes_paged_out": 0,
-        "messages_persistent": 0,
+        "messages_persistent": q.persistent,
         "messages_unacknowledged_ram": q.unacked,
         # As RabbitMQ's classic queues: ready messages kept as disk positions only
         # (a long queue's paged tail), and the rest, which are objects in RAM.
@@ -145,8 +145,7 @@ def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
     extra: dict[str, Any] = {"incoming": [], "outgoing": []} if single else {}
     return {
         **extra,
-        # Leveret does not record who declared an exchange: the stand-in names nobody.
-        "user_who_performed_action": "",
+        "user_who_performed_action": x.declared_by,
         "name": x.name,
         "vhost": vhost.name,
         "type": x.type_name,
@@ -160,7 +159,7 @@ def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
 
 
 async def list_queues(request: web.Request) -> web.Response:
-    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
     return listing(request, queues, lambda q: _queue_json(q.vhost, q), paginated=True)
 
@@ -248,7 +247,7 @@ def _exchange_from_named(named: _Named) -> dict[str, Any]:
 
 
 async def list_exchanges(request: web.Request) -> web.Response:
-    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     pairs = [(v, x) for v in vhosts for x in sorted(v.exchanges.values(), key=lambda x: x.name)]
     return listing(
         request,
@@ -282,7 +281,17 @@ async def put_exchange(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
-    _direct(vhost.declare_exchange, name, kind, False, durable, auto_delete, internal, arguments)
+    _direct(
+        vhost.declare_exchange,
+        name,
+        kind,
+        False,
+        durable,
+        auto_delete,
+        internal,
+        arguments,
+        request["user"].name,
+    )
     return _ok(204 if existed else 201)
 
 
@@ -383,7 +392,7 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 
 
 async def list_bindings(request: web.Request) -> web.Response:
-    vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     return listing(request, [b for v in vhosts for b in _all_bindings(v)])
 
 
