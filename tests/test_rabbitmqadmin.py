@@ -35,21 +35,25 @@ def _rabbitmqadmin() -> str:
     raise AssertionError("rabbitmqadmin not found: run scripts/install-test-deps.sh")
 
 
-@pytest.fixture(scope="module")
-def admin(api):  # noqa: F811
-    """Run rabbitmqadmin against the broker under test; returns (returncode, stdout+stderr)."""
+def _runner(api, user: str = "guest", password: str = "guest"):  # noqa: F811
     tool = _rabbitmqadmin()
     url = urlsplit(api[0])
 
     def run(*args: str) -> tuple[int, str]:
         proc = subprocess.run(
             [sys.executable, tool, "-H", url.hostname, "-P", str(url.port),
-             "-u", "guest", "-p", "guest", *args],
+             "-u", user, "-p", password, *args],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         return proc.returncode, proc.stdout + proc.stderr
 
     return run
+
+
+@pytest.fixture(scope="module")
+def admin(api):  # noqa: F811
+    """Run rabbitmqadmin against the broker under test; returns (returncode, stdout+stderr)."""
+    return _runner(api)
 
 
 def ok(result: tuple[int, str]) -> str:
@@ -161,3 +165,66 @@ def test_bad_input_is_reported_by_the_tool(admin):
     assert code != 0 and "not_boolean" in out
     code, out = admin("close", "connection", "name=no such connection")
     assert code != 0 and "Not found" in out
+
+
+def test_a_vhost_rabbitmqadmin_made_is_usable_at_once(api, admin, tmp_path):  # noqa: F811
+    """The issue's case: an administrator creates a vhost with rabbitmqadmin and uses it
+    at once (RabbitMQ grants the creator full permissions in it): declare, list,
+    publish, get, export, delete and import, all in that vhost, as that user."""
+    user, vhost = unique("adm-maker"), unique("adm-new-vh")
+    queue, exchange = unique("adm-vq"), unique("adm-vx")
+    ok(admin("declare", "user", f"name={user}", "password=pw", "tags=administrator"))
+    maker = _runner(api, user, "pw")
+    try:
+        assert "vhost declared" in ok(maker("declare", "vhost", f"name={vhost}"))
+        in_vhost = ("-V", vhost)
+        assert "queue declared" in ok(
+            maker(*in_vhost, "declare", "queue", f"name={queue}", "durable=true")
+        )
+        assert "exchange declared" in ok(
+            maker(*in_vhost, "declare", "exchange", f"name={exchange}", "type=direct")
+        )
+        assert "binding declared" in ok(
+            maker(*in_vhost, "declare", "binding", f"source={exchange}",
+                  f"destination={queue}", "routing_key=k")
+        )  # fmt: skip
+        assert [q["name"] for q in listed(maker, *in_vhost, "queues")] == [queue]
+        assert exchange in {x["name"] for x in listed(maker, *in_vhost, "exchanges")}
+        permissions = [p for p in listed(maker, "permissions") if p["vhost"] == vhost]
+        assert permissions == [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ]
+        for payload in ("one", "two"):
+            assert "Message published" in ok(
+                maker(*in_vhost, "publish", f"exchange={exchange}", "routing_key=k",
+                      f"payload={payload}", "properties={\"delivery_mode\": 2}")
+            )  # fmt: skip
+        got = json.loads(
+            ok(maker(*in_vhost, "-f", "raw_json", "get", f"queue={queue}",
+                     "ackmode=ack_requeue_false"))
+        )  # fmt: skip
+        assert [m["payload"] for m in got] == ["one"] and got[0]["message_count"] == 1
+        path = tmp_path / "vhost.json"
+        assert "Exported definitions" in ok(maker(*in_vhost, "export", str(path)))
+        exported = json.loads(path.read_text())
+        assert [q["name"] for q in exported["queues"]] == [queue]
+        assert [(b["source"], b["destination"]) for b in exported["bindings"]] == [
+            (exchange, queue)
+        ]
+        assert "queue deleted" in ok(maker(*in_vhost, "delete", "queue", f"name={queue}"))
+        assert "exchange deleted" in ok(maker(*in_vhost, "delete", "exchange", f"name={exchange}"))
+        assert listed(maker, *in_vhost, "queues") == []
+        assert "Uploaded definitions" in ok(maker(*in_vhost, "import", str(path)))
+        assert [q["name"] for q in listed(maker, *in_vhost, "queues")] == [queue]
+        assert exchange in {x["name"] for x in listed(maker, *in_vhost, "exchanges")}
+        # The binding came back too: a message routed through the exchange arrives.
+        ok(maker(*in_vhost, "publish", f"exchange={exchange}", "routing_key=k", "payload=back"))
+        got = json.loads(
+            ok(maker(*in_vhost, "-f", "raw_json", "get", f"queue={queue}",
+                     "ackmode=ack_requeue_false"))
+        )  # fmt: skip
+        assert [m["payload"] for m in got] == ["back"]
+    finally:
+        admin("delete", "vhost", f"name={vhost}")
+        admin("delete", "user", f"name={user}")
+    assert vhost not in {v["name"] for v in listed(admin, "vhosts")}
