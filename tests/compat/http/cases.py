@@ -1312,6 +1312,242 @@ def health() -> list[Case]:
     return cases
 
 
+# --- endpoints other engineers built (each in a group of its own) -----------------------
+
+#: a federation upstream in the shared state (runner.Target.prepare)
+UPSTREAM = {"uri": "amqp://localhost:5999", "expires": 3600000}
+
+
+def user_limits() -> list[Case]:
+    """Per-user limits (the shared state gives compat-mgmt max-connections 100)."""
+    p = "/api/user-limits/compat-mgmt"
+    cases = listing("user_limits", "/api/user-limits", sort="user", name="compat")
+    cases += get("user_limits", p, missing="/api/user-limits/compat-nobody")
+    gone = [Req("DELETE", f"{p}/max-channels")]
+    cases += body_cases(
+        "user_limits.put",
+        "PUT",
+        f"{p}/max-channels",
+        {"value": 20},
+        required=("value",),
+        types={"value": "integer"},
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor", "compat-policy"),
+        empty=False,
+    )
+    cases += [
+        Case("user_limits.put.unknown_limit", "PUT", f"{p}/max-nothing", {"value": 5}, writes=True),
+        Case(
+            "user_limits.put.missing_user",
+            "PUT",
+            "/api/user-limits/compat-nobody/max-channels",
+            {"value": 5},
+            writes=True,
+        ),
+        Case(
+            "user_limits.put.negative",
+            "PUT",
+            f"{p}/max-channels",
+            {"value": -1},
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    cases += delete(
+        "user_limits",
+        f"{p}/max-channels",
+        setup=[Req("PUT", f"{p}/max-channels", {"value": 20})],
+        missing=f"{p}/max-nothing",
+        cleanup=gone,
+        users=("compat-mgmt",),
+    )
+    return cases
+
+
+def parameters() -> list[Case]:
+    """Runtime parameters: a federation upstream (up1 in the shared state) and shovels."""
+    up = f"/api/parameters/federation-upstream/{V}"
+    cases = listing("parameters", "/api/parameters", sort="name", name="up")
+    cases += listing(
+        "parameters_component", "/api/parameters/federation-upstream", sort="name", name="up"
+    )
+    cases += listing("parameters_vhost", up, users=False, sort="name", name="up")
+    cases += [
+        Case(
+            "parameters_vhost.list.missing_vhost",
+            "GET",
+            "/api/parameters/federation-upstream/compat-nope",
+        ),
+        Case("parameters_component.list.unknown", "GET", "/api/parameters/nope"),
+    ]
+    cases += get(
+        "parameters",
+        f"{up}/up1",
+        missing=f"{up}/up-nope",
+        missing_vhost="/api/parameters/federation-upstream/compat-nope/up1",
+    )
+    gone = [Req("DELETE", f"{up}/up-new")]
+    cases += body_cases(
+        "parameters.put",
+        "PUT",
+        f"{up}/up-new",
+        {"value": {"uri": "amqp://localhost:5998", "max-hops": 2}},
+        required=("value",),
+        types={"value": "object"},
+        cleanup=gone,
+        missing_vhost="/api/parameters/federation-upstream/compat-nope/up-new",
+        users=("compat-mgmt", "compat-policy", "compat-monitor", "compat-notag"),
+    )
+    cases += [
+        Case(
+            f"parameters.put.{name}",
+            "PUT",
+            f"{up}/up-new",
+            {"value": value},
+            cleanup=gone,
+            writes=True,
+        )
+        for name, value in (
+            ("without_uri", {"max-hops": 2}),
+            ("bad_uri", {"uri": "http://nowhere"}),
+            ("uri_not_a_string", {"uri": 5}),
+            ("max_hops_not_a_number", {"uri": "amqp://localhost", "max-hops": "two"}),
+            ("unknown_key", {"uri": "amqp://localhost", "no-such-key": 1}),
+        )
+    ]
+    cases += [
+        Case(
+            "parameters.put.unknown_component",
+            "PUT",
+            f"/api/parameters/nope/{V}/x",
+            {"value": {"a": 1}},
+            writes=True,
+        ),
+        Case(
+            "parameters.put.shovel_without_source",
+            "PUT",
+            f"/api/parameters/shovel/{V}/s-bad",
+            {"value": {"dest-uri": "amqp://", "dest-queue": "q1"}},
+            cleanup=[Req("DELETE", f"/api/parameters/shovel/{V}/s-bad")],
+            writes=True,
+        ),
+        Case(
+            "parameters.put.shovel_bad_ack_mode",
+            "PUT",
+            f"/api/parameters/shovel/{V}/s-bad",
+            {"value": {**SHOVEL, "ack-mode": "sometimes"}},
+            cleanup=[Req("DELETE", f"/api/parameters/shovel/{V}/s-bad")],
+            writes=True,
+        ),
+    ]
+    cases += delete(
+        "parameters",
+        f"{up}/up-new",
+        setup=[Req("PUT", f"{up}/up-new", {"value": {"uri": "amqp://localhost:5998"}})],
+        missing=f"{up}/up-nope",
+        missing_vhost="/api/parameters/federation-upstream/compat-nope/up-new",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-policy"),
+    )
+    return cases
+
+
+#: a dynamic shovel from one queue of the compat vhost to another, on the same broker
+SHOVEL = {
+    "src-protocol": "amqp091",
+    "src-uri": f"amqp:///{V}",
+    "src-queue": "q-shovel-src",
+    "dest-protocol": "amqp091",
+    "dest-uri": f"amqp:///{V}",
+    "dest-queue": "q-shovel-dst",
+}
+
+
+def shovels() -> list[Case]:
+    """Shovel status (each case starts the shovel s1 and waits until it runs)."""
+    param = f"/api/parameters/shovel/{V}/s1"
+    start = [
+        Req("PUT", f"/api/queues/{V}/q-shovel-src", {"durable": True}),
+        Req("PUT", f"/api/queues/{V}/q-shovel-dst", {"durable": True}),
+        Req("PUT", param, {"value": SHOVEL}),
+        Req("WAIT", f"/api/shovels/{V}", {"state": "running"}),
+    ]
+    stop = [
+        Req("DELETE", param),
+        Req("DELETE", f"/api/queues/{V}/q-shovel-src"),
+        Req("DELETE", f"/api/queues/{V}/q-shovel-dst"),
+    ]
+    volatile = ("timestamp",)
+
+    def case(name: str, path: str, user: str = "guest", **kw: Any) -> Case:
+        return Case(
+            f"shovels.{name}",
+            kw.pop("method", "GET"),
+            path,
+            user=user,
+            setup=list(start),
+            cleanup=list(stop),
+            volatile=volatile,
+            writes=True,
+            **kw,
+        )
+
+    cases = [
+        case("list", "/api/shovels"),
+        case("list.as_management", "/api/shovels", "compat-mgmt"),
+        case("list.as_monitoring", "/api/shovels", "compat-monitor"),
+        case("list.as_no_permissions", "/api/shovels", "compat-noperm"),
+        case("list.as_no_tag", "/api/shovels", "compat-notag"),
+        case("vhost.list", f"/api/shovels/{V}"),
+        case("vhost.list.as_no_permissions", f"/api/shovels/{V}", "compat-noperm"),
+        case("vhost.list.missing_vhost", "/api/shovels/compat-nope"),
+        case("get", f"/api/shovels/vhost/{V}/s1"),
+        case("get.missing", f"/api/shovels/vhost/{V}/s-nope"),
+        case("parameter.get", param),
+        case("delete", f"/api/shovels/vhost/{V}/s1", method="DELETE"),
+        case("delete.missing", f"/api/shovels/vhost/{V}/s-nope", method="DELETE"),
+        case("delete.as_management", f"/api/shovels/vhost/{V}/s1", "compat-mgmt", method="DELETE"),
+        case("restart", f"/api/shovels/vhost/{V}/s1/restart", method="DELETE"),
+        case("restart.missing", f"/api/shovels/vhost/{V}/s-nope/restart", method="DELETE"),
+    ]
+    # The shovel's two connections are listed as RabbitMQ lists its direct ones.
+    connections = case(
+        "connections",
+        f"/api/vhosts/{V}/connections",
+        query={"sort": "client_properties.connection_name"},
+    )
+    connections.setup.append(Req("WAIT", f"/api/vhosts/{V}/connections", {"$count": 3}))
+    connections.volatile = (*volatile, "name")
+    cases.append(connections)
+    return cases
+
+
+def federation_links() -> list[Case]:
+    """Federation links: none run (up1 is an upstream no policy uses)."""
+    cases = listing("federation_links", "/api/federation-links", sort="vhost", name="up")
+    cases += [
+        Case("federation_links.vhost.list", "GET", f"/api/federation-links/{V}"),
+        Case(
+            "federation_links.vhost.list.as_no_permissions",
+            "GET",
+            f"/api/federation-links/{V}",
+            user="compat-noperm",
+        ),
+        Case(
+            "federation_links.vhost.list.missing_vhost", "GET", "/api/federation-links/compat-nope"
+        ),
+        Case("federation_links.down.list", "GET", "/api/federation-links/state/down"),
+        Case("federation_links.vhost.down.list", "GET", f"/api/federation-links/{V}/state/down"),
+        Case(
+            "federation_links.restart.missing",
+            "DELETE",
+            f"/api/federation-links/vhost/{V}/nope/{{node}}/restart",
+            writes=True,
+        ),
+    ]
+    return cases
+
+
 GROUPS = [
     overview,
     nodes,
@@ -1329,6 +1565,10 @@ GROUPS = [
     policies,
     vhost_limits,
     health,
+    user_limits,
+    parameters,
+    shovels,
+    federation_links,
 ]
 
 

@@ -275,6 +275,12 @@ class Target:
             {"pattern": "^q1$", "definition": {"max-length": 1000}, "apply-to": "queues"},
         )
         self.ok("PUT", f"/api/vhost-limits/{v}/max-queues", {"value": 1000})
+        self.ok("PUT", "/api/user-limits/compat-mgmt/max-connections", {"value": 100})
+        self.ok(
+            "PUT",
+            f"/api/parameters/federation-upstream/{v}/up1",
+            {"value": {"uri": "amqp://localhost:5999", "expires": 3600000}},
+        )
         # AMQP: a named connection, a consumer on q-consumed, 3 messages in q2.
         params = pika.URLParameters(self.amqp_url.rsplit("/", 1)[0] + "/" + v)
         params.client_properties = {"connection_name": "compat-conn"}
@@ -382,10 +388,32 @@ class Target:
             time.sleep(0.2)
         raise RuntimeError(f"the connection of {user} is not listed")
 
+    def wait_for(self, path: str, want: Any, timeout: float = 30.0) -> None:
+        """Poll GET `path` until its list has items and each has `want`'s values
+        (`$count`: at least that many items): a shovel that runs, connections that
+        RabbitMQ's statistics list (they lag up to 5 s)."""
+        want = dict(want)
+        count = want.pop("$count", 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            status, found, _ = self.call("GET", path)
+            if (
+                status == 200
+                and isinstance(found, list)
+                and len(found) >= count
+                and all(all(item.get(k) == v for k, v in want.items()) for item in found)
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path} did not show {want} ({count}): {found}")
+            time.sleep(0.25)
+
     def run(self, case: Case) -> dict[str, Any]:
         for req in case.setup:
             if req.method == "AMQP":
                 self.open_connection(req.user)
+            elif req.method == "WAIT":
+                self.wait_for(req.path, req.body)
             else:
                 self.call(req.method, req.path, req.body, req.user)
         status, body, headers = self.call(
