@@ -174,7 +174,7 @@ class Policy:
         for check_all in {EXTRA_KEYS[k] for k in self.definition if k in EXTRA_KEYS}:
             reason = check_all(self.definition)
             if reason is not None:  # in RabbitMQ's words, as its plugins answer
-                raise PolicyError(f"Validation failed\n\n{reason}\n")
+                raise PolicyError(f"Validation failed\n\n{reason}\n", reason)
         for key, value in self.definition.items():
             if key in EXTRA_KEYS:
                 continue
