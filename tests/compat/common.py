@@ -157,10 +157,12 @@ def _named(key: str, variables: dict[str, Any]) -> str:
 
 
 def sorted_lists(value: Any, fields: Iterable[str], _path: str = "") -> Any:
-    """`value` with the arrays at `fields` (names or paths, as `masked` takes them) in
-    a canonical order: where RabbitMQ's order is a hash table's (definitions' lists,
+    """`value` with the arrays at `fields` (names or paths, as `masked` takes them; ""
+    for the answer itself) in a canonical order: where RabbitMQ's order is a hash table's (definitions' lists,
     a node's exchange types), order carries no meaning and is not compared."""
     fields = tuple(fields)
+    if not _path and "" in fields and isinstance(value, list):  # "": the answer itself
+        return sorted(sorted_lists(value, fields, "[]"), key=_canonical)
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():

@@ -389,21 +389,18 @@ class Target:
         raise RuntimeError(f"the connection of {user} is not listed")
 
     def wait_for(self, path: str, want: Any, timeout: float = 30.0) -> None:
-        """Poll GET `path` until its list has items and each has `want`'s values
-        (`$count`: at least that many items): a shovel that runs, connections that
-        RabbitMQ's statistics list (they lag up to 5 s)."""
+        """Poll GET `path` until its list has items and each has `want`'s values (with
+        `$count`: at least that many of them have): a shovel that runs, connections
+        that RabbitMQ's statistics list (they lag up to 5 s)."""
         want = dict(want)
-        count = want.pop("$count", 1)
+        count = want.pop("$count", None)
         deadline = time.monotonic() + timeout
         while True:
             status, found, _ = self.call("GET", path)
-            if (
-                status == 200
-                and isinstance(found, list)
-                and len(found) >= count
-                and all(all(item.get(k) == v for k, v in want.items()) for item in found)
-            ):
-                return
+            if status == 200 and isinstance(found, list) and found:
+                matching = [i for i in found if all(i.get(k) == v for k, v in want.items())]
+                if len(matching) == len(found) if count is None else len(matching) >= count:
+                    return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{path} did not show {want} ({count}): {found}")
             time.sleep(0.25)

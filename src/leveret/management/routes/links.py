@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from leveret.broker.errors import InvalidValue, NotFound
@@ -22,8 +24,9 @@ from leveret.management.routes.common import _broker, _ok, _server, _vhost, _vis
 
 
 def _may_set_parameters(request: web.Request) -> None:
+    """RabbitMQ's is_authorized_policies: administrators and policymakers."""
     if not {"administrator", "policymaker"} & set(request["user"].tags):
-        raise Denied("Not administrator or policymaker user")
+        raise Denied("User not authorised to access object")
 
 
 def _monitor(request: web.Request) -> None:
@@ -48,7 +51,21 @@ async def list_parameters(request: web.Request) -> web.Response:
     out = []
     for v in vhosts:
         out += params.list(v.name, component)
+        if component in (None, "operator_policy"):  # RabbitMQ keeps them as parameters
+            out += [
+                {"value": value, "vhost": v.name, "component": "operator_policy", "name": name}
+                for name, value in _operator_policies(v)
+            ]
     return listing(request, out)
+
+
+def _operator_policies(vhost: Any) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for policy in sorted(vhost.operator_policies.values(), key=lambda p: p.name):
+        record = policy.record()
+        del record["name"]
+        out.append((policy.name, record))
+    return out
 
 
 async def get_parameter(request: web.Request) -> web.Response:
@@ -110,6 +127,9 @@ async def list_shovels(request: web.Request) -> web.Response:
     if "vhost" in request.match_info:
         names &= {_vhost(request).name}
     status = [s for s in _links(request).shovel_status() if s["vhost"] in names]
+    name = request.match_info.get("name")
+    if name is not None and not any(s["name"] == name for s in status):
+        raise NotFound(name)  # the vhost's list when it has that shovel, as RabbitMQ
     return listing(request, status)
 
 

@@ -51,10 +51,29 @@ def _peer(conn: Any) -> tuple[str, int]:
     return host.strip("[]"), int(port or 0)
 
 
+def _direct_connection_json(conn: Any, props: dict[str, Any]) -> dict[str, Any]:
+    """An in-memory connection of a shovel or federation link, as RabbitMQ shows its
+    direct (in-VM Erlang client) ones: no socket, so no network fields."""
+    name = props.get("connection_name")
+    return {
+        "client_properties": {"connection_name": name} if isinstance(name, str) else {},
+        "connected_at": int(conn.connected_at * 1000),
+        "name": conn.name,
+        "node": NODE,
+        "protocol": "Direct 0-9-1",
+        "type": "direct",
+        "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+    }
+
+
 def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
     """RabbitMQ's fields; `single` (GET of one connection) gives "" where a list gives
     null for the TLS fields of a plain connection, as RabbitMQ does."""
     props = conn.client_properties or {}
+    if getattr(conn, "direct", None):
+        return _direct_connection_json(conn, props)
     host, port = _peer(conn)
     local_host, _, local_port = conn.name.rpartition(" -> ")[2].rpartition(":")
     ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport else None

@@ -12,14 +12,14 @@ from aiohttp import web
 
 from leveret.broker.errors import InvalidValue
 from leveret.management.app import error, not_found, read_json
-from leveret.management.routes.common import _admin, _broker, _ok, _require_admin
+from leveret.management.routes.common import _admin, _broker, _ok, _require_admin, listing
 
 
 async def list_user_limits(request: web.Request) -> web.Response:
     name = request.match_info.get("user")
     if name is not None and name not in _broker(request).access.users:
         return not_found()
-    return web.json_response(_admin(request).list_user_limits(name))
+    return listing(request, _admin(request).list_user_limits(name))
 
 
 async def put_user_limit(request: web.Request) -> web.Response:
