@@ -65,6 +65,10 @@ def test_confirmed_delayed_messages_survive_sigkill_and_a_clean_restart(tmp_path
             body = make_body(f"p{n}", rng.randrange(10, 3000))
             sent[body] = (time.time(), delay)
             ch.basic_publish("dx", "k", body, _props(delay))
+        for n in range(20):  # due while the broker is down: routed right after it starts
+            body = make_body(f"d{n}")
+            sent[body] = (time.time(), 1000)
+            ch.basic_publish("dx", "k", body, _props(1000))
         for n in range(20):
             ch.basic_publish("dx", "k", make_body(f"t{n}"), _props(5000, persistent=False))
             ch.basic_publish("dx.transient", "k", make_body(f"n{n}"), _props(5000))
@@ -72,6 +76,7 @@ def test_confirmed_delayed_messages_survive_sigkill_and_a_clean_restart(tmp_path
             ch.basic_publish("dx", "k", make_body(f"long{n}"), _props(600_000 + n))
         assert _delayed(broker, "dx") >= 10  # (on a loaded machine some may be due already)
         broker.kill()  # every publish above was confirmed
+        time.sleep(1.0)
 
         broker.start()
         conn = broker.connect()

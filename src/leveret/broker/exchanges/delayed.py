@@ -295,7 +295,7 @@ class DelayedMessages:
                 queues = vhost.route_keys(self.exchange, message, message.routing_keys)
         finally:
             self.firing = None
-        self.exchange.stats.publish_out += bool(queues)
+        # (The exchange's publish_out counted the message when it was held.)
         hooks = vhost.hooks
         shared = len(queues) > 1 and hooks.share_body(message, queues, None)
         try:
