@@ -29,7 +29,7 @@ from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store import replica
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
-from leveret.store.delay_queue import is_delay_key
+from leveret.store.delay_queue import DELAYED, is_delay_key
 from leveret.store.delayed_messages import StoredDelays
 from leveret.store.errors import StoreError
 from leveret.store.message_store import MessageStore, QueueKey, SharedRecord
@@ -527,7 +527,7 @@ class DurableState(DurabilityHooks):
         drops, self.delay_drops = self.delay_drops, []
         for vhost_name, name in drops:
             self.messages.delays.drop(vhost_name, name)
-            stored.pop((vhost_name, name, "delayed"), None)  # type: ignore[call-overload]
+            stored.pop((vhost_name, name, DELAYED), None)  # type: ignore[call-overload]
         count = 0
         for key in [k for k in stored if is_delay_key(k)]:
             index = stored.pop(key)
