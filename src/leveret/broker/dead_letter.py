@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.message import Message
@@ -130,34 +131,48 @@ def count(
 
 
 def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str) -> None:
-    """Send `message`, which left `queue` for `reason`, to the queue's DLX if it has one."""
-    dlx_name = queue.options.dead_letter_exchange
-    if dlx_name is None:
+    """Send `message`, which left `queue` for `reason`, to the queue's DLX if it has one
+    (at most once: whatever the targets do with it)."""
+    if queue.options.dead_letter_exchange is None:
         return
-    exchange = vhost.exchanges.get(dlx_name)
+    forward(vhost, queue, dead_letter_message(message, queue, reason), reason)
+
+
+def targets(vhost: VirtualHost, queue: Queue, copy: Message, reason: str) -> list[Queue]:
+    """The queues the dead-lettered `copy` goes to: routed from the queue's DLX (none if
+    that exchange does not exist), less those that would close an automatic cycle."""
+    dlx_name = queue.options.dead_letter_exchange
+    exchange = vhost.exchanges.get(dlx_name) if dlx_name is not None else None
     if exchange is None:
         log.debug(
             "dead-letter exchange '%s' of %s does not exist; message dropped",
             dlx_name,
             queue.describe(),
         )
-        return
-    copy = dead_letter_message(message, queue, reason)
-    targets = vhost.route_keys(exchange, copy, copy.routing_keys)
+        return []
+    found = vhost.route_keys(exchange, copy, copy.routing_keys)  # type: ignore[arg-type]
     if reason != REJECTED:
-        deaths = copy.headers.get("x-death") or []
-        kept = [q for q in targets if not _is_cycle(q.name, deaths)]
-        if len(kept) != len(targets):
+        deaths = copy.headers.get("x-death") or []  # type: ignore[union-attr]
+        kept = [q for q in found if not _is_cycle(q.name, deaths)]
+        if len(kept) != len(found):
             log.debug(
                 "dead-letter cycle detected for a message from %s; dropped for %d queue(s)",
                 queue.describe(),
-                len(targets) - len(kept),
+                len(found) - len(kept),
             )
-        targets = kept
+        found = kept
+    return found
+
+
+def forward(
+    vhost: VirtualHost, queue: Queue, copy: Message, reason: str, skip: Iterable[Queue] = ()
+) -> None:
+    """Enqueue a dead-lettered copy into its targets (but `skip`)."""
+    found = [q for q in targets(vhost, queue, copy, reason) if q not in skip]
     # Several durable targets: the store may write the copy's body once for all.
-    shared = len(targets) > 1 and vhost.hooks.share_body(copy, targets, None)
+    shared = len(found) > 1 and vhost.hooks.share_body(copy, found, None)
     try:
-        for target in targets:
+        for target in found:
             target.enqueue(copy)
     finally:
         if shared:

@@ -125,6 +125,15 @@ class DurabilityHooks:
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         """First delivery of a stored message (so recovery marks it redelivered)."""
 
+    def message_redelivered(self, queue: Queue, entry: QueueEntry, count: int) -> None:
+        """A quorum queue delivers a message it had returned: after a restart its delivery
+        count is to be at least `count` (the one it has once this delivery ends)."""
+
+    def delivery_count(self, entry: QueueEntry) -> int:
+        """The delivery count a message read back after a restart had: what the last
+        `message_redelivered` said, else 1 if it had been delivered, else 0."""
+        return 0
+
     def message_removed(self, queue: Queue, entry: QueueEntry) -> None:
         """The message left the queue for good (acked, expired, dropped)."""
 

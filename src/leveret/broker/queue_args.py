@@ -14,8 +14,87 @@ from typing import Any
 from leveret.broker.errors import PreconditionFailed
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES = ("classic", "stream")
+QUEUE_TYPES = ("classic", "quorum", "stream")
 QUEUE_MODES = ("default", "lazy")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+
+# The arguments each queue type recognises: RabbitMQ 3.10's lists (the `queue_arguments`
+# capability of rabbit_classic_queue, rabbit_quorum_queue and rabbit_stream_queue). An
+# argument that some type recognises but the declared type does not is refused
+# (`foreign_argument`); one that no type knows (x-foo, or a plugin's such as
+# x-message-deduplication) is accepted and left to whoever reads it.
+TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "classic": (
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+    ),
+    "quorum": (
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-message-ttl",
+        "x-queue-leader-locator",
+    ),
+    "stream": (
+        "x-max-length-bytes",
+        "x-queue-type",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    ),
+}
+KNOWN_ARGUMENTS = frozenset(arg for args in TYPE_ARGUMENTS.values() for arg in args)
+# RabbitMQ's module names, which its texts use for the types.
+RABBIT_TYPE_NAMES = {
+    "classic": "rabbit_classic_queue",
+    "quorum": "rabbit_quorum_queue",
+    "stream": "rabbit_stream_queue",
+}
+
+
+def declared_type(arguments: dict[str, Any]) -> str:
+    """The queue type `arguments` ask for (classic when they name none)."""
+    value = arguments.get("x-queue-type", "classic")
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def foreign_arguments(queue_type: str, arguments: dict[str, Any]) -> list[str]:
+    """The arguments, in the client's order, that another queue type recognises and
+    `queue_type` does not: RabbitMQ refuses them (see `foreign_argument`)."""
+    own = TYPE_ARGUMENTS.get(queue_type)
+    if own is None:
+        return []
+    return [key for key in arguments if key in KNOWN_ARGUMENTS and key not in own]
+
+
+def foreign_argument(key: str, describe: str, queue_type: str) -> PreconditionFailed:
+    """RabbitMQ's refusal of an argument that belongs to another queue type."""
+    return PreconditionFailed(
+        f"invalid arg '{key}' for {describe} of queue type {RABBIT_TYPE_NAMES[queue_type]}"
+    )
 
 
 def amqp_type_name(value: Any) -> str:
@@ -81,6 +160,10 @@ class QueueOptions:
     single_active_consumer: bool = False
     consumer_timeout: int | None = None  # ms
     deduplication: bool = False  # x-message-deduplication (the community plugin's)
+    # Quorum queues: x-delivery-limit as declared (RabbitMQ checks no type: a non-number
+    # never trips; see queues/quorum.py), and x-dead-letter-strategy.
+    delivery_limit: Any = None
+    dead_letter_strategy: str | None = None
 
     @property
     def pageable(self) -> bool:
@@ -130,6 +213,18 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
             raise fail(key, f"{{max_value_exceeded,{value}}}")
         return value
 
+    if "x-queue-type" in arguments:  # first, as RabbitMQ: the type decides what else is valid
+        value = arguments["x-queue-type"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-queue-type", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        value = _text(value)
+        if value not in QUEUE_TYPES:
+            raise fail("x-queue-type", f"\"unsupported queue type '{value}'\"")
+    foreign = foreign_arguments(declared_type(arguments), arguments)
+    if foreign:
+        # Another type's arguments are refused at declaration (vhost.declare_queue);
+        # here they are only left unread, as RabbitMQ leaves them unchecked.
+        arguments = {k: v for k, v in arguments.items() if k not in foreign}
     options: dict[str, Any] = {
         "message_ttl": integer("x-message-ttl"),
         "expires": integer("x-expires", positive=True),
@@ -161,6 +256,24 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
         if options.get("dead_letter_exchange") is None:
             raise fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
         options["dead_letter_routing_key"] = _text(value)
+    if "x-dead-letter-strategy" in arguments:
+        value = arguments["x-dead-letter-strategy"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-dead-letter-strategy", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        if _text(value) not in DEAD_LETTER_STRATEGIES:
+            raise fail("x-dead-letter-strategy", "invalid_dlx_strategy")
+        options["dead_letter_strategy"] = _text(value)
+    for key in ("x-max-in-memory-length", "x-max-in-memory-bytes"):
+        integer(key)  # accepted and checked as RabbitMQ does; they change nothing there either
+    integer("x-quorum-initial-group-size", positive=True)
+    if "x-queue-leader-locator" in arguments:
+        value = arguments["x-queue-leader-locator"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-queue-leader-locator", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        if _text(value) not in LEADER_LOCATORS:
+            raise fail("x-queue-leader-locator", "invalid_queue_locator_arg")
+    if "x-delivery-limit" in arguments:
+        options["delivery_limit"] = arguments["x-delivery-limit"]
     if "x-single-active-consumer" in arguments:
         value = arguments["x-single-active-consumer"]
         if not isinstance(value, bool):
@@ -174,13 +287,6 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
                 f"expected true or false, got {amqp_type_name(value)} {describe_value(value)!r}",
             )
         options["deduplication"] = value
-    if "x-queue-type" in arguments:
-        value = arguments["x-queue-type"]
-        if not isinstance(value, str | bytes):
-            raise fail("x-queue-type", f"{{unacceptable_type,{amqp_type_name(value)}}}")
-        value = _text(value)
-        if value not in QUEUE_TYPES:
-            raise fail("x-queue-type", f"\"unsupported queue type '{value}'\"")
     if "x-queue-mode" in arguments:
         value = _text(arguments["x-queue-mode"])
         if value not in QUEUE_MODES:

@@ -26,9 +26,20 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
-from leveret.broker.queue_args import inequivalent_text, parse_queue_arguments, same_value
+from leveret.broker.queue_args import (
+    RABBIT_TYPE_NAMES,
+    declared_type,
+    foreign_argument,
+    foreign_arguments,
+    inequivalent_text,
+    parse_queue_arguments,
+    same_value,
+)
 from leveret.broker.queues import Queue, QueueEntry, new_queue
 from leveret.broker.stats import MessageStats, NodeCounters
+
+# Whether a type lets the server choose the queue's name (RabbitMQ's `server_named`).
+SERVER_NAMED = {"classic": True, "quorum": False, "stream": False}
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -43,21 +54,6 @@ STANDARD_EXCHANGES = (
 TRACE_EXCHANGE = ("amq.rabbitmq.trace", "topic")
 # Who made what the broker makes itself (RabbitMQ's name for it).
 INTERNAL_USER = "rmq-internal"
-
-# Queue arguments that must match on redeclaration (as RabbitMQ's equivalence check).
-EQUIVALENCE_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-)
 
 
 def _default_type(queue: Queue, key: str, got: Any, current: Any) -> bool:
@@ -110,6 +106,12 @@ class VirtualHost:
         # "policies". leveret.links follows them for federation; the broker's vhosts
         # share one list (admin). Never called per message.
         self.watchers: list[Callable[[VirtualHost, str, Any], None]] = []
+        # The vhost metadata's default_queue_type (RabbitMQ 3.10): the type of queues
+        # declared without x-queue-type; None: classic, with nothing added.
+        self.default_queue_type: str | None = None
+        # Quorum queues' delivery limit when none is declared or set by policy: a server
+        # setting (RabbitMQ 4's default is 20); None: no limit, as in RabbitMQ 3.10.
+        self.default_delivery_limit: int | None = None
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -235,12 +237,16 @@ class VirtualHost:
         if queue is None:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked {queue.describe()}. It could be "
-                "originally declared on another connection or the exclusive property value "
-                "does not match that of the original declaration.",
-            )
+            raise self._locked(queue)
         return queue
+
+    @staticmethod
+    def _locked(queue: Queue) -> ResourceLocked:
+        return ResourceLocked(
+            f"cannot obtain exclusive access to locked {queue.describe()}. It could be "
+            "originally declared on another connection or the exclusive property value "
+            "does not match that of the original declaration.",
+        )
 
     def declare_queue(
         self,
@@ -253,22 +259,29 @@ class VirtualHost:
         connection: Any = None,
         server_named: bool = False,
     ) -> Queue:
-        """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*)."""
+        """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*).
+
+        In RabbitMQ's order: the vhost's default queue type, the server-named check, then
+        an existing queue is compared (its type's arguments only, not validated again),
+        and a new one has its arguments checked, its own type's first."""
         arguments = arguments or {}
         if passive:
             return self.get_queue(name, connection)
         self.churn[0] += 1
+        if self.default_queue_type is not None and "x-queue-type" not in arguments:
+            arguments = self._with_default_type(arguments, durable, exclusive, auto_delete)
+        queue_type = declared_type(arguments)
+        if (server_named or not name) and not SERVER_NAMED.get(queue_type, True):
+            raise PreconditionFailed(
+                f"Cannot declare a server-named queue for type {RABBIT_TYPE_NAMES[queue_type]}"
+            )
         existing = self.queues.get(name) if name else None
         if existing is not None:
             # As RabbitMQ: a redeclaration is compared with the queue (equivalence),
             # not validated again ("x-queue-type: bogus" is inequivalent, not invalid).
             self.get_queue(name, connection)  # exclusivity check
             if exclusive and existing.exclusive_owner is None:
-                raise ResourceLocked(  # RabbitMQ's 405 for an exclusive redeclare
-                    f"cannot obtain exclusive access to locked {existing.describe()}. It could "
-                    "be originally declared on another connection or the exclusive property "
-                    "value does not match that of the original declaration.",
-                )
+                raise self._locked(existing)  # RabbitMQ's strict check on redeclaration
             _check_equivalent(
                 existing.describe(),
                 ("durable", _flag(durable), _flag(existing.durable)),
@@ -284,7 +297,12 @@ class VirtualHost:
                     )
             existing.touch()
             return existing
-        options = parse_queue_arguments(arguments, f"queue '{name}' in vhost '{self.name}'")
+        describe = f"queue '{name}' in vhost '{self.name}'"
+        options = parse_queue_arguments(arguments, describe)
+        foreign = foreign_arguments(queue_type, arguments)
+        if foreign and not self.hooks.recovering:
+            # (A queue an older build stored with them is restored as it was.)
+            raise foreign_argument(foreign[0], describe, queue_type)
         if not name:
             name = self.new_queue_name()
         elif name.startswith("amq.") and not server_named:
@@ -313,6 +331,17 @@ class VirtualHost:
         if self.watchers:
             self._tell("queue", queue)
         return queue
+
+    def _with_default_type(
+        self, arguments: dict[str, Any], durable: bool, exclusive: bool, auto_delete: bool
+    ) -> dict[str, Any]:
+        """RabbitMQ 3.10's `default_queue_type` of the vhost: a declaration that names no
+        type gets it, if that type can take the declaration (quorum queues and streams
+        only durable, non-exclusive, non-auto-delete ones); others stay classic."""
+        default = self.default_queue_type
+        if default != "classic" and (not durable or exclusive or auto_delete):
+            return arguments
+        return {**arguments, "x-queue-type": default}
 
     # --- policies -------------------------------------------------------------
 

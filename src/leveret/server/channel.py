@@ -307,7 +307,10 @@ class Channel(ModelMethods, PublishMethods):
             self._consume_direct_reply(m, tag)
             return
         queue = self.queue_by_name(m.queue)
-        if any(c.exclusive for c in queue.consumers) or (m.exclusive and queue.consumers):
+        exclusive = m.exclusive and queue.exclusive_consumers
+        if queue.exclusive_consumers and (
+            any(c.exclusive for c in queue.consumers) or (exclusive and queue.consumers)
+        ):
             raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
         arguments = dict(m.arguments or {})
         priority = arguments.get("x-priority", 0)
@@ -319,7 +322,7 @@ class Channel(ModelMethods, PublishMethods):
             )
         queue.check_consume(self.prefetch_count, self.global_prefetch, m.no_ack, arguments)
         consumer = Consumer(
-            tag, self, queue, m.no_ack, m.exclusive, self.prefetch_count, priority, arguments
+            tag, self, queue, m.no_ack, exclusive, self.prefetch_count, priority, arguments
         )
         queue.add_consumer(consumer)
         self.consumers[tag] = consumer
@@ -449,7 +452,7 @@ class Channel(ModelMethods, PublishMethods):
                 )
         self._return_or_drop(taken, requeue)
 
-    def _return_or_drop(self, taken: list, requeue: bool) -> None:
+    def _return_or_drop(self, taken: list, requeue: bool, closing: bool = False) -> None:
         by_queue: dict[Queue, list[QueueEntry]] = {}
         for queue, entry, consumer in taken:
             if consumer is not None:
@@ -461,7 +464,10 @@ class Channel(ModelMethods, PublishMethods):
                 by_queue.setdefault(queue, [])
         for queue, entries in by_queue.items():
             if entries:
-                queue.requeue(entries, dispatch=False)
+                if closing:
+                    queue.return_unacked(entries)
+                else:
+                    queue.requeue(entries, dispatch=False)
         self._redispatch(by_queue)
 
     def _take(self, tag: int, multiple: bool, peek: bool = False) -> list:
@@ -537,4 +543,4 @@ class Channel(ModelMethods, PublishMethods):
             taken = list(self.unacked.values())
             self.unacked.clear()
             self.unacked_count = 0
-            self._return_or_drop(taken, True)
+            self._return_or_drop(taken, True, closing=True)

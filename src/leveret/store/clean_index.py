@@ -17,6 +17,10 @@ and the full scan runs. Layout (little-endian), then a CRC32 of all before it:
     u32 n, n x (u64 segment, u64 segment its records depend on)
     u32 queues, each: u32 queue id, u32 runs, each run:
         u64 segment, u32 n, u8 has flags, n x u32 offset, n x u32 size, [n x u8 flags]
+    version 2 only: u32 n, n x (u64 message id, u32 queue id, u32 delivery count)
+
+Version 2 adds quorum queues' delivery counts (store.records); an index without
+any is written as version 1, which builds that predate the counts still read.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from leveret.store.files import fsync_dir, write_atomic
 log = logging.getLogger("leveret.store")
 
 MAGIC = b"LVCI"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
 _HEAD = struct.Struct("<4sHQI")
 _COUNT = struct.Struct("<I")
 _PAIR = struct.Struct("<QQ")
 _QUEUE = struct.Struct("<II")
 _RUN = struct.Struct("<QIB")
+_DELIVERY_COUNT = struct.Struct("<QII")
 
 Run = tuple[int, array, array, bytearray | None]  # segment, offsets, sizes, flags
 
@@ -51,11 +57,12 @@ class CleanIndex:
     sizes: dict[int, int]
     deps: list[tuple[int, int]]
     queues: dict[int, list[Run]] = field(default_factory=dict)
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # mid -> (qid, count)
 
 
 def write(path: str, index: CleanIndex) -> None:
     """Write `index` to `path` crash-atomically."""
-    head = _HEAD.pack(MAGIC, VERSION, index.next_mid, index.last_crc)
+    head = _HEAD.pack(MAGIC, VERSION if index.counts else 1, index.next_mid, index.last_crc)
     parts = [head, _COUNT.pack(len(index.sizes))]
     parts += [_PAIR.pack(seq, size) for seq, size in index.sizes.items()]
     parts.append(_COUNT.pack(len(index.deps)))
@@ -69,6 +76,9 @@ def write(path: str, index: CleanIndex) -> None:
             parts.append(sizes.tobytes())
             if flags is not None:
                 parts.append(bytes(flags))
+    if index.counts:
+        parts.append(_COUNT.pack(len(index.counts)))
+        parts += [_DELIVERY_COUNT.pack(mid, qid, n) for mid, (qid, n) in index.counts.items()]
     crc = 0
     for part in parts:
         crc = zlib.crc32(part, crc)
@@ -100,7 +110,7 @@ def _parse(data: bytes) -> CleanIndex:
     ):
         raise ValueError("bad checksum")
     magic, version, next_mid, last_crc = _HEAD.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in VERSIONS:
         raise ValueError(f"unknown format {magic!r} v{version}")
     at = _HEAD.size
     (n,) = _COUNT.unpack_from(data, at)
@@ -140,6 +150,13 @@ def _parse(data: bytes) -> CleanIndex:
                 raise ValueError("truncated run")
             runs.append((seq, offs, sizes_, flags))
         index.queues[qid] = runs
+    if version >= 2:
+        (n,) = _COUNT.unpack_from(data, at)
+        at += 4
+        for _ in range(n):
+            mid, qid, count = _DELIVERY_COUNT.unpack_from(data, at)
+            index.counts[mid] = (qid, count)
+            at += _DELIVERY_COUNT.size
     if at != len(data) - 4:
         raise ValueError("trailing bytes")
     return index

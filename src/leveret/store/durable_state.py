@@ -313,7 +313,9 @@ class DurableState(DurabilityHooks):
     ) -> bool:
         message = entry.message
         size = message.size
-        persistent = message.persistent and queue.stores_messages
+        # A quorum queue stores transient messages too (persists_all); the `or` is not
+        # reached for persistent messages, so classic queues' hot path is unchanged.
+        persistent = (message.persistent or queue.persists_all) and queue.stores_messages
         over_budget = self.memory_used + size > self.memory_budget and size
         shared = self._slot(queue, message) if self._sharing is not None else None
         # A long queue keeps new messages as disk positions only: its own length
@@ -392,6 +394,13 @@ class DurableState(DurabilityHooks):
 
     def message_delivered(self, queue: Queue, entry: QueueEntry) -> None:
         self.messages.mark_delivered(entry.location)
+
+    def message_redelivered(self, queue: Queue, entry: QueueEntry, count: int) -> None:
+        if entry.location is not None:
+            self.messages.note_count(entry.location, count)
+
+    def delivery_count(self, entry: QueueEntry) -> int:
+        return self.messages.delivery_count(entry.location)
 
     def message_removed(self, queue: Queue, entry: QueueEntry) -> None:
         if entry.message.body is not None:

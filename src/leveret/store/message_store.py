@@ -43,6 +43,7 @@ from leveret.store.records import (
     PURGE,
     PURGE_BODY,
     REF_BODY,
+    REF_COUNT,
     REF_IDS,
     REFS,
     REFS_BODY,
@@ -415,6 +416,9 @@ class MessageStore:
         self._recovered = False
         # (ACK or DELIVERED, queue id, target segment) -> message ids, until the flush
         self._refs: dict[tuple[int, int, int], array] = {}
+        # Delivery counts of quorum queues' messages that were returned and redelivered:
+        # message id -> (queue id, count). Only those (few) are here; see `note_count`.
+        self._counts: dict[int, tuple[int, int]] = {}
         # What the active segment holds, noted as records are appended: written as
         # the segment's summary when it is sealed (see `summaries`). False while it
         # misses records appended before this process (then no summary is written).
@@ -491,6 +495,7 @@ class MessageStore:
         for seq, cur in scan.builds.items():
             for qid, b in cur.items():
                 per_queue.setdefault(qid, []).append((seq, b))
+        self._counts = scan.live_counts()
         for qid, key in self._queues.keys.items():
             paged = self._paged[qid] = PagedIndex(qid, PUB_HEAD)
             assemble(paged, per_queue.get(qid, []), live)
@@ -538,6 +543,7 @@ class MessageStore:
             count += len(paged)
             result[key] = paged
         self._next_mid = clean.next_mid
+        self._counts = dict(clean.counts)
         for seq, target in clean.deps:
             if lg.exists(seq) and lg.exists(target):
                 self._add_dep(seq, target)
@@ -610,7 +616,9 @@ class MessageStore:
         last_crc = clean_index.file_crc(segment_path(self.directory, max(sizes)))
         if self.delays.by_qid:
             self.delays.save(self._delays_path, self._next_mid, last_crc)
-        index = clean_index.CleanIndex(self._next_mid, last_crc, sizes, deps, queues)
+        index = clean_index.CleanIndex(
+            self._next_mid, last_crc, sizes, deps, queues, dict(self._counts)
+        )
         clean_index.write(self._clean_path, index)
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -678,6 +686,7 @@ class MessageStore:
             del index[loc.msg_id]
             live[loc.segment] -= loc.size
             touched.add(loc.segment)
+        self._forget_counts(qid)
         paged = self._paged.pop(qid, None)
         dropped = len(doomed)
         if paged is not None:
@@ -802,6 +811,7 @@ class MessageStore:
                 lg.read(first.seq, first.offs[first.start], first.sizes[first.start]), paged.qid
             )
             targets = sorted({run.seq for run in runs})
+            self._forget_counts(paged.qid, lo, self._next_mid - 1)
             # Their bytes are dead from here: a reclaim that the append below may start
             # (by rolling the log) must see them so, since the tail no longer names them.
             freed = self._free_runs(runs)
@@ -963,10 +973,53 @@ class MessageStore:
         loc.redelivered = True
         self._append_ref(DELIVERED, loc.queue_id, loc.msg_id, loc.segment)
 
+    def note_count(self, loc: Location, count: int) -> None:
+        """A quorum queue's message goes out again: after a restart it is to count as
+        delivered `count` times. One DELIVERED record with the count (not batched:
+        this happens only to messages that were returned)."""
+        mid = loc.msg_id
+        if loc.transient or mid not in self._index:
+            return
+        known = self._counts.get(mid)
+        if known is not None and known[1] >= count:
+            return
+        self._counts[mid] = (loc.queue_id, count)
+        loc.redelivered = True
+        self._write_count(loc.queue_id, mid, loc.segment, count)
+
+    def delivery_count(self, loc: Location) -> int:
+        """A message's delivery count as recovered (see `note_count`); 1 if it was
+        delivered before, else 0."""
+        known = self._counts.get(loc.msg_id)
+        if known is not None:
+            return known[1]
+        return 1 if loc.redelivered else 0
+
+    def _write_count(self, qid: int, mid: int, target: int, count: int) -> None:
+        lg = self._log
+        assert lg is not None
+        body = REF_BODY.pack(DELIVERED, 0, qid, mid, target) + REF_COUNT.pack(count)
+        seq, off = lg.reserve(PREFIX_SIZE + len(body))
+        self._sealing.others.append(off)  # for the segment's summary
+        lg.write_at(seq, off, (RECORD_PREFIX.pack(len(body), zlib.crc32(body)), body))
+        if seq != self._active:
+            self._rolled(seq)
+        if seq != target and lg.exists(target):
+            self._add_dep(seq, target)
+
+    def _forget_counts(self, qid: int, lo: int = 0, hi: int = 1 << 64) -> None:
+        """A queue's messages in [lo, hi] were dropped without a Location each."""
+        if self._counts:
+            self._counts = {
+                mid: c for mid, c in self._counts.items() if c[0] != qid or not lo <= mid <= hi
+            }
+
     def ack(self, loc: Location) -> None:
         """Remove a message (acked, rejected, expired, ...); unknown locations are ignored."""
         if self._index.pop(loc.msg_id, None) is None:
             return
+        if self._counts:
+            self._counts.pop(loc.msg_id, None)
         seq = loc.segment
         self._live[seq] -= loc.size
         if not loc.transient:
@@ -1215,13 +1268,16 @@ class MessageStore:
                     if kind == PUBLISH:
                         holder.segment = new_seq
                         holder.offset = new_off
+                        qid, mid = holder.queue_id, holder.msg_id
                         if holder.redelivered:
-                            self._append_ref(DELIVERED, holder.queue_id, holder.msg_id, new_seq)
+                            self._append_ref(DELIVERED, qid, mid, new_seq)
                     else:
                         qid, mid, flag = holder
                         relocated.setdefault(qid, {})[off] = (new_seq, new_off)
                         if flag & REDELIVERED and not flag & TRANSIENT:
                             self._append_ref(DELIVERED, qid, mid, new_seq)
+                    if self._counts and mid in self._counts:
+                        self._write_count(qid, mid, new_seq, self._counts[mid][1])
             elif rtype == PURGE:
                 for target in what:
                     if target != new_seq:

@@ -8,7 +8,9 @@ Record types (payloads, little-endian, after the segment record prefix):
               queues, its body written once; the k-th queue's copy has message id
               first + k (segment format version 3)
     ACK       u32 queue id, u64 message id, u64 segment that held the PUBLISH
-    DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH
+    DELIVERED u32 queue id, u64 message id, u64 segment that held the PUBLISH,
+              [u32 delivery count]: the count is there only for a quorum queue's
+              message that was returned and went out again (see below)
     PURGE     u32 queue id, u64 lowest id, u64 highest id, u16 n, n x u64 segments
     REFS      (flags: ACK or DELIVERED) u32 queue id, u64 segment that held the
               PUBLISHes, u32 n, n x u64 message ids: one loop turn's ACKs (or
@@ -18,6 +20,11 @@ Record types (payloads, little-endian, after the segment record prefix):
 A PURGE drops, in one record, a queue's messages with ids in [lowest, highest]: a
 purged paged tail (its ids are not in RAM, and they are all newer than anything
 the queue holds as objects). It names the segments those messages were in.
+
+A DELIVERED record with a count says what a quorum queue's message is to count as
+after a restart (RabbitMQ's x-delivery-count); the highest one wins. Without one,
+a DELIVERED record means a count of 1. A build older than the counts reads the
+record's fixed part and sees a plain DELIVERED, so the format version is the same.
 
 A FANOUT record is one message for several queues: each queue holds its position
 (its own Location or paged-tail entry, with its own message id), is acked on its
@@ -49,6 +56,7 @@ PUB_HEAD = PREFIX_SIZE + PUB_FIXED.size
 PUB_IDS = struct.Struct("<IQ")  # queue id, message id (at record offset + 10)
 REF_BODY = struct.Struct("<BBIQQ")  # type, flags, queue id, message id, target segment
 REF_IDS = struct.Struct("<IQQ")
+REF_COUNT = struct.Struct("<I")  # a DELIVERED record's delivery count, after REF_BODY
 IDS_AT = PREFIX_SIZE + 2
 PURGE_BODY = struct.Struct("<BBIQQH")  # type, flags, queue id, lowest id, highest id, n
 PURGE_IDS = struct.Struct("<IQQH")

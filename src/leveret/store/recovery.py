@@ -39,6 +39,8 @@ from leveret.store.records import (
     PUB_IDS,
     PUBLISH,
     PURGE,
+    REF_BODY,
+    REF_COUNT,
     REF_IDS,
     REFS,
     REFS_AT,
@@ -222,6 +224,9 @@ class Scan:
         self.builds: dict[int, dict[int, Build]] = {}  # segment -> queue id -> Build
         self.deps: dict[int, set[int]] = {}
         self.next_mid = 1
+        # Quorum delivery counts (DELIVERED records with a count): message id ->
+        # (queue id, segment of its PUBLISH, highest count).
+        self.counts: dict[int, tuple[int, int, int]] = {}
         self.walked = 0
         self.summarised = 0
         # The newest segment's summary as found (before settling changed it): the
@@ -360,7 +365,24 @@ class Scan:
         b = self._target(seq, qid, target)
         if b is None:
             return 0
-        return self._freed(seq, target, b.settle(rtype, (mid,), before if target == seq else -1))
+        bound = before if target == seq else -1
+        if rtype == DELIVERED and RECORD_PREFIX.unpack_from(data, off)[0] > REF_BODY.size:
+            count = REF_COUNT.unpack_from(data, off + PREFIX_SIZE + REF_BODY.size)[0]
+            known = self.counts.get(mid)
+            if (known is None or known[2] < count) and b.find(mid, bound) >= 0:
+                self.counts[mid] = (qid, target, count)
+        return self._freed(seq, target, b.settle(rtype, (mid,), bound))
+
+    def live_counts(self) -> dict[int, tuple[int, int]]:
+        """The delivery counts of messages still queued (message id -> (queue id, count)):
+        a count recorded for a message that was acked since is left out."""
+        kept: dict[int, tuple[int, int]] = {}
+        for mid, (qid, target, count) in self.counts.items():
+            b = self.builds.get(target, {}).get(qid)
+            i = b.find(mid) if b is not None else -1
+            if i >= 0 and b.sizes[i]:  # type: ignore[union-attr]
+                kept[mid] = (qid, count)
+        return kept
 
     def _target(self, seq: int, qid: int, target: int) -> Build | None:
         """A record of segment `seq` settles queue `qid`'s messages in `target`: note

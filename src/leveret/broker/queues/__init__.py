@@ -11,15 +11,28 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import ClassicQueue, QueueEntry
+from leveret.broker.queues.quorum import QuorumQueue
 from leveret.broker.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from leveret.broker.queue_args import QueueOptions
     from leveret.broker.vhost import VirtualHost
 
-__all__ = ["ClassicQueue", "Queue", "QueueEntry", "StreamQueue", "new_queue", "QUEUE_CLASSES"]
+__all__ = [
+    "ClassicQueue",
+    "Queue",
+    "QueueEntry",
+    "QuorumQueue",
+    "StreamQueue",
+    "new_queue",
+    "QUEUE_CLASSES",
+]
 
-QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": ClassicQueue, "stream": StreamQueue}
+QUEUE_CLASSES: dict[str, type[Queue]] = {
+    "classic": ClassicQueue,
+    "quorum": QuorumQueue,
+    "stream": StreamQueue,
+}
 
 
 def new_queue(

@@ -51,6 +51,10 @@ class Queue:
     # bytes (RabbitMQ's messages_persistent); a type that counts them sets them.
     persistent = 0
     persistent_bytes = 0
+    # The store keeps every message of the queue, transient ones too (quorum queues).
+    persists_all = False
+    # Whether basic.consume's `exclusive` flag holds (RabbitMQ's quorum queues ignore it).
+    exclusive_consumers = True
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""
@@ -75,6 +79,11 @@ class Queue:
     def requeue(self, entries: Iterable[QueueEntry], dispatch: bool = True) -> None:
         """Deliveries returned unacked (nack/reject with requeue, channel closed)."""
         raise NotImplementedError
+
+    def return_unacked(self, entries: Iterable[QueueEntry]) -> None:
+        """The unacked deliveries of a channel that closed (or whose connection did);
+        a type that tells these from a nack's returns says so."""
+        self.requeue(entries, dispatch=False)
 
     def add_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError

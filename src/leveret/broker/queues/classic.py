@@ -435,7 +435,7 @@ class ClassicQueue(Queue):
         entries = []
         seq = ready.tail_seq
         for item in items:
-            if type(item) is QueueEntry:
+            if type(item) is not tuple:  # a held entry (of any QueueEntry class)
                 seq = item.seq = max(seq + 1, item.seq)
                 entries.append(item)
                 continue

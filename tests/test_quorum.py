@@ -1,0 +1,649 @@
+"""Quorum queues over AMQP 0-9-1: RabbitMQ 3.10's semantics on one node (issue 27 §2).
+
+Every expected code, text, order and header here was taken from RabbitMQ 3.10.8
+by running these same pika calls against it; tests not marked leveret_only run
+against it too:
+
+    LEVERET_TEST_URL=amqp://guest:guest@127.0.0.1:5676/%2F python -m pytest tests/test_quorum.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+QUORUM = {"x-queue-type": "quorum"}
+
+
+def declare(ch, name: str, **args):
+    return ch.queue_declare(name, durable=True, arguments={**QUORUM, **args})
+
+
+def publish(ch, queue: str, bodies, exchange: str = "", **props) -> list[str]:
+    """Publish with confirms; 'ack' or 'nack' per message."""
+    if not getattr(ch, "confirming", False):
+        ch.confirm_delivery()
+        ch.confirming = True
+    out = []
+    for body in bodies:
+        try:
+            ch.basic_publish(exchange, queue, body.encode(), pika.BasicProperties(**props))
+            out.append("ack")
+        except pika.exceptions.NackError:
+            out.append("nack")
+    return out
+
+
+def drain(ch, queue: str, ack: bool = True) -> list[tuple[str, bool, object]]:
+    """Every ready message by basic.get: (body, redelivered, x-delivery-count)."""
+    out = []
+    while True:
+        method, props, body = ch.basic_get(queue)
+        if method is None:
+            return out
+        out.append(
+            (body.decode(), method.redelivered, (props.headers or {}).get("x-delivery-count"))
+        )
+        if ack:
+            ch.basic_ack(method.delivery_tag)
+
+
+def take(ch, queue: str, n: int) -> dict[str, int]:
+    """basic.get n messages without acking them: body -> delivery tag."""
+    tags = {}
+    for _ in range(n):
+        method, _props, body = ch.basic_get(queue)
+        tags[body.decode()] = method.delivery_tag
+    return tags
+
+
+def refused(call, *args, **kwargs) -> tuple[int, str]:
+    with pytest.raises(
+        (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker)
+    ) as info:
+        call(*args, **kwargs)
+    return info.value.reply_code, info.value.reply_text
+
+
+@pytest.fixture
+def ch(connection):
+    return connection.channel()
+
+
+# --- declaration -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags,prop",
+    [
+        ({"durable": False}, "non-durable"),
+        ({"durable": True, "exclusive": True}, "exclusive-owner"),
+        ({"durable": True, "auto_delete": True}, "auto-delete"),
+    ],
+)
+def test_only_durable_shared_queues(connection, names, flags, prop):
+    q = names.queue("qq")
+    code, text = refused(connection.channel().queue_declare, q, arguments=QUORUM, **flags)
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid property '{prop}' for queue '{q}' in vhost '/'",
+    )
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_server_named_quorum_queue_is_refused(connection, exclusive):
+    ch = connection.channel()
+    code, text = refused(ch.queue_declare, "", durable=True, exclusive=exclusive, arguments=QUORUM)
+    assert (code, text) == (
+        406,
+        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue",
+    )
+
+
+@pytest.mark.parametrize(
+    "arg,value",
+    [
+        ("x-max-priority", 5),
+        ("x-queue-mode", "lazy"),
+        ("x-queue-master-locator", "min-masters"),
+        ("x-max-age", "1D"),
+        ("x-stream-max-segment-size-bytes", 1000),
+        ("x-initial-cluster-size", 1),
+    ],
+)
+def test_other_types_arguments_are_refused(connection, names, arg, value):
+    q = names.queue("qq")
+    code, text = refused(declare, connection.channel(), q, **{arg: value})
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/' "
+        "of queue type rabbit_quorum_queue",
+    )
+
+
+@pytest.mark.parametrize(
+    "arg,value",
+    [
+        ("x-delivery-limit", 3),
+        ("x-dead-letter-strategy", "at-least-once"),
+        ("x-quorum-initial-group-size", 1),
+        ("x-max-in-memory-length", 1),
+        ("x-max-age", "1D"),
+    ],
+)
+def test_classic_queues_refuse_other_types_arguments(connection, names, arg, value):
+    q = names.queue("cq")
+    code, text = refused(
+        connection.channel().queue_declare, q, durable=True, arguments={arg: value}
+    )
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/' "
+        "of queue type rabbit_classic_queue",
+    )
+
+
+def test_every_quorum_argument_is_accepted(ch, names):
+    q = names.queue("qq")
+    args = {
+        "x-delivery-limit": 3,
+        "x-dead-letter-exchange": "dlx",
+        "x-dead-letter-routing-key": "k",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-max-length": 10,
+        "x-max-length-bytes": 1000,
+        "x-overflow": "reject-publish",
+        "x-message-ttl": 1000,
+        "x-expires": 600_000,
+        "x-single-active-consumer": True,
+        "x-quorum-initial-group-size": 3,
+        "x-max-in-memory-length": 5,
+        "x-max-in-memory-bytes": 1000,
+        "x-queue-leader-locator": "client-local",
+        "x-foo": "unknown arguments pass, as on RabbitMQ",
+        "x-message-deduplication": True,
+    }
+    ok = declare(ch, q, **args)
+    assert (ok.method.message_count, ok.method.consumer_count) == (0, 0)
+    # reject-publish-dlx and a delivery limit of any type are taken too (see their tests)
+    for extra in (
+        {"x-overflow": "reject-publish-dlx"},
+        {"x-delivery-limit": "3"},
+        {"x-delivery-limit": -1},
+    ):
+        q = names.queue("qq")
+        declare(ch, q, **extra)
+
+
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        ({"x-dead-letter-strategy": "sometimes"}, "invalid_dlx_strategy"),
+        ({"x-dead-letter-strategy": 3}, "{unacceptable_type,signedint}"),
+        ({"x-quorum-initial-group-size": "3"}, '"expected integer, got longstr"'),
+        ({"x-quorum-initial-group-size": 0}, "{value_zero,0}"),
+        ({"x-max-in-memory-length": "x"}, '"expected integer, got longstr"'),
+        ({"x-message-ttl": -1}, "{value_negative,-1}"),
+        ({"x-expires": 0}, "{value_zero,0}"),
+        ({"x-max-length": -1}, "{value_negative,-1}"),
+        ({"x-overflow": "nope"}, "invalid_overflow"),
+        ({"x-dead-letter-routing-key": "k"}, "routing_key_but_no_dlx_defined"),
+    ],
+)
+def test_bad_argument_values(connection, names, args, reason):
+    q = names.queue("qq")
+    code, text = refused(declare, connection.channel(), q, **args)
+    arg = next(iter(args))
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/': {reason}",
+    )
+
+
+def test_redeclaring_as_another_type(connection, names):
+    q, c = names.queue("qq"), names.queue("cq")
+    declare(connection.channel(), q)
+    connection.channel().queue_declare(c, durable=True)
+    prefix = "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue"
+    cases = [
+        (
+            q,
+            {},
+            f"{prefix} '{q}' in vhost '/': received none but current is the value 'quorum' of type 'longstr'",
+        ),
+        (
+            q,
+            {"x-queue-type": "classic"},
+            f"{prefix} '{q}' in vhost '/': received 'classic' but current is 'quorum'",
+        ),
+        (
+            q,
+            {"x-queue-type": "stream"},
+            f"{prefix} '{q}' in vhost '/': received 'stream' but current is 'quorum'",
+        ),
+        (
+            c,
+            QUORUM,
+            f"{prefix} '{c}' in vhost '/': received the value 'quorum' of type 'longstr' but current is none",
+        ),
+    ]
+    for name, args, text in cases:
+        code, got = refused(connection.channel().queue_declare, name, durable=True, arguments=args)
+        assert (code, got) == (406, text)
+
+
+def test_redeclaring_compares_the_quorum_arguments_only(connection, names):
+    q = names.queue("qq")
+    declare(
+        connection.channel(),
+        q,
+        **{"x-delivery-limit": 3, "x-quorum-initial-group-size": 3, "x-message-ttl": 1000},
+    )
+    describe = f"for queue '{q}' in vhost '/'"
+    cases = [
+        (
+            {"x-delivery-limit": 4},
+            f"inequivalent arg 'x-delivery-limit' {describe}: received '4' but current is '3'",
+        ),
+        (
+            {"x-delivery-limit": None},
+            f"inequivalent arg 'x-delivery-limit' {describe}: received none but current is the value '3' of type 'signedint'",
+        ),
+        (
+            {"x-quorum-initial-group-size": 1},
+            f"inequivalent arg 'x-quorum-initial-group-size' {describe}: received '1' but current is '3'",
+        ),
+        # an existing queue is compared, not validated again: -1 is "inequivalent", not "invalid"
+        (
+            {"x-message-ttl": -1},
+            f"inequivalent arg 'x-message-ttl' {describe}: received '-1' but current is '1000'",
+        ),
+    ]
+    same = {"x-delivery-limit": 3, "x-quorum-initial-group-size": 3, "x-message-ttl": 1000}
+    for change, text in cases:
+        args = {**same, **change}
+        args = {k: v for k, v in args.items() if v is not None}
+        code, got = refused(declare, connection.channel(), q, **args)
+        assert (code, got) == (406, "PRECONDITION_FAILED - " + text)
+    # Arguments the type does not compare (another type's, unknown ones) pass on a redeclaration.
+    ok = declare(connection.channel(), q, **same, **{"x-max-priority": 5, "x-foo": 1})
+    assert ok.method.queue == q
+    code, text = refused(
+        connection.channel().queue_declare, q, durable=False, arguments={**QUORUM, **same}
+    )
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - inequivalent arg 'durable' {describe}: received 'false' but current is 'true'",
+    )
+    code, text = refused(
+        connection.channel().queue_declare,
+        q,
+        durable=True,
+        exclusive=True,
+        arguments={**QUORUM, **same},
+    )
+    assert code == 405
+    assert text.startswith(
+        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in vhost '/'"
+    )
+
+
+def test_passive_declare(ch, names):
+    q = names.queue("qq")
+    declare(ch, q)
+    publish(ch, q, ["a", "b"])
+    ok = ch.queue_declare(q, passive=True)
+    assert (ok.method.queue, ok.method.message_count, ok.method.consumer_count) == (q, 2, 0)
+
+
+# --- consuming --------------------------------------------------------------------------
+
+
+def test_global_qos_consume_is_refused(connection, names):
+    q = names.queue("qq")
+    declare(connection.channel(), q)
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=5, global_qos=True)
+    code, text = refused(ch.basic_consume, q, lambda *a: None)
+    assert (code, text) == (
+        540,
+        f"NOT_IMPLEMENTED - queue '{q}' in vhost '/' does not support global qos",
+    )
+
+
+def test_global_qos_zero_and_basic_get_are_fine(connection, names):
+    q = names.queue("qq")
+    ch = connection.channel()
+    declare(ch, q)
+    publish(ch, q, ["a"])
+    ch2 = connection.channel()
+    ch2.basic_qos(prefetch_count=0, global_qos=True)
+    ch2.basic_consume(q, lambda *a: None)
+    ch3 = connection.channel()
+    ch3.basic_qos(prefetch_count=5, global_qos=True)
+    ch2.close()
+    assert ch3.basic_get(q)[0] is not None
+
+
+def test_exclusive_consume_is_not_exclusive(connection, names):
+    """RabbitMQ 3.10's quorum queues ignore basic.consume's exclusive flag."""
+    q = names.queue("qq")
+    declare(connection.channel(), q)
+    a, b, c = connection.channel(), connection.channel(), connection.channel()
+    a.basic_consume(q, lambda *x: None, exclusive=True)
+    b.basic_consume(q, lambda *x: None, exclusive=True)
+    c.basic_consume(q, lambda *x: None)
+    ok = connection.channel().queue_declare(q, passive=True)
+    assert ok.method.consumer_count == 3
+
+
+def test_consumer_priority_and_single_active_consumer(connection, names):
+    q, s = names.queue("qq"), names.queue("sac")
+    ch = connection.channel()
+    declare(ch, q)
+    declare(ch, s, **{"x-single-active-consumer": True})
+    low, high = [], []
+    for got, prio in ((low, 1), (high, 5)):
+        c = connection.channel()
+        c.basic_qos(prefetch_count=100)
+        c.basic_consume(
+            q, lambda _c, _m, _p, b, got=got: got.append(b), arguments={"x-priority": prio}
+        )
+    publish(ch, q, [str(i) for i in range(4)])
+    connection.process_data_events(0.5)
+    assert (len(low), len(high)) == (0, 4)
+    first, second = [], []
+    c1, c2 = connection.channel(), connection.channel()
+    c1.basic_consume(s, lambda _c, _m, _p, b: first.append(b), auto_ack=True)
+    c2.basic_consume(s, lambda _c, _m, _p, b: second.append(b), auto_ack=True)
+    publish(ch, s, ["1", "2"])
+    connection.process_data_events(0.5)
+    assert (len(first), len(second)) == (2, 0)
+    c1.close()
+    publish(ch, s, ["3"])
+    deadline = time.monotonic() + 5
+    while not second and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert second == [b"3"]
+
+
+# --- returns and x-delivery-count ----------------------------------------------------------
+
+
+def test_returns_go_to_the_back_without_a_delivery_limit(ch, names):
+    q = names.queue("qq")
+    declare(ch, q)
+    publish(ch, q, ["1", "2", "3", "4", "5", "6"])
+    tags = take(ch, q, 5)
+    ch.basic_nack(tags["4"], requeue=True)
+    ch.basic_nack(tags["2"], requeue=True)
+    ch.basic_reject(tags["5"], requeue=True)
+    assert drain(ch, q, ack=False) == [
+        ("6", False, 0),
+        ("4", True, 1),
+        ("2", True, 1),
+        ("5", True, 1),
+    ]
+
+
+def test_returns_go_to_the_front_with_a_delivery_limit(ch, names):
+    q = names.queue("qq")
+    declare(ch, q, **{"x-delivery-limit": 10})
+    publish(ch, q, ["1", "2", "3", "4", "5", "6"])
+    tags = take(ch, q, 5)
+    ch.basic_nack(tags["4"], requeue=True)
+    ch.basic_nack(tags["2"], requeue=True)
+    ch.basic_reject(tags["5"], requeue=True)
+    assert drain(ch, q, ack=False) == [
+        ("4", True, 1),
+        ("2", True, 1),
+        ("5", True, 1),
+        ("6", False, 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [({}, ["5", "1", "2", "3", "4"]), ({"x-delivery-limit": 10}, ["1", "2", "3", "4", "5"])],
+)
+def test_multiple_nack_returns_in_delivery_order(ch, names, args, expected):
+    q = names.queue("qq")
+    declare(ch, q, **args)
+    publish(ch, q, ["1", "2", "3", "4", "5"])
+    tags = take(ch, q, 4)
+    ch.basic_nack(tags["4"], multiple=True, requeue=True)
+    assert [body for body, _r, _c in drain(ch, q)] == expected
+
+
+@pytest.mark.parametrize(
+    "args,expected", [({}, ["3", "0", "1", "2"]), ({"x-delivery-limit": 5}, ["0", "1", "2", "3"])]
+)
+def test_basic_recover_returns_like_a_nack(ch, names, args, expected):
+    q = names.queue("qq")
+    declare(ch, q, **args)
+    publish(ch, q, ["0", "1", "2", "3"])
+    take(ch, q, 3)
+    ch.basic_recover(requeue=True)
+    assert [body for body, _r, _c in drain(ch, q)] == expected
+
+
+def test_a_closed_channels_messages_go_back_to_the_front(connection, names):
+    q = names.queue("qq")
+    ch = connection.channel()
+    declare(ch, q)
+    publish(ch, q, ["1", "2", "3", "4", "5"])
+    holder = connection.channel()
+    take(holder, q, 4)
+    holder.close()
+    assert drain(ch, q) == [
+        ("1", True, 1),
+        ("2", True, 1),
+        ("3", True, 1),
+        ("4", True, 1),
+        ("5", False, 0),
+    ]
+    # A consumer's too, when its channel closes.
+    publish(ch, q, ["1", "2", "3", "4", "5"])
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=3)
+    got = []
+    consumer.basic_consume(q, lambda _c, _m, _p, body: got.append(body.decode()))
+    deadline = time.monotonic() + 5
+    while len(got) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    consumer.close()
+    assert got == ["1", "2", "3"]
+    assert [b for b, _r, _c in drain(ch, q)] == ["1", "2", "3", "4", "5"]
+
+
+def test_delivery_count_header(connection, names):
+    q = names.queue("qq")
+    ch = connection.channel()
+    declare(ch, q)
+    publish(ch, q, ["x"])
+    seen = []
+    for _ in range(4):
+        method, props, _body = ch.basic_get(q)
+        seen.append((method.redelivered, props.headers["x-delivery-count"]))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert seen == [(False, 0), (True, 1), (True, 2), (True, 3)]
+    # A consumer's first delivery has no header; later ones have it, in a table sorted by
+    # key, replacing a publisher's own x-delivery-count.
+    r = names.queue("qq")
+    declare(ch, r)
+    publish(ch, r, ["y"], headers={"z": 1, "b": 2, "x-delivery-count": 9})
+    got = []
+    c = connection.channel()
+    c.basic_qos(prefetch_count=1)
+
+    def on_message(channel, method, props, _body):
+        got.append((method.redelivered, props.headers))
+        channel.basic_nack(method.delivery_tag, requeue=len(got) < 2)
+
+    c.basic_consume(r, on_message)
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert got[0] == (False, {"z": 1, "b": 2, "x-delivery-count": 9})
+    assert got[1][0] is True
+    assert list(got[1][1].items()) == [("b", 2), ("x-delivery-count", 1), ("z", 1)]
+    c.close()
+    # basic.get always has it, 0 the first time, overwriting the publisher's.
+    publish(ch, r, ["z"], headers={"x-delivery-count": 7, "a": 1})
+    method, props, _ = ch.basic_get(r, auto_ack=True)
+    assert props.headers == {"a": 1, "x-delivery-count": 0}
+
+
+@pytest.mark.parametrize(
+    "limit,deliveries", [(2, 3), (0, 1), (-1, 1), ("2", None)], ids=["2", "0", "-1", "string"]
+)
+def test_poison_message_is_dropped_past_the_delivery_limit(ch, names, limit, deliveries):
+    """Returned more than x-delivery-limit times: gone. RabbitMQ checks no type: -1 trips at
+    the first return, a string never does."""
+    q = names.queue("qq")
+    declare(ch, q, **{"x-delivery-limit": limit})
+    publish(ch, q, ["poison"])
+    counts = []
+    for _ in range(6):
+        method, props, _ = ch.basic_get(q)
+        if method is None:
+            break
+        counts.append(props.headers["x-delivery-count"])
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    if deliveries is None:
+        assert counts == [0, 1, 2, 3, 4, 5]
+    else:
+        assert counts == list(range(deliveries))
+
+
+def test_poison_message_is_dead_lettered(ch, names):
+    q, dlq, dlx = names.queue("qq"), names.queue("dlq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    declare(ch, q, **{"x-delivery-limit": 1, "x-dead-letter-exchange": dlx})
+    publish(ch, q, ["w"], expiration="60000", headers={"h": "v"})
+    for _ in range(2):
+        method, _p, _b = ch.basic_get(q)
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert ch.basic_get(q)[0] is None
+    method, props, body = _wait_get(ch, dlq)
+    assert body == b"w"
+    assert props.expiration is None
+    headers = props.headers
+    assert "x-delivery-count" not in headers  # the stored message is dead-lettered
+    death = headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"], death["routing-keys"]) == (
+        "delivery_limit",
+        q,
+        1,
+        [q],
+    )
+    assert death["original-expiration"] == "60000"
+    assert headers["x-first-death-reason"] == "delivery_limit"
+    assert headers["x-first-death-queue"] == q
+    assert headers["h"] == "v"
+
+
+def test_rejected_message_is_dead_lettered_without_its_count(ch, names):
+    q, dlq, dlx = names.queue("qq"), names.queue("dlq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    declare(ch, q, **{"x-dead-letter-exchange": dlx})
+    publish(ch, q, ["v"])
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_nack(method.delivery_tag, requeue=False)
+    _m, props, body = _wait_get(ch, dlq)
+    assert body == b"v"
+    assert "x-delivery-count" not in props.headers
+    assert props.headers["x-death"][0]["reason"] == "rejected"
+
+
+def _wait_get(ch, queue: str):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.05)
+    raise AssertionError(f"nothing arrived in {queue}")
+
+
+# --- counts, purge ---------------------------------------------------------------------
+
+
+def test_counts_are_of_ready_messages(ch, names):
+    q = names.queue("qq")
+    declare(ch, q)
+    publish(ch, q, ["a", "b", "c"])
+    method, _p, _b = ch.basic_get(q)
+    assert method.message_count == 2
+    assert declare(ch, q).method.message_count == 2
+    assert ch.queue_purge(q).method.message_count == 2
+    ch.basic_nack(method.delivery_tag, requeue=True)  # the unacked one survived the purge
+    assert drain(ch, q) == [("a", True, 1)]
+
+
+# --- limits, TTL ---------------------------------------------------------------------
+
+
+def test_reject_publish_takes_messages_until_over_the_limit(ch, names):
+    """A quorum queue refuses publishes once it is over x-max-length, not at it."""
+    q, b = names.queue("qq"), names.queue("qq")
+    declare(ch, q, **{"x-max-length": 2, "x-overflow": "reject-publish"})
+    assert publish(ch, q, ["1", "2", "3", "4"]) == ["ack", "ack", "ack", "nack"]
+    assert [m for m, _r, _c in drain(ch, q)] == ["1", "2", "3"]
+    declare(ch, b, **{"x-max-length-bytes": 5, "x-overflow": "reject-publish"})
+    assert publish(ch, b, ["12", "34", "56", "7"]) == ["ack", "ack", "ack", "nack"]
+
+
+def test_reject_publish_counts_ready_messages_and_reopens_under_80_percent(ch, names):
+    q = names.queue("qq")
+    declare(ch, q, **{"x-max-length": 10, "x-overflow": "reject-publish"})
+    assert publish(ch, q, [str(i) for i in range(12)]) == ["ack"] * 11 + ["nack"]
+    take(ch, q, 2)  # 9 ready: over 80% of 10, still refused
+    assert publish(ch, q, ["x"]) == ["nack"]
+    take(ch, q, 1)  # 8 ready: in again
+    assert publish(ch, q, ["y", "z", "w", "v"]) == ["ack", "ack", "ack", "nack"]
+
+
+def test_reject_publish_dlx_acts_as_drop_head(ch, names):
+    q, dlq, dlx = names.queue("qq"), names.queue("dlq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    declare(
+        ch,
+        q,
+        **{"x-max-length": 2, "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": dlx},
+    )
+    assert publish(ch, q, ["1", "2", "3", "4"]) == ["ack"] * 4
+    assert [m for m, _r, _c in drain(ch, q)] == ["3", "4"]
+    dropped = [_wait_get(ch, dlq)[2], _wait_get(ch, dlq)[2]]
+    assert dropped == [b"1", b"2"]
+    assert ch.basic_get(dlq)[0] is None
+
+
+def test_message_ttl_dead_letters_expired(ch, names):
+    q, r, dlq, dlx = names.queue("qq"), names.queue("qq"), names.queue("dlq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    declare(ch, q, **{"x-message-ttl": 200, "x-dead-letter-exchange": dlx})
+    publish(ch, q, ["a"])
+    _m, props, body = _wait_get(ch, dlq)
+    assert body == b"a"
+    assert props.headers["x-death"][0]["reason"] == "expired"
+    declare(ch, r, **{"x-dead-letter-exchange": dlx})
+    publish(ch, r, ["b"], expiration="100")
+    publish(ch, r, ["c"])
+    _m, props, body = _wait_get(ch, dlq)
+    assert body == b"b"
+    assert props.headers["x-death"][0]["original-expiration"] == "100"
+    assert drain(ch, r) == [("c", False, 0)]
