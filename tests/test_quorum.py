@@ -647,3 +647,275 @@ def test_message_ttl_dead_letters_expired(ch, names):
     assert body == b"b"
     assert props.headers["x-death"][0]["original-expiration"] == "100"
     assert drain(ch, r) == [("c", False, 0)]
+
+
+# --- at-least-once dead-lettering ------------------------------------------------------
+
+
+def _dead_letter_setup(ch, names, strategy: str, **extra):
+    q, dlq, dlx = names.queue("qq"), names.queue("dlq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    declare(
+        ch,
+        q,
+        **{
+            "x-dead-letter-exchange": dlx,
+            "x-dead-letter-strategy": strategy,
+            "x-overflow": "reject-publish",
+            **extra,
+        },
+    )
+    return q, dlq, dlx
+
+
+def test_at_least_once_dead_lettering_reaches_the_target(ch, names):
+    q, dlq, dlx = _dead_letter_setup(ch, names, "at-least-once")
+    declare(ch, dlq)
+    ch.queue_bind(dlq, dlx)
+    publish(ch, q, ["a", "b"], expiration="60000")
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    _m, props, body = _wait_get(ch, dlq)
+    assert body == b"a"
+    assert props.expiration is None
+    assert props.headers["x-death"][0]["reason"] == "rejected"
+    assert props.headers["x-death"][0]["original-expiration"] == "60000"
+    assert drain(ch, q) == [("b", False, 0)]
+
+
+@pytest.mark.parametrize(
+    "strategy,publishes",
+    [("at-least-once", ["ack", "nack"]), ("at-most-once", ["ack", "ack", "nack"])],
+)
+def test_unroutable_at_least_once_dead_letters_wait_and_count_to_the_limit(
+    ch, names, strategy, publishes
+):
+    """At-least-once: a message no target took stays in the queue (not ready), and counts
+    toward x-max-length; at-most-once drops it."""
+    q, _dlq, _dlx = _dead_letter_setup(ch, names, strategy, **{"x-max-length": 1})
+    publish(ch, q, ["a"])
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    assert publish(ch, q, ["b", "c", "d"][: len(publishes)]) == publishes
+    assert ch.queue_declare(q, passive=True).method.message_count == len(publishes) - 1
+
+
+@pytest.mark.leveret_only
+def test_at_least_once_retries_until_a_target_takes_it(leveret_embedded, ch, names, monkeypatch):
+    from leveret.broker.queues import quorum
+
+    monkeypatch.setattr(quorum, "RETRY_INTERVAL", 0.1)
+    q, dlq, dlx = _dead_letter_setup(ch, names, "at-least-once")
+    full = names.queue("full")
+    # A target that refuses (over its limit, reject-publish) and none at all: both wait.
+    declare(ch, full, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    publish(ch, full, ["1", "2"])
+    ch.queue_bind(full, dlx)
+    publish(ch, q, ["a"])
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    queue = leveret_embedded.server.broker.vhosts["/"].queues[q]
+    time.sleep(0.3)
+    assert len(queue.dead_lettering) == 1
+    ch.queue_purge(full)
+    _m, props, body = _wait_get(ch, full)
+    assert body == b"a"
+    deadline = time.monotonic() + 5
+    while queue.dead_lettering and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not queue.dead_lettering
+    # Unroutable until a queue is bound.
+    ch.queue_unbind(full, dlx)
+    publish(ch, q, ["b"])
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    time.sleep(0.3)
+    assert len(queue.dead_lettering) == 1
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    assert _wait_get(ch, dlq)[2] == b"b"
+
+
+def test_at_least_once_needs_reject_publish(ch, names):
+    """With x-overflow drop-head RabbitMQ falls back to at-most-once: unroutable is gone."""
+    q, dlx = names.queue("qq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    declare(
+        ch,
+        q,
+        **{
+            "x-dead-letter-exchange": dlx,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-max-length": 1,
+        },
+    )
+    publish(ch, q, ["a"])
+    method, _p, _b = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    assert publish(ch, q, ["b", "c"]) == ["ack", "ack"]  # drop-head: nothing waits, nothing refused
+    assert drain(ch, q) == [("c", False, 0)]
+
+
+# --- policies ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def operator(request):
+    from access_setup import LeveretOperator, RabbitOperator
+    from conftest import EXTERNAL_URL
+
+    if EXTERNAL_URL:
+        op = RabbitOperator()
+        yield op
+        op.cleanup()
+    else:
+        yield LeveretOperator(request.getfixturevalue("leveret_embedded"))
+
+
+def _returned_until_gone(ch, q: str, tries: int = 6) -> list[int]:
+    """Publish one message and nack it until it is gone: the counts it went out with."""
+    publish(ch, q, ["p"])
+    seen = []
+    for _ in range(tries):
+        method, props, _b = ch.basic_get(q)
+        if method is None:
+            break
+        seen.append(props.headers["x-delivery-count"])
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    return seen
+
+
+def test_delivery_limit_policy(ch, names, operator):
+    q, r = names.queue("pol-qq"), names.queue("pol-qq")
+    declare(ch, q)
+    declare(ch, r, **{"x-delivery-limit": 3})
+    operator.set_policy(
+        "/", names.token, f"^{names.token}|{q}|{r}$".replace(".", r"\."), {"delivery-limit": 1}
+    )
+    time.sleep(0.5)  # RabbitMQ applies a policy to a quorum queue asynchronously
+    try:
+        assert _returned_until_gone(ch, q) == [0, 1]
+        assert _returned_until_gone(ch, r) == [0, 1]  # the lower of argument and policy
+    finally:
+        operator.clear_policy("/", names.token)
+
+
+def test_overflow_policy_wins_over_the_argument(ch, names, operator):
+    """For a quorum queue the policy's overflow replaces the argument (for a classic queue
+    the argument wins), as RabbitMQ resolves them."""
+    q = names.queue("pol-qq")
+    declare(ch, q, **{"x-overflow": "drop-head"})
+    operator.set_policy(
+        "/", names.token, q.replace(".", r"\."), {"max-length": 1, "overflow": "reject-publish"}
+    )
+    time.sleep(0.5)
+    try:
+        assert publish(ch, q, ["1", "2", "3"]) == ["ack", "ack", "nack"]
+    finally:
+        operator.clear_policy("/", names.token)
+
+
+def test_dead_letter_strategy_policy(ch, names, operator):
+    q, dlx = names.queue("pol-qq"), names.exchange("dlx")
+    ch.exchange_declare(dlx, "fanout")
+    declare(
+        ch, q, **{"x-dead-letter-exchange": dlx, "x-overflow": "reject-publish", "x-max-length": 1}
+    )
+    definition = {"dead-letter-strategy": "at-least-once"}
+    operator.set_policy("/", names.token, q.replace(".", r"\."), definition)
+    time.sleep(0.5)
+    try:
+        publish(ch, q, ["a"])
+        method, _p, _b = ch.basic_get(q)
+        ch.basic_reject(method.delivery_tag, requeue=False)  # unroutable: waits, counts
+        assert publish(ch, q, ["b", "c"]) == ["ack", "nack"]
+    finally:
+        operator.clear_policy("/", names.token)
+
+
+@pytest.mark.leveret_only
+def test_policy_apply_to_quorum_queues(ch, names, operator):
+    """RabbitMQ 3.12's `quorum_queues` (3.10 knows queues, exchanges, all)."""
+    q, c = names.queue("pol-qq"), names.queue("pol-cq")
+    declare(ch, q)
+    ch.queue_declare(c, durable=True)
+    operator.set_policy(
+        "/", "only-quorum", f"^{names.token}$|pol-", {"max-length": 1}, apply_to="quorum_queues"
+    )
+    try:
+        publish(ch, q, ["1", "2"])
+        publish(ch, c, ["1", "2"])
+        assert ch.queue_declare(q, passive=True).method.message_count == 1
+        assert ch.queue_declare(c, passive=True).method.message_count == 2
+    finally:
+        operator.clear_policy("/", "only-quorum")
+
+
+# --- the vhost's default queue type ------------------------------------------------------------
+
+
+@pytest.fixture
+def quorum_vhost(request, amqp_url):
+    """A vhost whose default_queue_type is quorum (RabbitMQ 3.10: `defaultqueuetype` in the
+    management API's PUT /api/vhosts/{name}); yields an AMQP URL into it."""
+    from urllib.parse import quote
+
+    from access_setup import RabbitOperator, unique
+    from conftest import EXTERNAL_URL
+
+    name = unique("qq-vhost")
+    url = amqp_url.rsplit("/", 1)[0] + "/" + quote(name, safe="")
+    if EXTERNAL_URL:
+        op = RabbitOperator()
+        op._call("PUT", f"/vhosts/{quote(name, safe='')}", {"defaultqueuetype": "quorum"})
+        op.created.append(f"/vhosts/{quote(name, safe='')}")
+        yield url
+        op.cleanup()
+    else:
+        admin = request.getfixturevalue("leveret_embedded").admin
+        admin.add_vhost(name, default_queue_type="quorum")
+        admin.set_permissions("guest", name, ".*", ".*", ".*")
+        yield url
+        admin.delete_vhost(name)
+
+
+def test_vhost_default_queue_type(quorum_vhost):
+    from conftest import connection_params
+
+    conn = pika.BlockingConnection(connection_params(quorum_vhost))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("durable", durable=True)
+        ch.queue_declare("exclusive", durable=True, exclusive=True)
+        ch.queue_declare("transient", durable=False)
+        ch.queue_declare("classic", durable=True, arguments={"x-queue-type": "classic"})
+        assert ch.queue_declare("", exclusive=True).method.queue.startswith("amq.gen-")
+        publish(ch, "durable", ["q"])
+        publish(ch, "exclusive", ["c"])
+        # Only the durable, shared queue became a quorum queue (x-delivery-count on get).
+        assert drain(ch, "durable") == [("q", False, 0)]
+        assert drain(ch, "exclusive") == [("c", False, None)]
+        text = (
+            "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue '{}' in vhost '{}': "
+        )
+        vhost = conn._impl.params.virtual_host
+        code, got = refused(
+            ch.queue_declare, "durable", durable=True, arguments={"x-queue-type": "classic"}
+        )
+        assert (code, got) == (
+            406,
+            text.format("durable", vhost) + "received 'classic' but current is 'quorum'",
+        )
+        # A declaration without a type gets the default, so the classic queue is inequivalent.
+        code, got = refused(conn.channel().queue_declare, "classic", durable=True)
+        assert (code, got) == (
+            406,
+            text.format("classic", vhost) + "received 'quorum' but current is 'classic'",
+        )
+        code, got = refused(conn.channel().queue_declare, "", durable=True)
+        assert (code, got) == (
+            406,
+            "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue",
+        )
+    finally:
+        conn.close()

@@ -217,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="close a channel whose delivery stays unacknowledged this long, "
         "as RabbitMQ does; 0 disables (default %(default)s = 30 min)",
     )
+    server.add_argument(
+        "--quorum-delivery-limit",
+        type=_positive_int,
+        default=defaults.quorum_delivery_limit,
+        metavar="N",
+        help="delivery limit of quorum queues that set none (by x-delivery-limit or "
+        "policy): RabbitMQ 4's default is 20; without this flag none, as RabbitMQ 3.10",
+    )
 
     server.add_argument(
         "--memory-high-watermark",
@@ -413,6 +421,7 @@ def run_server(args: argparse.Namespace) -> int:
         queue_ram_messages=args.queue_ram_messages,
         queue_ram_bytes=args.queue_ram_bytes,
         consumer_timeout_ms=args.consumer_timeout_ms,
+        quorum_delivery_limit=args.quorum_delivery_limit,
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,
         load_definitions=args.load_definitions,

@@ -83,6 +83,9 @@ class ServerConfig:
     # Disable disk persistence entirely (the embedded test broker uses this by default).
     persistence: bool = True
     consumer_timeout_ms: int = 30 * 60 * 1000
+    # Quorum queues' delivery limit when none is declared or set by policy. None: no
+    # limit, as RabbitMQ 3.10; RabbitMQ 4 has 20.
+    quorum_delivery_limit: int | None = None
     # Resource alarms (connection.blocked): RSS above this blocks publishers (0 = off);
     # RabbitMQ's default watermark is 40% of RAM.
     memory_high_watermark: int = field(default_factory=lambda: _default_memory_budget() * 8 // 5)

@@ -13,6 +13,11 @@ The broker keeps only RAM messages of a queue as objects, so every queue pages, 
 the second exchange queue is a priority queue (its levels page apart): messages
 through the exchange carry priorities 0-3, and there the order is kept per
 publisher within each priority.
+
+A fourth queue is a quorum queue, published to with transient messages (a quorum
+queue keeps them all), where some messages were returned and redelivered before
+the kill: each comes back with x-delivery-count equal to the times it went out
+(the delivery a consumer held counts as returned), never less.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pika.exceptions
 import pytest
 from durability_support import (
     PERSISTENT,
+    TRANSIENT,
     Brokers,
     assert_exit_ok,
     check_body,
@@ -42,9 +48,11 @@ EXCHANGE = "crash.x"
 QUEUE_X = "crash.via-exchange"  # bound to EXCHANGE with key "a"
 QUEUE_X2 = "crash.via-exchange-2"  # bound with the same key: the body is written once
 QUEUE_D = "crash.via-default"  # published through the default exchange
+QUEUE_Q = "crash.quorum"  # a quorum queue (returns go to the front: a delivery limit)
+QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 1000}
 # Where a message published for a queue ends up.
-ROUTES = {QUEUE_X: (QUEUE_X, QUEUE_X2), QUEUE_D: (QUEUE_D,)}
-QUEUES = (QUEUE_X, QUEUE_X2, QUEUE_D)
+ROUTES = {QUEUE_X: (QUEUE_X, QUEUE_X2), QUEUE_D: (QUEUE_D,), QUEUE_Q: (QUEUE_Q,)}
+QUEUES = (QUEUE_X, QUEUE_X2, QUEUE_D, QUEUE_Q)
 PUBLISHERS = 4
 PRE = 60  # messages per queue before the publishing storm
 RAM = 100  # --queue-ram-messages: past this many, a queue (or its levels) pages
@@ -86,6 +94,9 @@ class Publisher(threading.Thread):
                 if seq % 2:
                     queue, args = QUEUE_X, (EXCHANGE, "a")
                     props = pika.BasicProperties(delivery_mode=2, priority=_priority(seq))
+                elif seq % 4 == 2:
+                    queue, args = QUEUE_Q, ("", QUEUE_Q)
+                    props = TRANSIENT  # a quorum queue stores it all the same
                 else:
                     queue, args = QUEUE_D, ("", QUEUE_D)
                 self.attempted[tag] = queue
@@ -109,7 +120,7 @@ def _setup_topology(broker) -> None:
     ch.exchange_declare(EXCHANGE, "direct", durable=True)
     for queue in QUEUES:
         arguments = {"x-max-priority": PRIORITIES} if queue == QUEUE_X2 else None
-        ch.queue_declare(queue, durable=True, arguments=arguments)
+        ch.queue_declare(queue, durable=True, arguments=QUORUM if queue == QUEUE_Q else arguments)
     ch.queue_bind(QUEUE_X, EXCHANGE, "a")
     ch.queue_bind(QUEUE_X2, EXCHANGE, "a")
     conn.close()
@@ -120,14 +131,21 @@ def _prephase(broker, round_no: int):
     delivered-but-unacked (QUEUE_X2 acks more and holds fewer than QUEUE_X, which
     shares its records).
 
+    In the quorum queue some held messages were returned 1-3 times first, and the
+    last message taken there is returned, not held.
+
     Returns (open holder connection, and per queue: acked tags, held tags, remaining
-    pre tags).
+    pre tags; the quorum queue's expected delivery counts).
     """
     conn = broker.connect()
     ch = conn.channel()
     ch.confirm_delivery()
     pre: dict[str, list[str]] = {queue: [] for queue in QUEUES}
-    for queue, args in ((QUEUE_X, (EXCHANGE, "a")), (QUEUE_D, ("", QUEUE_D))):
+    for queue, args in (
+        (QUEUE_X, (EXCHANGE, "a")),
+        (QUEUE_D, ("", QUEUE_D)),
+        (QUEUE_Q, ("", QUEUE_Q)),
+    ):
         for i in range(PRE):
             tag = f"pre{round_no}-{queue[-3:]}-{i}"
             ch.basic_publish(*args, body=make_body(tag, 300), properties=PERSISTENT)
@@ -147,13 +165,26 @@ def _prephase(broker, round_no: int):
             method, _props, body = ch.basic_get(queue)
             assert method is not None
             held[queue].add(check_body(body))
+    counts: dict[str, int] = {tag: 1 for tag in held[QUEUE_Q]}
+    for returns in (1, 2, 3):  # returned to the front, taken again, then held
+        for _ in range(returns):
+            method, _props, body = ch.basic_get(QUEUE_Q)
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        method, _props, body = ch.basic_get(QUEUE_Q)
+        tag = check_body(body)
+        held[QUEUE_Q].add(tag)
+        counts[tag] = returns + 1
+    method, _props, body = ch.basic_get(QUEUE_Q)
+    ch.basic_nack(method.delivery_tag, requeue=True)  # returned once, not held
+    returned = check_body(body)
+    counts[returned] = 1
     # A confirmed publish after the acks: the committer writes in submission order,
     # so once it is confirmed the ACK and DELIVERED records are on disk too.
     ch.basic_publish("", "crash.fence", body=b"fence", properties=PERSISTENT)
     remaining = {
         q: [t for t in tags if t not in acked[q] and t not in held[q]] for q, tags in pre.items()
     }
-    return conn, acked, held, remaining
+    return conn, acked, held, remaining, counts
 
 
 def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
@@ -161,7 +192,7 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
     fence_conn = broker.connect()
     fence_conn.channel().queue_declare("crash.fence", durable=True)
     fence_conn.close()
-    holder, acked, held, remaining = _prephase(broker, round_no)
+    holder, acked, held, remaining, expected_counts = _prephase(broker, round_no)
 
     stop = threading.Event()
     publishers = [
@@ -217,7 +248,15 @@ def _round(broker, round_no: int, rnd: random.Random) -> dict[str, int]:
             assert redelivered[tag] is True, f"{queue}: {tag} not marked redelivered"
         for tag in remaining[queue]:
             assert counts[tag] == 1, f"{queue}: pre-crash message {tag} seen {counts[tag]}x"
-            assert redelivered[tag] is False, f"{queue}: {tag} marked redelivered"
+            was_out = queue == QUEUE_Q and tag in expected_counts
+            assert redelivered[tag] is was_out, f"{queue}: {tag} redelivered={redelivered[tag]}"
+        if queue == QUEUE_Q:
+            delivered = {
+                check_body(b): (p.headers or {}).get("x-delivery-count", 0) for b, _r, p in messages
+            }
+            for tag, seen in delivered.items():
+                want = expected_counts.get(tag, 0)
+                assert seen == want, f"{queue}: {tag} x-delivery-count {seen}, expected {want}"
         # Every confirmed message, exactly once; duplicates only among unconfirmed ones.
         for tag, q in confirmed.items():
             if queue in ROUTES[q]:

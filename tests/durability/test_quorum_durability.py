@@ -8,8 +8,19 @@ after a clean stop (the clean-shutdown index) and after SIGKILL (the scan).
 
 from __future__ import annotations
 
+import random
+import time
+
 import pytest
-from durability_support import PERSISTENT, TRANSIENT, Brokers, close_quietly
+from durability_support import (
+    PERSISTENT,
+    TRANSIENT,
+    Brokers,
+    check_body,
+    close_quietly,
+    drain_queue,
+    make_body,
+)
 
 pytestmark = pytest.mark.leveret_only
 
@@ -103,3 +114,55 @@ def test_a_count_keeps_growing_over_several_restarts(tmp_path):
         assert seen == list(range(9))
         [(_body, redelivered, count)] = _counts(broker)
         assert (redelivered, count) == (True, 9)
+
+
+@pytest.mark.soak
+def test_at_least_once_dead_lettering_loses_nothing_on_sigkill(tmp_path, soak_rounds):
+    """Messages rejected out of a quorum queue with at-least-once dead-lettering, SIGKILL
+    in the middle: after the restart each is in the source or in the target (or both:
+    at least once), never in neither."""
+    rnd = random.Random()
+    with Brokers(tmp_path) as brokers:
+        broker = brokers.start(name="alo")
+        for round_no in range(soak_rounds):
+            source, target = f"alo.src.{round_no}", f"alo.dst.{round_no}"
+            conn = broker.connect()
+            ch = conn.channel()
+            ch.exchange_declare("alo.dlx", "fanout", durable=True)
+            ch.queue_declare(target, durable=True, arguments={"x-queue-type": "quorum"})
+            ch.queue_bind(target, "alo.dlx")
+            ch.queue_declare(
+                source,
+                durable=True,
+                arguments={
+                    "x-queue-type": "quorum",
+                    "x-dead-letter-exchange": "alo.dlx",
+                    "x-dead-letter-strategy": "at-least-once",
+                    "x-overflow": "reject-publish",
+                },
+            )
+            if round_no:
+                ch.queue_unbind(f"alo.dst.{round_no - 1}", "alo.dlx")
+            ch.confirm_delivery()
+            tags = [f"{round_no}-{i}" for i in range(1000)]
+            for tag in tags:
+                ch.basic_publish("", source, make_body(tag, 500), PERSISTENT)
+            ch.basic_qos(prefetch_count=50)
+
+            def reject(channel, method, _props, _body):
+                channel.basic_reject(method.delivery_tag, requeue=False)
+
+            ch.basic_consume(source, reject)
+            deadline = time.monotonic() + rnd.uniform(0.0, 0.15)
+            while time.monotonic() < deadline:
+                conn.process_data_events(0.01)
+            broker.kill()
+            broker.start()
+            conn = broker.connect()
+            ch = conn.channel()
+            left = [check_body(b) for b, _r, _p in drain_queue(ch, source)]
+            moved = [check_body(b) for b, _r, _p in drain_queue(ch, target)]
+            conn.close()
+            missing = set(tags) - set(left) - set(moved)
+            assert not missing, f"round {round_no}: lost {sorted(missing)[:10]}..."
+            print(f"round {round_no}: {len(moved)} dead-lettered, {len(left)} left")

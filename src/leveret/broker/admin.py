@@ -24,6 +24,7 @@ from leveret.auth.users import (
 )
 from leveret.broker.errors import AlreadyExists, InvalidValue, NotFound
 from leveret.broker.policies import Policy, PolicyError
+from leveret.broker.queue_args import QUEUE_TYPES
 from leveret.broker.vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -109,6 +110,8 @@ class Admin:
         vhost.description = record.get("description", "")
         vhost.tags = list(record.get("tags", []))
         vhost.limits = dict(record.get("limits", {}))
+        vhost.default_queue_type = record.get("default_queue_type")
+        vhost.default_delivery_limit = self.broker.config.quorum_delivery_limit
         self.broker.vhosts[vhost.name] = vhost
         return vhost
 
@@ -119,6 +122,7 @@ class Admin:
             "description": vhost.description,
             "tags": vhost.tags,
             "limits": vhost.limits,
+            **({"default_queue_type": q} if (q := vhost.default_queue_type) else {}),
         }
 
     def vhost(self, name: str) -> VirtualHost:
@@ -134,15 +138,25 @@ class Admin:
         tags: list[str] | tuple[str, ...] = (),
         exist_ok: bool = False,
         user: str | None = None,
+        default_queue_type: str | None = None,
     ) -> VirtualHost:
-        """A new vhost; `user` (who asked) is named as the declarer of its exchanges."""
+        """A new vhost; `user` (who asked) is named as the declarer of its exchanges.
+        `default_queue_type`: the type of queues declared in it without x-queue-type
+        (RabbitMQ 3.10's vhost metadata; set when the vhost is created, as there)."""
         _name(name, "vhost name")
+        if default_queue_type is not None and default_queue_type not in QUEUE_TYPES:
+            raise InvalidValue(
+                f"invalid default queue type '{default_queue_type}'; known: "
+                + ", ".join(QUEUE_TYPES)
+            )
         existing = self.broker.vhosts.get(name)
         if existing is not None:
             if exist_ok:
                 return existing
             raise AlreadyExists(f"vhost '{name}' already exists")
         record = {"name": name, "description": description, "tags": list(tags), "limits": {}}
+        if default_queue_type is not None:
+            record["default_queue_type"] = default_queue_type
         self.hooks.catalog_put("vhost", name, record)  # on disk before anyone can use it
         vhost = self._make_vhost(record)
         if user is not None:

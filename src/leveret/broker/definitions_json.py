@@ -84,6 +84,13 @@ PER_VHOST = (
 )
 
 
+def _vhost_metadata(vhost: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"description": vhost.description, "tags": vhost.tags}
+    if vhost.default_queue_type:
+        meta["default_queue_type"] = vhost.default_queue_type
+    return meta
+
+
 def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
     """The whole broker, or one vhost. A vhost's export is RabbitMQ's: no users,
     vhosts or permissions, and its queues, exchanges and bindings without `vhost`
@@ -97,8 +104,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
         doc["product_version"] = leveret.__version__
         doc["users"] = [u.record() for u in sorted(broker.access.users.values(), key=_name)]
         doc["vhosts"] = [
-            {"name": v.name, "metadata": {"description": v.description, "tags": v.tags}}
-            for v in sorted(vhosts, key=_name)
+            {"name": v.name, "metadata": _vhost_metadata(v)} for v in sorted(vhosts, key=_name)
         ]
         doc["permissions"] = admin.list_permissions()
         doc["topic_permissions"] = admin.list_topic_permissions()
@@ -301,6 +307,7 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
             meta.get("description", item.get("description", "")),
             meta.get("tags", item.get("tags", [])) or [],
             exist_ok=True,
+            default_queue_type=meta.get("default_queue_type", item.get("default_queue_type")),
         )
         if item.get("limits"):
             admin.set_vhost_limits(item["name"], item["limits"])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leveret.broker.errors import InvalidValue
-from leveret.broker.queue_args import OVERFLOW_MODES, QUEUE_MODES
+from leveret.broker.queue_args import DEAD_LETTER_STRATEGIES, OVERFLOW_MODES, QUEUE_MODES
 from leveret.broker.queues.stream import parse_age
 from leveret.links.erlang_terms import proplist, string, term
 
@@ -78,8 +78,11 @@ QUEUE_KEYS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
         "x-stream-max-segment-size-bytes",
         _integer(0, "segment size"),
     ),
-    # Quorum-queue settings: accepted (RabbitMQ definitions carry them), no effect here,
-    # as they have none on RabbitMQ's classic queues and streams either.
+    # Quorum queues' settings (classic queues and streams ignore them, as RabbitMQ's do).
+    "dead-letter-strategy": (
+        "x-dead-letter-strategy",
+        _one_of(DEAD_LETTER_STRATEGIES, "dead letter strategy"),
+    ),
     "delivery-limit": ("x-delivery-limit", _integer(0, "delivery limit")),
     "max-in-memory-length": ("x-max-in-memory-length", _integer(0, "maximum memory in bytes")),
     "max-in-memory-bytes": ("x-max-in-memory-bytes", _integer(0, "maximum memory in bytes")),
@@ -99,7 +102,7 @@ OPERATOR_KEYS = (
 )
 # Settings where the lowest of argument, policy and operator policy wins (RabbitMQ's min).
 LOWEST_WINS = (*OPERATOR_KEYS, "max-age", "stream-max-segment-size-bytes")
-APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "streams")
+APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams")
 # Keys that other parts of Leveret act on (federation's upstream keys), each with a
 # check of the whole definition, as RabbitMQ's plugins register policy validators;
 # leveret.links.register() adds them when a Broker is made.
@@ -192,6 +195,8 @@ class Policy:
                 return False
         elif a == "exchanges" or (a == "classic_queues" and queue_type != "classic"):
             return False
+        elif a == "quorum_queues" and queue_type != "quorum":
+            return False
         elif a == "streams" and queue_type != "stream":
             return False
         return self.regex.search(name) is not None
@@ -223,9 +228,15 @@ def winner(policies: dict[str, Policy], kind: str, name: str, queue_type: str) -
 
 
 def effective_queue_arguments(
-    arguments: dict[str, Any], policy: Policy | None, operator: Policy | None
+    arguments: dict[str, Any],
+    policy: Policy | None,
+    operator: Policy | None,
+    policy_wins: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The arguments a queue behaves by: its own, then the policy's, capped by the operator's."""
+    """The arguments a queue behaves by: its own, then the policy's, capped by the operator's.
+
+    `policy_wins` names the keys where the policies' value (the lower of the two, for a
+    limit) replaces the argument: a quorum queue's overflow and expires, in RabbitMQ."""
     merged = dict(arguments)
     if policy is not None:
         for key, value in policy.definition.items():
@@ -241,6 +252,14 @@ def effective_queue_arguments(
             arg = QUEUE_KEYS[key][0]
             if arg not in merged or _lower(key, value, merged[arg]):
                 merged[arg] = value
+    for key in policy_wins:
+        mine = policy.definition.get(key) if policy is not None else None
+        theirs = operator.definition.get(key) if operator is not None else None
+        if mine is None and theirs is None:
+            continue
+        if mine is None or (theirs is not None and _lower(key, theirs, mine)):
+            mine = theirs
+        merged[QUEUE_KEYS[key][0]] = mine
     return merged
 
 

@@ -35,7 +35,7 @@ from leveret.broker.queue_args import (
     parse_queue_arguments,
     same_value,
 )
-from leveret.broker.queues import Queue, QueueEntry, new_queue
+from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, new_queue
 from leveret.broker.stats import MessageStats, NodeCounters
 
 # Whether a type lets the server choose the queue's name (RabbitMQ's `server_named`).
@@ -396,12 +396,12 @@ class VirtualHost:
         """A queue's arguments merged with the policy and operator policy that match it."""
         if not self.policies and not self.operator_policies:
             return arguments
-        queue_type = arguments.get("x-queue-type", "classic")
-        if isinstance(queue_type, bytes):
-            queue_type = queue_type.decode(errors="replace")
+        queue_type = declared_type(arguments)
         policy = winner(self.policies, "queue", name, queue_type)
         operator = winner(self.operator_policies, "queue", name, queue_type)
-        return effective_queue_arguments(arguments, policy, operator)
+        cls = QUEUE_CLASSES.get(queue_type)
+        policy_wins = cls.policy_wins if cls is not None else ()
+        return effective_queue_arguments(arguments, policy, operator, policy_wins)
 
     def apply_policies(self) -> None:
         """Policies changed: every queue and exchange takes its new settings at once."""

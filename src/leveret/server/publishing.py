@@ -193,7 +193,11 @@ class PublishMethods:
             self.conn.confirms_due(self)
         if queues:
             exchange.stats.publish_out += 1
-            if barrier is None and message.persistent and self.vhost.hooks.active:
+            if (
+                barrier is None
+                and self.vhost.hooks.active
+                and (message.persistent or _stores_transient(queues))
+            ):
                 if seq:
                     # The confirm waits for the fsync of every durable queue's copy.
                     self.confirm_waiting[seq] = None
@@ -395,3 +399,13 @@ class PublishMethods:
             raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = Transaction()
         self.send_method(cmd.Tx.RollbackOk())
+
+
+def _stores_transient(queues: list) -> bool:
+    """Whether a queue keeps transient messages on disk too (a quorum queue): then the
+    confirm of a transient message also waits for the fsync. Asked of transient
+    messages only."""
+    for queue in queues:
+        if queue.persists_all:
+            return True
+    return False

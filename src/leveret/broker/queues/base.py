@@ -55,6 +55,8 @@ class Queue:
     persists_all = False
     # Whether basic.consume's `exclusive` flag holds (RabbitMQ's quorum queues ignore it).
     exclusive_consumers = True
+    # Policy keys whose value replaces the queue's own argument (policies.py).
+    policy_wins: tuple[str, ...] = ()
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         """Accept a routed message; False when the queue turned it away."""

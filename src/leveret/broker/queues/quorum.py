@@ -122,6 +122,8 @@ class QuorumQueue(ClassicQueue):
     persists_all = True
     # basic.consume's `exclusive` flag is ignored, as RabbitMQ 3.10's quorum queues do.
     exclusive_consumers = False
+    # RabbitMQ's quorum queues take these from a policy over their own arguments.
+    policy_wins = ("overflow", "expires")
 
     def __init__(
         self,

@@ -32,10 +32,15 @@ def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
     message_stats = vhosts_message_stats(request, [vhost])
     out: dict[str, Any] = {
         "cluster_state": {NODE: "running"},
-        "default_queue_type": getattr(vhost, "default_queue_type", None) or "undefined",
+        # RabbitMQ 3.10 shows the string "undefined" when the vhost has none.
+        "default_queue_type": vhost.default_queue_type or "undefined",
         "description": vhost.description,
         **({"message_stats": message_stats} if message_stats else {}),
-        "metadata": {"description": vhost.description, "tags": vhost.tags},
+        "metadata": {
+            "description": vhost.description,
+            "tags": vhost.tags,
+            **({"default_queue_type": q} if (q := vhost.default_queue_type) else {}),
+        },
         "name": vhost.name,
         "tags": vhost.tags,
         "tracing": False,
@@ -101,7 +106,16 @@ async def put_vhost(request: web.Request) -> web.Response:
     description = body.get("description", "")
     if not isinstance(description, str):
         description = json.dumps(description)  # RabbitMQ keeps what it was given
-    _admin(request).add_vhost(name, description, tags, exist_ok=True, user=request["user"].name)
+    # RabbitMQ 3.10 reads `defaultqueuetype`; later versions `default_queue_type`.
+    default_type = body.get("defaultqueuetype", body.get("default_queue_type"))
+    _admin(request).add_vhost(
+        name,
+        description,
+        tags,
+        exist_ok=True,
+        user=request["user"].name,
+        default_queue_type=default_type,
+    )
     if not existed:
         # As RabbitMQ: whoever creates a vhost may use it at once.
         _admin(request).set_permissions(request["user"].name, name, ".*", ".*", ".*")
