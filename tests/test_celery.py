@@ -12,16 +12,17 @@ import time
 import kombu
 import pytest
 
-from celery_app import BROKER_ENV, QUEUE_ENV, make_app
+from celery_app import BROKER_ENV, QUEUE_ENV, QUORUM_ENV, make_app
 from conftest import TESTS_DIR
 
 
 @contextlib.contextmanager
-def celery_worker(broker_url: str, queue: str):
+def celery_worker(broker_url: str, queue: str, quorum: bool = False):
     """A real `celery worker` subprocess consuming ``queue``; always terminated."""
     env = dict(os.environ)
     env[BROKER_ENV] = broker_url
     env[QUEUE_ENV] = queue
+    env[QUORUM_ENV] = "1" if quorum else ""
     env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, env.get("PYTHONPATH", "")])
     cmd = [
         sys.executable,
@@ -75,6 +76,46 @@ def test_celery_worker_runs_tasks_with_rpc_backend(amqp_url, names):
             with pytest.raises(ValueError, match="boom"):
                 failing.get(timeout=30)
             assert failing.state == "FAILURE"
+    finally:
+        _close_app(app)
+
+
+def test_celery_on_quorum_queues_with_retries_and_countdown(amqp_url, names):
+    """Celery 5.5+ with task_default_queue_type = "quorum": the worker sees quorum queues,
+    consumes without global QoS (which a quorum queue refuses) and declares kombu's
+    native delayed delivery: 28 levels of quorum queues with x-message-ttl,
+    x-overflow reject-publish and at-least-once dead-lettering into the next level.
+    Retries and countdowns travel through them."""
+    queue = names.queue("celery-qq")
+    app = make_app(amqp_url, queue, quorum=True)
+    try:
+        with celery_worker(amqp_url, queue, quorum=True) as worker:
+            add = app.tasks["celery_app.add"]
+            assert add.delay(2, 3).get(timeout=30) == 5
+            assert [r.get(timeout=30) for r in [add.delay(i, i) for i in range(5)]] == [
+                0,
+                2,
+                4,
+                6,
+                8,
+            ]
+            # Retried twice, 1 s apart, through the delay levels.
+            assert app.tasks["celery_app.flaky"].delay(2).get(timeout=60) == 2
+            # A countdown of 3 s (binary 11: levels 1 and 0) arrives, and not early.
+            sent = time.monotonic()
+            result = add.apply_async((40, 2), countdown=3)
+            assert result.get(timeout=60) == 42
+            assert time.monotonic() - sent >= 3
+            with pytest.raises(ValueError, match="boom"):
+                app.tasks["celery_app.fail"].delay("boom").get(timeout=30)
+            assert worker.poll() is None
+        with kombu.Connection(amqp_url, connect_timeout=5) as conn:
+            ch = conn.channel()
+            for level in (0, 13, 27):
+                ch.queue_declare(f"celery_delayed_{level}", passive=True)
+            # The task queue is a quorum queue: declaring it as classic is inequivalent.
+            with pytest.raises(Exception, match="x-queue-type"):
+                kombu.Queue(queue, durable=True)(conn.channel()).declare()
     finally:
         _close_app(app)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 
+import pika
 import pytest
 from durability_support import (
     PERSISTENT,
@@ -166,3 +167,52 @@ def test_at_least_once_dead_lettering_loses_nothing_on_sigkill(tmp_path, soak_ro
             missing = set(tags) - set(left) - set(moved)
             assert not missing, f"round {round_no}: lost {sorted(missing)[:10]}..."
             print(f"round {round_no}: {len(moved)} dead-lettered, {len(left)} left")
+
+
+def _run(broker, fn):
+    """Run `fn()` on the embedded broker's loop (the model is not thread-safe)."""
+    import asyncio
+
+    async def call():
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), broker.loop).result(10)
+
+
+def test_default_queue_type_and_quorum_queues_survive_a_restart_and_a_definitions_round_trip(
+    tmp_path,
+):
+    from leveret.broker.definitions_json import export_definitions, import_definitions
+    from leveret.config import ServerConfig
+    from leveret.testing import embedded_broker
+
+    config = ServerConfig(port=0, persistence=True, data_dir=str(tmp_path / "data"))
+    args = {"x-queue-type": "quorum", "x-delivery-limit": 3}
+    for start in range(2):
+        with embedded_broker(config) as broker:
+            if start == 0:
+                broker.admin.add_vhost("qv", default_queue_type="quorum")
+                broker.admin.set_permissions("guest", "qv", ".*", ".*", ".*")
+                conn = pika.BlockingConnection(
+                    pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{broker.port}/qv")
+                )
+                ch = conn.channel()
+                ch.queue_declare("by-default", durable=True)
+                ch.queue_declare("classic", durable=True, arguments={"x-queue-type": "classic"})
+                ch.queue_declare("explicit", durable=True, arguments=args)
+                conn.close()
+            vhost = broker.server.broker.vhosts["qv"]
+            types = {name: q.queue_type for name, q in vhost.queues.items()}
+            assert types == {"by-default": "quorum", "classic": "classic", "explicit": "quorum"}
+            assert vhost.default_queue_type == "quorum"
+            doc = _run(broker, lambda b=broker: export_definitions(b.server.broker))
+    [meta] = [v["metadata"] for v in doc["vhosts"] if v["name"] == "qv"]
+    assert meta["default_queue_type"] == "quorum"
+    [explicit] = [q for q in doc["queues"] if q["name"] == "explicit"]
+    assert explicit["arguments"] == args
+    with embedded_broker(ServerConfig(port=0, persistence=False)) as other:
+        _run(other, lambda: import_definitions(other.server.broker, doc))
+        vhost = other.server.broker.vhosts["qv"]
+        assert vhost.default_queue_type == "quorum"
+        types = {name: q.queue_type for name, q in vhost.queues.items()}
+        assert types == {"by-default": "quorum", "classic": "classic", "explicit": "quorum"}

@@ -258,8 +258,12 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         connection: Any = None,
         server_named: bool = False,
+        default_type: bool = False,
     ) -> Queue:
-        """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*).
+        """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*);
+        `default_type`: a client's queue.declare (AMQP or the management API), which gets
+        the vhost's default queue type as RabbitMQ's channel gives it (a definitions
+        import or a restart declares what was stored, as it is).
 
         In RabbitMQ's order: the vhost's default queue type, the server-named check, then
         an existing queue is compared (its type's arguments only, not validated again),
@@ -268,7 +272,7 @@ class VirtualHost:
         if passive:
             return self.get_queue(name, connection)
         self.churn[0] += 1
-        if self.default_queue_type is not None and "x-queue-type" not in arguments:
+        if default_type and self.default_queue_type and "x-queue-type" not in arguments:
             arguments = self._with_default_type(arguments, durable, exclusive, auto_delete)
         queue_type = declared_type(arguments)
         if (server_named or not name) and not SERVER_NAMED.get(queue_type, True):

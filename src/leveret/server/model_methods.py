@@ -101,6 +101,7 @@ class ModelMethods:
             _args(m.arguments),
             self.conn,
             server_named,
+            default_type=True,
         )
         if queue.exclusive_owner is self.conn:
             self.conn.exclusive_queues.add(queue)

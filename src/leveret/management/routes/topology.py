@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import time
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -69,7 +70,7 @@ def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
     if q.queue_type == "stream":  # Leveret: the offsets a reader can start from
         extra["stream_first_offset"] = q.log.first
         extra["stream_next_offset"] = q.log.next
-    return {
+    doc = {
         "name": q.name,
         "vhost": vhost.name,
         "type": q.queue_type,
@@ -116,6 +117,44 @@ def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
         **vhost.policy_of("queue", q.name, q.queue_type),
         **extra,
     }
+    if q.queue_type == "quorum":
+        _quorum_fields(doc, q)
+    return doc
+
+
+# Fields RabbitMQ 3.10 shows for classic queues only.
+_CLASSIC_ONLY = (
+    "backing_queue_status",
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "idle_since",
+    "message_bytes_paged_out",
+    "messages_paged_out",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "recoverable_slaves",
+    "single_active_consumer_tag",
+)
+
+
+def _quorum_fields(doc: dict[str, Any], q: Any) -> None:
+    """A quorum queue's record, with RabbitMQ 3.10's keys: its Raft group is this node
+    alone; every message is stored (persistent); `messages_dlx` are those waiting for
+    at-least-once dead-lettering."""
+    for key in _CLASSIC_ONLY:
+        doc.pop(key, None)
+    doc["leader"] = NODE
+    doc["members"] = [NODE]
+    doc["online"] = [NODE]
+    doc["open_files"] = {NODE: 0}
+    doc["messages_persistent"] = doc["messages"]
+    doc["message_bytes_persistent"] = doc["message_bytes"]
+    doc["messages_dlx"] = len(q.dead_lettering)
+    doc["message_bytes_dlx"] = q.dead_lettering_bytes
+    active = next((c for c in q.consumers if c.active), None)
+    doc["single_active_consumer_ctag"] = (
+        active.tag if active is not None and q.options.single_active_consumer else None
+    )
 
 
 def _backing_queue_status(ready: int) -> dict[str, Any]:
@@ -229,7 +268,9 @@ async def put_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", name)
     existed = name in vhost.queues
-    _direct(vhost.declare_queue, name, False, durable, False, auto_delete, arguments)
+    # A declaration through the API is a client's: the vhost's default type applies.
+    declare = partial(vhost.declare_queue, default_type=True)
+    _direct(declare, name, False, durable, False, auto_delete, arguments)
     return _ok(204 if existed else 201)
 
 
