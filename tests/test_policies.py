@@ -643,7 +643,7 @@ def test_stream_policies_take_the_lowest_and_apply_at_once(leveret_embedded, cha
         (("p", ".*", {}), "policy 'p': no policy provided"),
         (("p", ".*", [1]), "policy 'p': definition should be an object but was [1]"),
         (("p", ".*", {"max-length": 1}, "x"), "policy 'p': priority should be a number, actually was \"x\""),
-        (("p", ".*", {"max-length": 1}, 0, "bogus"), "policy 'p': apply-to 'bogus' unrecognised; should be 'queues', 'exchanges', 'all', 'classic_queues' or 'streams'"),
+        (("p", ".*", {"max-length": 1}, 0, "bogus"), "policy 'p': apply-to 'bogus' unrecognised; should be 'queues', 'exchanges', 'all', 'classic_queues', 'quorum_queues' or 'streams'"),
         (("", ".*", {"max-length": 1}), "policy name must be a non-empty string"),
     ],
 )  # fmt: skip

@@ -328,6 +328,19 @@ def test_global_qos_zero_and_basic_get_are_fine(connection, names):
     assert ch3.basic_get(q)[0] is not None
 
 
+def test_basic_get_refused_with_single_active_consumer(connection, names):
+    q = names.queue("qq")
+    ch = connection.channel()
+    declare(ch, q, **{"x-single-active-consumer": True})
+    publish(ch, q, ["a"])
+    code, text = refused(ch.basic_get, q)
+    assert (code, text) == (
+        405,
+        f"RESOURCE_LOCKED - cannot obtain access to locked queue '{q}' in vhost '/'. "
+        "basic.get operations are not supported by quorum queues with single active consumer",
+    )
+
+
 def test_exclusive_consume_is_not_exclusive(connection, names):
     """RabbitMQ 3.10's quorum queues ignore basic.consume's exclusive flag."""
     q = names.queue("qq")

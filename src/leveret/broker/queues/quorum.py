@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dead_letter
 from leveret.broker.durability import WriteBarrier
-from leveret.broker.errors import NotSupported, PreconditionFailed
+from leveret.broker.errors import NotSupported, PreconditionFailed, ResourceLocked
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
 from leveret.broker.queues.classic import ClassicQueue, QueueEntry, ReadyMessages
@@ -238,7 +238,13 @@ class QuorumQueue(ClassicQueue):
     # --- delivery ----------------------------------------------------------------
 
     def get(self) -> QueueEntry | None:
-        """basic.get: the message always carries `x-delivery-count` (0 the first time)."""
+        """basic.get: the message always carries `x-delivery-count` (0 the first time).
+        Not with single active consumer, as RabbitMQ 3.10 refuses it (405)."""
+        if self.options.single_active_consumer:
+            raise ResourceLocked(
+                f"cannot obtain access to locked {self.describe()}. basic.get operations "
+                "are not supported by quorum queues with single active consumer"
+            )
         entry = super().get()
         if entry is None:
             return None
