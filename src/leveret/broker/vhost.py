@@ -27,7 +27,6 @@ from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import (
-    RABBIT_TYPE_NAMES,
     declared_type,
     foreign_argument,
     foreign_arguments,
@@ -37,9 +36,6 @@ from leveret.broker.queue_args import (
 )
 from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, new_queue
 from leveret.broker.stats import MessageStats, NodeCounters
-
-# Whether a type lets the server choose the queue's name (RabbitMQ's `server_named`).
-SERVER_NAMED = {"classic": True, "quorum": False, "stream": False}
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -54,6 +50,23 @@ STANDARD_EXCHANGES = (
 TRACE_EXCHANGE = ("amq.rabbitmq.trace", "topic")
 # Who made what the broker makes itself (RabbitMQ's name for it).
 INTERNAL_USER = "rmq-internal"
+
+
+# Queue arguments that must match on redeclaration (as RabbitMQ's equivalence check);
+# a queue type with a list of its own has `equivalence_args` (streams, quorum queues).
+EQUIVALENCE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+)
 
 
 def _default_type(queue: Queue, key: str, got: Any, current: Any) -> bool:
@@ -275,9 +288,11 @@ class VirtualHost:
         if default_type and self.default_queue_type and "x-queue-type" not in arguments:
             arguments = self._with_default_type(arguments, durable, exclusive, auto_delete)
         queue_type = declared_type(arguments)
-        if (server_named or not name) and not SERVER_NAMED.get(queue_type, True):
+        cls = QUEUE_CLASSES.get(queue_type)
+        if (server_named or not name) and not getattr(cls, "server_named_ok", True):
+            # First, as RabbitMQ's channel checks it (before the name or the arguments).
             raise PreconditionFailed(
-                f"Cannot declare a server-named queue for type {RABBIT_TYPE_NAMES[queue_type]}"
+                f"Cannot declare a server-named queue for type {cls.type_module}"  # type: ignore[union-attr]
             )
         existing = self.queues.get(name) if name else None
         if existing is not None:

@@ -75,4 +75,12 @@ ALLOWED: list[Allowed] = [
         "differences.md#amqp-channel-max",
         "a channel number above channel_max is refused, as the spec defines channel-max",
     ),
+    Allowed(
+        "quorum.counts_and_purge",
+        "value",
+        "steps.6.reply.consumer_count",
+        "differences.md#quorum-consumer-count-gets",
+        "a basic.get awaiting its ack is not counted as a consumer (RabbitMQ 3.10's quorum "
+        "queues count it)",
+    ),
 ]

@@ -51,7 +51,7 @@ from leveret.broker import dead_letter
 from leveret.broker.durability import WriteBarrier
 from leveret.broker.errors import NotSupported, PreconditionFailed, ResourceLocked
 from leveret.broker.message import Message
-from leveret.broker.queue_args import QueueOptions
+from leveret.broker.queue_args import TYPE_ARGUMENTS, QueueOptions
 from leveret.broker.queues.classic import ClassicQueue, QueueEntry, ReadyMessages
 from leveret.protocol.fieldtable import Long, encode_value, join_table, split_table
 from leveret.protocol.properties import FLAG_HEADERS, rewrite_header, split_properties
@@ -118,6 +118,11 @@ class _DeadLettering:
 
 class QuorumQueue(ClassicQueue):
     queue_type = "quorum"
+    # RabbitMQ's module name, in its texts ("... for type rabbit_quorum_queue")
+    type_module = "rabbit_quorum_queue"
+    server_named_ok = False  # "Cannot declare a server-named queue for type ..."
+    # Redeclaration compares these, in this order (RabbitMQ's list for quorum queues).
+    equivalence_args = TYPE_ARGUMENTS["quorum"]
     # The store keeps every message of this queue, persistent or not.
     persists_all = True
     # basic.consume's `exclusive` flag is ignored, as RabbitMQ 3.10's quorum queues do.
