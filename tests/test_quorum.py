@@ -1113,3 +1113,95 @@ def test_quorum_delivery_limit_flag_and_file(tmp_path):
     path = tmp_path / "leveret.toml"
     path.write_text("quorum_delivery_limit = 20\n")
     assert load(str(path)) == {"quorum_delivery_limit": 20}
+
+
+# --- Prometheus: dead-lettering counters by strategy ------------------------------------------
+
+
+def _dead_lettered(metrics_url: str) -> dict[tuple[str, str], float]:
+    """rabbitmq_global_messages_dead_lettered_<reason>_total of quorum queues, by
+    (reason, dead_letter_strategy)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    out = {}
+    line = re.compile(r"^rabbitmq_global_messages_dead_lettered_(\w+)_total\{([^}]*)\} (\S+)$")
+    for match in re.finditer(line.pattern, text, flags=re.M):
+        reason, labels, value = match.groups()
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))  # in any order
+        if fields.get("queue_type") == "rabbit_quorum_queue":
+            out[(reason, fields["dead_letter_strategy"])] = float(value)
+    return out
+
+
+def _dead_letter_counts(amqp: str, metrics_url: str) -> None:
+    from conftest import connection_params
+
+    before = _dead_lettered(metrics_url)
+    conn = pika.BlockingConnection(connection_params(amqp))
+    try:
+        ch = conn.channel()
+        token = f"qq-dl-{time.monotonic_ns()}"
+        ch.exchange_declare(token, "fanout")
+        ch.queue_declare(token + ".dlq")
+        ch.queue_bind(token + ".dlq", token)
+        alo = {
+            "x-dead-letter-exchange": token,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        }
+        cases = [
+            (token + ".none", {}),  # rejected, disabled
+            (token + ".amo", {"x-dead-letter-exchange": token}),  # rejected, at_most_once
+            (token + ".alo", alo),  # rejected, at_least_once; then confirmed
+        ]
+        for q, args in cases:
+            declare(ch, q, **args)
+            publish(ch, q, ["m"])
+            method, _p, _b = ch.basic_get(q)
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        limited = token + ".limit"
+        declare(ch, limited, **{"x-delivery-limit": 0})  # delivery_limit, disabled
+        publish(ch, limited, ["m"])
+        method, _p, _b = ch.basic_get(limited)
+        ch.basic_nack(method.delivery_tag, requeue=True)
+        want = {
+            ("rejected", "disabled"): 1,
+            ("rejected", "at_most_once"): 1,
+            ("rejected", "at_least_once"): 1,
+            ("confirmed", "at_least_once"): 1,
+            ("delivery_limit", "disabled"): 1,
+        }
+        deadline = time.monotonic() + 15  # RabbitMQ's counters follow its queues' ticks
+        while True:
+            after = _dead_lettered(metrics_url)
+            got = {k: after.get(k, 0) - before.get(k, 0) for k in want}
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for q in [c[0] for c in cases] + [limited, token + ".dlq"]:
+            ch.queue_delete(q)
+        ch.exchange_delete(token)
+    finally:
+        conn.close()
+    assert got == want
+
+
+def test_dead_lettering_counters_by_strategy():
+    """What a test run does alone: another client dead-lettering quorum messages at the
+    same time (a shared RabbitMQ) would count too."""
+    from conftest import EXTERNAL_URL
+    from leveret.config import ServerConfig
+    from leveret.testing import embedded_broker
+
+    if EXTERNAL_URL:
+        import os
+
+        metrics = os.environ.get("LEVERET_TEST_PROMETHEUS", "http://127.0.0.1:15693/metrics")
+        _dead_letter_counts(EXTERNAL_URL, metrics)
+        return
+    with embedded_broker(ServerConfig(port=0, persistence=False, prometheus_port=0)) as broker:
+        metrics = f"http://127.0.0.1:{broker.server.prometheus.port}/metrics"
+        _dead_letter_counts(f"amqp://guest:guest@127.0.0.1:{broker.port}/%2F", metrics)

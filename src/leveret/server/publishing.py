@@ -406,6 +406,7 @@ def _stores_transient(queues: list) -> bool:
     confirm of a transient message also waits for the fsync. Asked of transient
     messages only."""
     for queue in queues:
-        if queue.persists_all:
+        # (getattr: a delayed exchange's DelayedMessages stands in the list as a queue)
+        if getattr(queue, "persists_all", False):
             return True
     return False

@@ -337,8 +337,10 @@ class QuorumQueue(ClassicQueue):
 
     def _dead_letter_entry(self, entry: QueueEntry, reason: str) -> None:
         if self.at_least_once:
+            dead_letter.count(self.vhost, self, reason, strategy="at_least_once")
             self._dead_letter_at_least_once(entry, reason)
             return
+        dead_letter.count(self.vhost, self, reason)
         if self.options.dead_letter_exchange is not None:
             dead_letter.dead_letter(self.vhost, self, self.with_body(entry), reason)
         self.vhost.on_message_removed(self, entry)
@@ -394,6 +396,7 @@ class QuorumQueue(ClassicQueue):
             return
         self.dead_lettering_bytes -= pending.message.size
         self.vhost.on_message_removed(self, entry)
+        dead_letter.count(self.vhost, self, "confirmed", strategy="at_least_once")
         if self.rejecting:
             self._check_rejecting()
 
