@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
+import pika
 import pytest
 
-from .cluster_support import Cluster, needs_etcd
+from .cluster_support import LEASE, Cluster, needs_etcd
 from .test_failover import PikaPublisher, _connect
 
 pytestmark = [needs_etcd, pytest.mark.slow]
@@ -58,3 +60,42 @@ def test_stream_offsets_survive_leader_sigkill(cluster: Cluster) -> None:
     for value in values:
         assert value not in seen or value in publisher.retried, f"duplicate of confirmed {value}"
         seen.add(value)
+
+
+def test_stream_delivers_only_what_the_followers_hold(cluster: Cluster) -> None:
+    """A record the followers do not hold yet (a failover could take it back, and give
+    its offset to another message) is not delivered, nor counted by the tail offsets;
+    it is once they hold it."""
+    leader = cluster.wait_leader()
+    followers = [n for n in cluster.nodes if n is not leader]
+    publisher = PikaPublisher([leader.url], "held", {"x-queue-type": "stream"})
+    for _ in range(5):
+        publisher.publish_one()
+    for node in followers:
+        node.signal(signal.SIGSTOP)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(leader.url))
+        ch = conn.channel()
+        for value in range(5, 10):  # no confirms: they are written on the leader only
+            ch.basic_publish("", "held", str(value).encode(), pika.BasicProperties(delivery_mode=2))
+        ch.basic_qos(prefetch_count=100)
+        got: list[tuple[int, int]] = []
+
+        def on_message(channel, method, props, body):  # noqa: ANN001
+            got.append((props.headers["x-stream-offset"], int(body)))
+            channel.basic_ack(method.delivery_tag)
+
+        ch.basic_consume("held", on_message, arguments={"x-stream-offset": "first"})
+        end = time.monotonic() + 2 * LEASE
+        while time.monotonic() < end:
+            conn.process_data_events(0.1)
+        assert got == [(i, i) for i in range(5)], "a record the followers lack was delivered"
+    finally:
+        for node in followers:
+            node.signal(signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while len(got) < 10 and time.monotonic() < deadline:
+        conn.process_data_events(0.1)
+    conn.close()
+    publisher.close()
+    assert got == [(i, i) for i in range(10)], "held records not delivered once replicated"

@@ -76,15 +76,16 @@ def answer(vhost: VirtualHost, body: bytes) -> dict[str, Any]:
         if not isinstance(queue, StreamQueue):
             return _error("not_found", f"no stream '{name}' in vhost '{vhost.name}'")
         log = queue.log
+        end = log.readable_end()  # `next`, but what a cluster's followers hold
         partitions.append(
             {
                 "stream": name,
                 "first": log.first,
-                "next": log.next,
+                "next": end,
                 "first_timestamp": log.first_timestamp,
                 "last_timestamp": log.last_timestamp,
                 "offset_for_timestamp": (
-                    log.offset_for_timestamp(timestamp) if timestamp is not None else None
+                    min(log.offset_for_timestamp(timestamp), end) if timestamp is not None else None
                 ),
             }
         )

@@ -1242,17 +1242,21 @@ class Consumer:
             if not self.no_ack:
                 self._hand_back(message)
             return
-        if self.offset is not None and self.last_offset is not None:
-            # A resumed stream consumer: a broker may start at the chunk holding
-            # the requested offset; what the code already had is skipped.
+        callback = self._callback
+        if self.offset is not None:
             offset = message.offset
-            if offset is not None and offset <= self.last_offset:
+            last = self.last_offset
+            if offset is not None and last is not None and offset <= last:
+                # A resumed stream consumer: a broker may start at the chunk holding
+                # the requested offset; what the code already had is skipped.
                 message.ack()
                 return
-        callback = self._callback
-        if callback is not None:
-            if self.offset is not None:
-                self._handed_out(message)
+            if callback is not None:
+                if offset is not None:
+                    self.last_offset = offset
+                callback(message)
+                return
+        elif callback is not None:
             callback(message)
             return
         self._buffer.append(message)

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from leveret.client.errors import MessageStateError
-from leveret.protocol.properties import BasicProperties
+from leveret.protocol.properties import BasicProperties, stream_offset
 
 if TYPE_CHECKING:
     from leveret.client.channel import Channel
@@ -122,8 +122,12 @@ class Message:
     @property
     def offset(self) -> int | None:
         """The stream offset (the x-stream-offset header of stream deliveries)."""
+        if self._properties is None:
+            header = self._header
+            # read from the raw header: the other properties stay undecoded
+            return stream_offset(header) if header else None
         value = self.headers.get("x-stream-offset")
-        return value if isinstance(value, int) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.body.decode(encoding)

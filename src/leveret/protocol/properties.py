@@ -163,6 +163,10 @@ def headers_table(payload: bytes, flags: int) -> dict[str, Any] | None:
 
 _CONTENT_HEADER_FRAME = struct.Struct(">BHIHHQ")  # type, channel, size, class, weight, body
 _TIMESTAMP = struct.Struct(">Q")
+# a headers table holding only x-stream-offset (a long), as stream deliveries of
+# messages without headers carry it: size 25, key, type 'l', then the 8-byte value
+_OFFSET_ONLY_TABLE = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
+_OFFSET = struct.Struct(">q")
 _SHORT_FIELDS = {
     "content_type": FLAG_CONTENT_TYPE,
     "content_encoding": FLAG_CONTENT_ENCODING,
@@ -317,8 +321,14 @@ class BasicProperties:
                     setattr(props, name, payload[pos + 1 : pos + 1 + n].decode())
                     pos += 1 + n
             if flags & FLAG_HEADERS:
-                size, props.headers = pamqp_decode.field_table(payload[pos:])
-                pos += size
+                if payload[pos : pos + 21] == _OFFSET_ONLY_TABLE:
+                    # a stream delivery of a message without headers of its own:
+                    # {x-stream-offset: long}, without the generic table decoder
+                    props.headers = {"x-stream-offset": _OFFSET.unpack_from(payload, pos + 21)[0]}
+                    pos += 29
+                else:
+                    size, props.headers = pamqp_decode.field_table(payload[pos:])
+                    pos += size
             if flags & FLAG_DELIVERY_MODE:
                 props.delivery_mode = payload[pos]
                 pos += 1
@@ -342,6 +352,27 @@ class BasicProperties:
         except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError) as exc:
             raise FrameError(SYNTAX_ERROR, f"malformed content header properties: {exc}") from None
         return props
+
+
+def stream_offset(payload: bytes) -> int | None:
+    """The `x-stream-offset` header of a content header payload (a stream delivery's
+    offset), or None; reads only the headers table, and that without decoding it
+    when it holds nothing else (the usual stream delivery)."""
+    try:
+        flags = _HEADER_HEAD.unpack_from(payload)[3]
+        if not flags & FLAG_HEADERS:
+            return None
+        pos = 14
+        if flags & FLAG_CONTENT_TYPE:
+            pos += 1 + payload[pos]
+        if flags & FLAG_CONTENT_ENCODING:
+            pos += 1 + payload[pos]
+        if payload[pos : pos + 21] == _OFFSET_ONLY_TABLE:
+            return _OFFSET.unpack_from(payload, pos + 21)[0]
+    except (struct.error, IndexError):
+        raise FrameError(SYNTAX_ERROR, "malformed content header properties") from None
+    value = (BasicProperties.decode(payload).headers or {}).get("x-stream-offset")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _octet(value: int, name: str) -> bytes:

@@ -164,8 +164,14 @@ class StreamLog:
         self._pending: list[Callable[[BaseException | None], None]] = []
         self._syncing = False
         self.closed = False
+        # Called (on the loop) when `readable_end()` moved on: the queue dispatches.
+        self.on_readable: Callable[[], None] | None = None
         os.makedirs(directory, exist_ok=True)
         self._open()
+        # Everything below this offset is durable (and, on a cluster leader, held
+        # by the followers). A leader's log starts with nothing readable: what it
+        # held when it was elected is readable once its followers hold it too.
+        self._durable_next = self.next if replica.TAP is None else 0
 
     # --- open and recover ---------------------------------------------------
 
@@ -400,6 +406,23 @@ class StreamLog:
             removed += 1
         return removed
 
+    def readable_end(self) -> int:
+        """The offset below which readers may read (and the tail-offsets `next`).
+
+        On a single node that is every record written (`next`): a record in the
+        file survives a crash of the process. On a cluster leader it is what the
+        followers hold: a record a failover could take back is never delivered,
+        so offsets a consumer has seen stay the same on every node (Kafka's high
+        watermark, RabbitMQ's stream commit offset). Asking arms a sync that
+        moves it on (and calls `on_readable`).
+        """
+        if replica.TAP is None or not self.fsync:
+            return self.next
+        end = self._durable_next
+        if end < self.next and not self._pending and not self._syncing and not self.closed:
+            self.when_durable(_noop)
+        return end
+
     def when_durable(self, done: Callable[[BaseException | None], None]) -> None:
         """Call `done` once everything appended so far is fsynced (group commit)."""
         if not self.fsync:
@@ -428,10 +451,14 @@ class StreamLog:
             return
         fds = [*self._retired, self._fd]
         retired, self._retired = self._retired, []
+        upto = self.next  # every record below it is in the file now
 
         def finished(error: BaseException | None) -> None:
             for fd in retired:
                 os.close(fd)
+            moved = error is None and upto > self._durable_next
+            if moved:
+                self._durable_next = upto
             if self.closed:
                 for fd in self._close_after_sync:
                     os.close(fd)
@@ -442,6 +469,8 @@ class StreamLog:
                 self._sync()
             else:
                 self._syncing = False
+            if moved and self.on_readable is not None and replica.TAP is not None:
+                self.on_readable()  # last: a read it makes may arm the next sync
 
         if self._submit_sync is not None:
             try:
@@ -532,6 +561,10 @@ def _fsync_all(fds: list[int]) -> None:
         os.fsync(fd)
 
 
+def _noop(error: BaseException | None) -> None:
+    return None
+
+
 class StreamReader:
     """A cursor: reads records in order from `offset`, across segments.
 
@@ -597,7 +630,8 @@ class StreamReader:
     def read(self, n: int) -> list[Record]:
         """Up to `n` records from the cursor; fewer at the end of the log."""
         out: list[Record] = []
-        if self.offset >= self.log.next:
+        end = self.log.readable_end()
+        if self.offset >= end:
             return out
         if self.log._buf:
             self.log.flush()
@@ -605,7 +639,7 @@ class StreamReader:
         if seg is None or seg not in self.log.segments or self.offset < seg.first:
             if not self._seek():
                 return out
-        while len(out) < n and self.offset < self.log.next:
+        while len(out) < n and self.offset < end:
             seg = self._seg
             assert seg is not None
             if self.offset >= seg.next:

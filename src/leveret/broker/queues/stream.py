@@ -191,6 +191,7 @@ class StreamQueue(Queue):
             max_age_ms=parse_age(arguments["x-max-age"]) if "x-max-age" in arguments else None,
             sync=None if self._scratch else vhost.hooks.stream_sync(),
         )
+        self.log.on_readable = self._on_readable
         self._readers: dict[Consumer, Any] = {}
         self._last_header = b""  # one-entry cache for _offset_header_parts
         self._header_parts = (b"", b"")
@@ -320,6 +321,11 @@ class StreamQueue(Queue):
             raise PreconditionFailed(f"consumer prefetch count is not set for '{self.describe()}'")
         if "x-stream-offset" in args:
             self.start_offset(args["x-stream-offset"])  # raises if malformed
+
+    def _on_readable(self) -> None:
+        """A cluster leader's followers now hold more of the log: deliver it."""
+        if self.consumers and not self.deleted:
+            self.dispatch()
 
     def start_offset(self, spec: Any) -> int:
         """Where a consumer with this `x-stream-offset` starts reading."""
