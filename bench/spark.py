@@ -7,18 +7,23 @@
 Starts `leveret server` as a subprocess (or uses --uri), fills a super stream, then
 measures, alternating the order each run:
 
-- raw: one connection consuming every partition from `first` (the connector's own client,
-  no Spark), messages per second;
+- raw: one connection consuming every partition from `first` (leveret.client's asyncio
+  stream consumer, as a Spark task uses it, without Spark), messages per second;
 - batch: `spark.read.format("leveret")...load()` aggregated over every row;
 - streaming: `readStream` with Trigger.AvailableNow into the `noop` sink.
 
 Spark's figures are from the start of the action to its end (the session is warm); the
 bar of issue 9 is batch >= raw x cores / 2. Prints a Markdown table with medians.
+
+To compare two versions of the connector, fill once and point both at the same broker:
+`--uri URL --no-fill --messages N` (the super stream holds N messages), each run with
+PYTHONPATH on the version's `src` (its Spark workers import the same).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import socket
 import statistics
@@ -28,9 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pamqp import commands
-
-from leveret.spark._amqp import Client
+from leveret.client import OutgoingMessage, connect
+from leveret.client.blocking import connect as blocking_connect
 
 SUPER = "bench-spark"
 
@@ -68,62 +72,67 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen, str]:
 
 def fill(uri: str, messages: int, size: int, partitions: int) -> float:
     """Declare the super stream and publish `messages` bodies round-robin; returns msg/s."""
-    with Client(uri, timeout=60).connect() as c:
-        c.call(
-            commands.Exchange.Declare(exchange=SUPER, exchange_type="direct", durable=True),
-            commands.Exchange.DeclareOk,
-        )
+    with blocking_connect(uri) as conn:
+        ch = conn.channel()
+        ch.declare_exchange(SUPER, "direct", durable=True)
         for i in range(partitions):
-            c.call(
-                commands.Queue.Declare(
-                    queue=f"{SUPER}-{i}", durable=True, arguments={"x-queue-type": "stream"}
-                ),
-                commands.Queue.DeclareOk,
-            )
-            c.call(
-                commands.Queue.Bind(
-                    queue=f"{SUPER}-{i}",
-                    exchange=SUPER,
-                    routing_key=str(i),
-                    arguments={"x-stream-partition-order": i},
-                ),
-                commands.Queue.BindOk,
-            )
-        c.confirm_select()
+            ch.declare_queue(f"{SUPER}-{i}", durable=True, arguments={"x-queue-type": "stream"})
+            ch.bind_queue(f"{SUPER}-{i}", SUPER, str(i), {"x-stream-partition-order": i})
         body = b"x" * size
         keys = [str(i) for i in range(partitions)]
         began = time.perf_counter()
-        for n in range(messages):
-            c.publish(SUPER, keys[n % partitions], body)
-            if c.outstanding() >= 5000:
-                c.flush()
-                while c.outstanding() >= 2500:
-                    c.read_one()
-        c.wait_for_confirms(120)
+        for start in range(0, messages, 10000):
+            batch = (
+                OutgoingMessage(body, keys[n % partitions])
+                for n in range(start, min(start + 10000, messages))
+            )
+            ch.publish_many(batch, exchange=SUPER, window=5000)
         return messages / (time.perf_counter() - began)
 
 
 def raw_consume(uri: str, partitions: int, per_partition: int, prefetch: int) -> float:
     """One connection, partition after partition from offset 0: msg/s."""
-    got = 0
-    began = time.perf_counter()
-    with Client(uri, timeout=60).connect() as c:
-        c.qos(prefetch)
+
+    async def run() -> float:
+        began = time.perf_counter()
+        conn = await connect(uri, heartbeat=0)
+        channel = await conn.channel(confirms=False)
+        got = 0
         for i in range(partitions):
-            c.consume(f"{SUPER}-{i}", {"x-stream-offset": 0}, tag=f"p{i}")
-            seen = 0
-            unacked = 0
-            for d in c.deliveries():
+            done = asyncio.get_running_loop().create_future()
+            seen = unacked = 0
+
+            def on_message(m, done=done) -> None:  # noqa: ANN001
+                nonlocal seen, unacked
+                m.offset  # noqa: B018 - what a task reads of every delivery
                 seen += 1
                 unacked += 1
                 if unacked >= prefetch // 2:
-                    c.ack(d.delivery_tag, multiple=True)
+                    m.ack(multiple=True)
                     unacked = 0
-                if seen == per_partition:
-                    break
-            c.call(commands.Basic.Cancel(consumer_tag=f"p{i}"), commands.Basic.CancelOk)
+                if seen == per_partition and not done.done():
+                    done.set_result(None)
+
+            consumer = channel.consume(
+                f"{SUPER}-{i}", prefetch=prefetch, offset=0, on_message=on_message
+            )
+            await consumer.start()
+            await done
+            await consumer.cancel()
             got += seen
-    return got / (time.perf_counter() - began)
+        await conn.close()
+        return got / (time.perf_counter() - began)
+
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 def spark_session(cores: int):
@@ -191,6 +200,8 @@ def main() -> None:
     p.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--prefetch", type=int, default=2000)
+    p.add_argument("--no-fill", action="store_true", help="the super stream is filled already")
+    p.add_argument("--only", help="comma-separated subset of raw,batch,streaming")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="leveret-bench-spark-"))
     proc = None
@@ -198,12 +209,13 @@ def main() -> None:
     if not uri:
         proc, uri = start_broker(work / "data")
     try:
-        publish_rate = fill(uri, args.messages, args.size, args.partitions)
-        print(
-            f"filled {args.messages} x {args.size} B into {args.partitions} partitions: "
-            f"{publish_rate:,.0f} msg/s published with confirms",
-            flush=True,
-        )
+        if not args.no_fill:
+            publish_rate = fill(uri, args.messages, args.size, args.partitions)
+            print(
+                f"filled {args.messages} x {args.size} B into {args.partitions} partitions: "
+                f"{publish_rate:,.0f} msg/s published with confirms",
+                flush=True,
+            )
         spark = spark_session(args.cores)
         extra = {"prefetch": str(args.prefetch)}
         spark_batch(spark, uri, args.messages, extra)  # warm-up: workers, JIT of the planner
@@ -212,6 +224,8 @@ def main() -> None:
         for run in range(args.runs):
             order = ["raw", "batch", "streaming"]
             order = order[run % 3 :] + order[: run % 3]
+            if args.only:
+                order = [n for n in order if n in args.only.split(",")]
             for name in order:
                 if name == "raw":
                     rate = raw_consume(uri, args.partitions, per, args.prefetch)
@@ -221,7 +235,7 @@ def main() -> None:
                     rate = spark_stream(spark, uri, args.messages, work / f"ck{run}", extra)
                 results[name].append(rate)
                 print(f"run {run + 1} {name:>9}: {rate:,.0f} msg/s", flush=True)
-        med = {k: statistics.median(v) for k, v in results.items()}
+        med = {k: statistics.median(v) if v else 0.0 for k, v in results.items()}
         bar = med["raw"] * args.cores / 2
         print()
         print(

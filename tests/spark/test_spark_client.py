@@ -1,27 +1,30 @@
-"""The connector's own small AMQP client against a real broker (Leveret, or RabbitMQ).
+"""The connector's AMQP side (leveret.client on a task's own loop) against a real broker.
 
-It decodes every delivery a Spark task reads, so its property decoding is checked field
-by field against what pika publishes.
+Every delivery a Spark task reads becomes Arrow columns, so the property columns are
+checked field by field against what pika (an independent encoder) publishes.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 
 import pika
 import pytest
 
 from conftest import connection_params
-from leveret.spark._amqp import (
-    ChannelClosed,
-    Client,
+from leveret.client import connect
+from leveret.spark._client import (
     ConnectFailed,
     LoginRefused,
-    decode_properties,
+    TaskLoop,
+    close_quietly,
+    open_connection,
 )
+from leveret.spark.rows import BatchBuilder
 
 
-def test_every_basic_property_and_header_type_decodes(amqp_url, names):
+def test_every_basic_property_becomes_its_column(amqp_url, names):
     q = names.queue("client")
     conn = pika.BlockingConnection(connection_params(amqp_url))
     ch = conn.channel()
@@ -56,66 +59,84 @@ def test_every_basic_property_and_header_type_decodes(amqp_url, names):
     )
     ch.basic_publish("", q, b"body", props)
     ch.basic_publish("", q, b"", pika.BasicProperties())
-    with Client(amqp_url).connect() as c:
-        c.qos(10)
-        c.consume(q)
-        it = c.deliveries()
-        first, second = next(it), next(it)
-    p = first.properties
-    assert first.body == b"body" and first.routing_key == q and first.exchange == ""
-    assert (p.content_type, p.content_encoding, p.delivery_mode, p.priority) == (
+    conn.close()
+
+    async def take_two():
+        c = await connect(amqp_url)
+        try:
+            channel = await c.channel()
+            got = []
+            async for m in channel.consume(q):
+                got.append(m)
+                m.ack()
+                if len(got) == 2:
+                    return got
+        finally:
+            await c.close()
+
+    with TaskLoop() as tl:
+        first, second = tl.run(take_two())
+    rows = BatchBuilder("p", include_headers=True)
+    rows.add(12, first)
+    rows.add(13, second)
+    table = rows.take().to_pylist()
+    one, two = table
+    assert (one["partition"], one["offset"], one["body"], one["routing_key"]) == (
+        "p",
+        12,
+        b"body",
+        q,
+    )
+    assert one["timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    p = one["properties"]
+    assert (p["content_type"], p["content_encoding"], p["delivery_mode"], p["priority"]) == (
         "application/json",
         "gzip",
         2,
         4,
     )
-    assert (p.correlation_id, p.reply_to, p.expiration, p.message_id) == (
+    assert (p["correlation_id"], p["reply_to"], p["expiration"], p["message_id"]) == (
         "corr",
         "replies",
         "60000",
         "mid",
     )
-    assert (p.timestamp, p.type, p.user_id, p.app_id) == (1_700_000_000, "kind", "guest", "app")
-    h = p.headers
-    assert h["s"] == "text" and h["i"] == 7 and h["neg"] == -3 and h["big"] == 2**40
-    assert h["b"] is True and h["d"] == decimal.Decimal("1.25")
-    assert h["t"] == {"nested": "x"} and h["a"] == [1, "two"] and h["bytes"] == b"\x00\x01"
-    assert h["x-stream-offset"] == 12
-    assert second.body == b"" and second.properties.headers is None
-    assert second.properties.timestamp is None
-    conn.close()
+    assert (p["type"], p["user_id"], p["app_id"]) == ("kind", "guest", "app")
+    h = dict(one["headers"])
+    assert h["s"] == "text" and h["i"] == "7" and h["neg"] == "-3" and h["big"] == str(2**40)
+    assert h["b"] == "true" and h["d"] == "1.25" and h["bytes"] == "\x00\x01"
+    assert h["t"] == '{"nested": "x"}' and h["a"] == '[1, "two"]'
+    assert "x-stream-offset" not in h  # it is the offset column
+    assert two["body"] == b"" and two["headers"] is None and two["timestamp"] is None
 
 
-def test_the_usual_stream_delivery_header_takes_the_fast_path():
-    # flags: headers only; a table with the one long x-stream-offset = 42
-    table = b"\x0fx-stream-offsetl" + (42).to_bytes(8, "big")
-    payload = b"\x20\x00" + len(table).to_bytes(4, "big") + table
-    assert decode_properties(payload, 0).headers == {"x-stream-offset": 42}
-    assert decode_properties(b"\x00\x00", 0).headers is None
+def test_errors_name_the_broker_and_the_step(amqp_url):
+    async def attempt(uri, **kwargs):
+        conn = await open_connection(uri, 5, "test", **kwargs)
+        await close_quietly(conn)
+
+    with TaskLoop() as tl:
+        with pytest.raises(ConnectFailed, match="cannot reach the AMQP broker at 127.0.0.1:1"):
+            tl.run(attempt("amqp://guest:guest@127.0.0.1:1/%2F"))
+        with pytest.raises(LoginRefused, match="user 'guest'"):
+            tl.run(attempt(amqp_url.replace("guest:guest", "guest:nope")))
+        with pytest.raises(LoginRefused, match="vhost 'no-such-vhost'"):
+            tl.run(attempt(amqp_url.rsplit("/", 1)[0] + "/no-such-vhost"))
 
 
-def test_errors_name_the_broker_and_the_step(amqp_url, names):
-    with pytest.raises(ConnectFailed, match="cannot reach the AMQP broker at 127.0.0.1:1"):
-        Client("amqp://guest:guest@127.0.0.1:1/%2F", timeout=2).connect()
-    with pytest.raises(LoginRefused, match="user 'guest'"):
-        Client(amqp_url.replace("guest:guest", "guest:nope"), timeout=5).connect()
-    with pytest.raises(LoginRefused, match="vhost 'no-such-vhost'"):
-        Client(amqp_url.rsplit("/", 1)[0] + "/no-such-vhost", timeout=5).connect()
-    with Client(amqp_url).connect() as c, pytest.raises(ChannelClosed, match="404"):
-        c.consume(names.queue("missing"))
+def test_several_hosts_in_the_uri(amqp_url):
+    """A cluster's nodes in one URI: the first that answers is used."""
+    host = amqp_url.split("@", 1)[1].split("/", 1)[0]
+    uri = amqp_url.replace(host, f"127.0.0.1:1,{host}")
 
+    async def which():
+        conn = await open_connection(uri, 5, "test")
+        try:
+            return f"{conn.host}:{conn.port}"
+        finally:
+            await close_quietly(conn)
 
-def test_confirms_and_returns(amqp_url, names):
-    q = names.queue("client")
-    conn = pika.BlockingConnection(connection_params(amqp_url))
-    conn.channel().queue_declare(q)
-    with Client(amqp_url).connect() as c:
-        c.confirm_select()
-        for i in range(1000):
-            c.publish("", q, str(i).encode())
-        c.publish("", names.queue("nowhere"), b"lost", mandatory=True)
-        c.wait_for_confirms(10)
-        assert c.outstanding() == 0 and not c.nacked
-        assert [r.reply_code for r in c.returned] == [312]
-    assert conn.channel().queue_declare(q, passive=True).method.message_count == 1000
-    conn.close()
+    with TaskLoop() as tl:
+        assert tl.run(which()) == host
+        with pytest.raises(ConnectFailed, match="127.0.0.1:1,127.0.0.1:2"):
+            tl.run(open_connection("amqp://127.0.0.1:1,127.0.0.1:2/%2F", 2, "test"))

@@ -23,8 +23,8 @@ from spark_support import (
     stream_broker,
 )
 
-from leveret.spark._amqp import Client
-from leveret.spark._tail import stream_offsets
+from leveret.spark.options import parse_read
+from leveret.spark.reader import fetch_tails
 
 pytestmark = [pytest.mark.spark, pytest.mark.leveret_only]
 
@@ -143,8 +143,7 @@ def test_a_task_failing_once_in_a_micro_batch_leaves_the_output_exact(spark, url
 
 
 def tails(url: str, stream: str):
-    with Client(url).connect() as client:
-        return stream_offsets(client, streams=[stream])[0]
+    return fetch_tails(parse_read({"uri": url, "stream": stream}, streaming=False))[0]
 
 
 def test_retention_with_fail_on_data_loss_both_ways(spark, url, tmp_path):

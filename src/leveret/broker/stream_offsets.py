@@ -19,6 +19,7 @@ declared there, so RabbitMQ returns such a mandatory publish with 312 NO_ROUTE.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.queues.stream import StreamQueue
@@ -45,6 +46,42 @@ def super_stream_partitions(vhost: VirtualHost, name: str) -> list[str] | None:
             order = binding.arguments.get("x-stream-partition-order", len(found))
             found.append((order, dest.name))
     return [n for _, n in sorted(found)]
+
+
+def when_readable(vhost: VirtualHost, body: bytes, then: Callable[[], None]) -> None:
+    """Call `then` once the records the asked streams hold now are readable.
+
+    At once on a single node. On a cluster leader a stream's `next` is what the
+    followers hold (StreamLog.readable_end), which lags the log by a replication
+    round trip, and by the followers' catching up just after an election: waiting
+    makes the answer count every record published before the request.
+    """
+    try:
+        request = json.loads(body)
+        if "super_stream" in request:
+            names = super_stream_partitions(vhost, request["super_stream"]) or []
+        else:
+            names = [n for n in request.get("streams") or [] if isinstance(n, str)]
+    except (ValueError, UnicodeDecodeError, TypeError, AttributeError):
+        names = []
+    logs = []
+    for name in names:
+        queue = vhost.queues.get(name)
+        if isinstance(queue, StreamQueue) and queue.log.readable_end() < queue.log.next:
+            logs.append(queue.log)
+    if not logs:
+        then()
+        return
+    left = len(logs)
+
+    def one(_error: BaseException | None) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            then()  # an error (a failed fsync) answers with what is readable
+
+    for log in logs:
+        log.when_durable(one)
 
 
 def answer(vhost: VirtualHost, body: bytes) -> dict[str, Any]:
@@ -76,7 +113,8 @@ def answer(vhost: VirtualHost, body: bytes) -> dict[str, Any]:
         if not isinstance(queue, StreamQueue):
             return _error("not_found", f"no stream '{name}' in vhost '{vhost.name}'")
         log = queue.log
-        end = log.readable_end()  # `next`, but what a cluster's followers hold
+        # `next`, but on a cluster leader what its followers hold (readable_end)
+        end = max(log.readable_end(), log.first)
         partitions.append(
             {
                 "stream": name,

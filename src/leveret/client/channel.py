@@ -1072,18 +1072,28 @@ class Channel:
         exchange: str | Exchange = "",
         *,
         timeout: float = 30.0,
+        mandatory: bool = False,
         properties: BasicProperties | None = None,
         **property_values: Any,
     ) -> Message:
         """Publish a request with a correlation id and await its reply (direct reply-to).
 
         The responder publishes its reply to the request's `reply_to` with the
-        same `correlation_id`; `serve()` is such a responder.
+        same `correlation_id`; `serve()` is such a responder. With `mandatory`
+        (on a confirm channel) a request no queue takes raises MessageReturned
+        at once instead of an RPCTimeout later.
         """
         from leveret.client.rpc import rpc_call
 
         return await rpc_call(
-            self, body, routing_key, _name(exchange), timeout, properties, property_values
+            self,
+            body,
+            routing_key,
+            _name(exchange),
+            timeout,
+            properties,
+            property_values,
+            mandatory,
         )
 
     def serve(self, queue: str | Queue, handler: Any, *, prefetch: int = 100) -> Any:
@@ -1152,6 +1162,12 @@ class Consumer:
     @property
     def queue_name(self) -> str:
         return _name(self.queue)
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the consumer ended, if it did so by an error (its queue deleted, its
+        channel or connection closed for good); None while it runs."""
+        return self._error
 
     def _consume_method(self) -> Any:
         args = dict(self.arguments)

@@ -70,6 +70,7 @@ async def rpc_call(
     timeout: float,
     properties: BasicProperties | None,
     values: dict[str, Any],
+    mandatory: bool = False,
 ) -> Message:
     rc = await _reply_consumer(channel)
     correlation_id = uuid.uuid4().hex
@@ -79,7 +80,9 @@ async def rpc_call(
     fut: asyncio.Future[Message] = channel.connection._loop.create_future()
     rc.calls[correlation_id] = fut
     try:
-        await channel.publish(body, routing_key, exchange, properties=props, timeout=timeout)
+        await channel.publish(
+            body, routing_key, exchange, properties=props, timeout=timeout, mandatory=mandatory
+        )
         return await asyncio.wait_for(fut, timeout)
     except TimeoutError:
         raise RPCTimeout(

@@ -32,9 +32,8 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from pamqp import commands
-
-from leveret.spark._amqp import ChannelClosed, Client, ConnectionLost
+from leveret.client import BasicProperties, ChannelClosed, OutgoingMessage
+from leveret.client.blocking import connect
 
 SUPER_STREAM = "clicks"
 PARTITIONS = 4
@@ -69,13 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _declare_exchange(uri: str, name: str, kind: str, arguments: dict | None = None) -> bool:
     """Declare an exchange on a connection of its own; False if the broker lacks the type."""
     try:
-        with Client(uri).connect() as c:
-            c.call(
-                commands.Exchange.Declare(
-                    exchange=name, exchange_type=kind, durable=True, arguments=arguments or {}
-                ),
-                commands.Exchange.DeclareOk,
-            )
+        with connect(uri) as conn:
+            conn.channel().declare_exchange(name, kind, durable=True, arguments=arguments or {})
         return True
     except ChannelClosed:
         return False
@@ -91,34 +85,16 @@ def setup(uri: str) -> dict:
     dedup = _declare_exchange(
         uri, RESULTS_EXCHANGE, "x-message-deduplication", {"x-cache-size": 100_000}
     ) or _declare_exchange(uri, RESULTS_EXCHANGE, "topic")
-    with Client(uri).connect() as c:
+    with connect(uri) as conn:
+        ch = conn.channel()
         for i in range(PARTITIONS):
             stream = f"{SUPER_STREAM}-{i}"
-            c.call(
-                commands.Queue.Declare(
-                    queue=stream, durable=True, arguments={"x-queue-type": "stream"}
-                ),
-                commands.Queue.DeclareOk,
-            )
-            c.call(
-                commands.Queue.Bind(
-                    queue=stream,
-                    exchange=SUPER_STREAM,
-                    routing_key=str(i),
-                    arguments={"x-stream-partition-order": i},
-                ),
-                commands.Queue.BindOk,
-            )
+            ch.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+            ch.bind_queue(stream, SUPER_STREAM, str(i), arguments={"x-stream-partition-order": i})
             if hashed:  # consistent-hash binding: the routing key is the partition's weight
-                c.call(
-                    commands.Queue.Bind(queue=stream, exchange=HASH_EXCHANGE, routing_key="1"),
-                    commands.Queue.BindOk,
-                )
-        c.call(commands.Queue.Declare(queue=RESULTS_QUEUE, durable=True), commands.Queue.DeclareOk)
-        c.call(
-            commands.Queue.Bind(queue=RESULTS_QUEUE, exchange=RESULTS_EXCHANGE, routing_key="#"),
-            commands.Queue.BindOk,
-        )
+                ch.bind_queue(stream, HASH_EXCHANGE, "1")
+        ch.declare_queue(RESULTS_QUEUE, durable=True)
+        ch.bind_queue(RESULTS_QUEUE, RESULTS_EXCHANGE, "#")
     if not hashed:
         print("  (no x-consistent-hash exchange: the producer picks partitions itself)")
     if not dedup:
@@ -149,17 +125,23 @@ def produce(uri: str, args: argparse.Namespace, start_ms: int, hashed: bool) -> 
     total = args.minutes * args.per_minute
     pace = args.seconds / total
     began = time.monotonic()
-    with Client(uri).connect() as c:
-        c.confirm_select()
-        props = commands.Basic.Properties(content_type="application/json", delivery_mode=2)
-        for n, event in enumerate(clicks(args.minutes, args.per_minute, start_ms), 1):
-            c.publish(*target(event["user"]), json.dumps(event).encode(), props)
-            if n % 500 == 0:
-                c.wait_for_confirms()
-                ahead = began + n * pace - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-        c.wait_for_confirms()
+    props = BasicProperties(content_type="application/json", delivery_mode=2)
+    events = clicks(args.minutes, args.per_minute, start_ms)
+    with connect(uri) as conn:
+        ch = conn.channel()
+        sent = 0
+        while sent < total:
+            batch = []
+            for event in events:
+                exchange, key = target(event["user"])
+                batch.append(OutgoingMessage(json.dumps(event).encode(), key, exchange, props))
+                if len(batch) == 500:
+                    break
+            ch.publish_many(batch)  # returns once every one is confirmed
+            sent += len(batch)
+            ahead = began + sent * pace - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
     return total
 
 
@@ -170,13 +152,12 @@ def tick(uri: str, start_ms: int, minutes: int, stop: threading.Event) -> None:
     last windows close only in a batch after the one that saw the late event time:
     these ticks make sure there is one, whatever the trigger and the no-data-batch setting.
     """
-    props = commands.Basic.Properties(content_type="application/json", delivery_mode=2)
+    props = BasicProperties(content_type="application/json", delivery_mode=2)
     late = {"id": "tick", "user": "u0", "page": END_PAGE, "ts": start_ms + (minutes + 2) * 60_000}
-    with Client(uri).connect() as c:
-        c.confirm_select()
+    with connect(uri) as conn:
+        ch = conn.channel()
         while not stop.is_set():
-            c.publish(SUPER_STREAM, "0", json.dumps(late).encode(), props)
-            c.wait_for_confirms()
+            ch.publish(json.dumps(late).encode(), "0", SUPER_STREAM, properties=props)
             stop.wait(1.0)
 
 
@@ -231,26 +212,20 @@ def start_job(spark, uri: str, out: Path):
 
 def print_results(uri: str, expected: int, stop: threading.Event, seen: dict) -> None:
     """The consumer: print each window's count as it arrives, until all clicks are counted."""
-    with Client(uri, timeout=1.0).connect() as c:
-        c.qos(100)
-        c.consume(RESULTS_QUEUE)
+    with connect(uri) as conn:
+        consumer = conn.channel().consume(RESULTS_QUEUE, prefetch=100)
         while not stop.is_set() and seen["clicks"] < expected:
             try:
-                for d in c.deliveries():
-                    r = json.loads(d.body)
-                    c.ack(d.delivery_tag)
-                    key = (r["minute"], r["page"])
-                    if key not in seen["windows"]:
-                        seen["windows"][key] = r["clicks"]
-                        seen["clicks"] += r["clicks"]
-                    print(
-                        f"  {r['minute'][11:16]}  {r['page']:<10} {r['clicks']:>6} clicks",
-                        flush=True,
-                    )
-                    if seen["clicks"] >= expected or stop.is_set():
-                        break
-            except ConnectionLost:
+                message = consumer.next_message(timeout=1.0)
+            except TimeoutError:
                 continue  # no delivery within a second: look at the stop flag again
+            r = json.loads(message.body)
+            message.ack()
+            key = (r["minute"], r["page"])
+            if key not in seen["windows"]:
+                seen["windows"][key] = r["clicks"]
+                seen["clicks"] += r["clicks"]
+            print(f"  {r['minute'][11:16]}  {r['page']:<10} {r['clicks']:>6} clicks", flush=True)
 
 
 @contextlib.contextmanager

@@ -265,9 +265,14 @@ class PublishMethods:
         if self.confirm_mode:
             self.publish_seq += 1
             self.conn.confirms_due(self)
-        props = request.properties
-        if not props.reply_to:
+        if not request.properties.reply_to:
             return  # nowhere to answer; like an unroutable publish without mandatory
+        stream_offsets.when_readable(
+            self.vhost, request.body or b"", lambda: self._reply_stream_offsets(request)
+        )
+
+    def _reply_stream_offsets(self, request: Message) -> None:
+        props = request.properties
         body = json.dumps(stream_offsets.answer(self.vhost, request.body or b"")).encode()
         reply_props = cmd.Basic.Properties(
             content_type="application/json", correlation_id=props.correlation_id

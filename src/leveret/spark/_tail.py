@@ -4,20 +4,20 @@ Why: the driver must know each partition's first and next offset without consumi
 Leveret answers a request published on the default exchange with the routing key
 `amq.leveret.stream-offsets`; RabbitMQ has no such queue, so the
 mandatory publish comes back NO_ROUTE and we say the broker is not Leveret.
+On a cluster, `next` is what the followers hold: the offsets a query plans can be read
+on any node that takes over.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 
-from pamqp import commands
-
-from leveret.spark._amqp import AmqpError, Client
+from leveret.client import ClientError, Connection, MessageReturned, RPCTimeout
+from leveret.spark._client import AmqpError, ConnectionLost, where
+from leveret.spark.options import ReadOptions
 
 OFFSETS_KEY = "amq.leveret.stream-offsets"
-REPLY_TO = "amq.rabbitmq.reply-to"
 
 
 class NotLeveret(AmqpError):
@@ -38,8 +38,9 @@ class PartitionTail:
     offset_for_timestamp: int | None  # first offset at or after the asked timestamp
 
 
-def stream_offsets(
-    client: Client,
+async def stream_offsets(
+    conn: Connection,
+    opts: ReadOptions,
     streams: list[str] | None = None,
     super_stream: str | None = None,
     timestamp: int | None = None,
@@ -48,48 +49,45 @@ def stream_offsets(
     request: dict = {"super_stream": super_stream} if super_stream else {"streams": streams}
     if timestamp is not None:
         request["timestamp"] = timestamp
-    if not client._reply_consumer:
-        client.consume(REPLY_TO, no_ack=True)
-        client._reply_consumer = True
-    correlation = uuid.uuid4().hex
-    client.publish(
-        "",
-        OFFSETS_KEY,
-        json.dumps(request).encode(),
-        commands.Basic.Properties(
-            reply_to=REPLY_TO, correlation_id=correlation, content_type="application/json"
-        ),
-        mandatory=True,
-    )
-    client.flush()
-    where = client.endpoint.address
-    for delivery in client.deliveries_or_returns():
-        if delivery is None:  # a basic.return
-            raise NotLeveret(
-                f"the broker at {where} does not answer Leveret's tail-offsets extension "
-                f"(the request to {OFFSETS_KEY!r} came back unroutable): format('leveret') "
-                "reads streams from Leveret only"
+    address = where(conn.params)
+    try:
+        channel = await conn.channel()
+        reply = await channel.rpc_call(
+            json.dumps(request).encode(),
+            OFFSETS_KEY,
+            timeout=opts.timeout,
+            mandatory=True,
+            content_type="application/json",
+        )
+    except MessageReturned:
+        raise NotLeveret(
+            f"the broker at {address} does not answer Leveret's tail-offsets extension "
+            f"(the request to {OFFSETS_KEY!r} came back unroutable): format('leveret') "
+            "reads streams from Leveret only"
+        ) from None
+    except RPCTimeout:
+        raise ConnectionLost(
+            f"no tail-offsets reply from {address} within {opts.timeout:g} s"
+        ) from None
+    except ClientError as exc:
+        raise ConnectionLost(f"asking {address} for tail offsets: {exc}") from None
+    answer = json.loads(reply.body)
+    if "error" in answer:
+        what = f"super stream {super_stream!r}" if super_stream else f"stream(s) {streams}"
+        vhost = conn.params.vhost
+        if answer["error"] == "not_found":
+            raise StreamNotFound(
+                f"{what} not found in vhost {vhost!r} on {address}: {answer.get('reason', '')}"
             )
-        if delivery.properties.correlation_id != correlation:
-            continue
-        reply = json.loads(delivery.body)
-        if "error" in reply:
-            what = f"super stream {super_stream!r}" if super_stream else f"stream(s) {streams}"
-            vhost = client.endpoint.vhost
-            if reply["error"] == "not_found":
-                raise StreamNotFound(
-                    f"{what} not found in vhost {vhost!r} on {where}: {reply.get('reason', '')}"
-                )
-            raise AmqpError(f"tail offsets of {what} refused by {where}: {reply}")
-        return [
-            PartitionTail(
-                stream=p["stream"],
-                first=int(p["first"]),
-                next=int(p["next"]),
-                first_timestamp=p.get("first_timestamp"),
-                last_timestamp=p.get("last_timestamp"),
-                offset_for_timestamp=p.get("offset_for_timestamp"),
-            )
-            for p in reply["partitions"]
-        ]
-    raise AmqpError(f"no tail-offsets reply from {where}")  # pragma: no cover
+        raise AmqpError(f"tail offsets of {what} refused by {address}: {answer}")
+    return [
+        PartitionTail(
+            stream=p["stream"],
+            first=int(p["first"]),
+            next=int(p["next"]),
+            first_timestamp=p.get("first_timestamp"),
+            last_timestamp=p.get("last_timestamp"),
+            offset_for_timestamp=p.get("offset_for_timestamp"),
+        )
+        for p in answer["partitions"]
+    ]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from leveret.spark._amqp import parse_url
+from leveret.spark._client import check_uri
 
 EARLIEST = -2  # Kafka's convention in JSON offsets
 LATEST = -1
@@ -119,9 +119,12 @@ def check_names(options: Mapping[str, str]) -> None:
 def _uri(opts: dict[str, str]) -> str:
     uri = opts.get("uri")
     if not uri:
-        raise OptionError("option 'uri' is required, e.g. amqp://guest:guest@127.0.0.1:5672/%2F")
+        raise OptionError(
+            "option 'uri' is required, e.g. amqp://guest:guest@127.0.0.1:5672/%2F "
+            "(a cluster's nodes: amqp://guest:guest@host1:5672,host2:5672,host3:5672/%2F)"
+        )
     try:
-        parse_url(uri)
+        check_uri(uri)
     except ValueError as exc:
         raise OptionError(f"option 'uri' is malformed: {exc}") from None
     return uri

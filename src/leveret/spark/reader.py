@@ -7,6 +7,7 @@ to give the broker credit back, so a replayed task reads the very same messages 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -19,9 +20,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from leveret.client import Connection, Consumer, Message, NotFound
 from leveret.spark import planning
-from leveret.spark._amqp import Client, ConnectFailed, ConnectionLost
-from leveret.spark._tail import PartitionTail, stream_offsets
+from leveret.spark._client import ConnectionLost, TaskLoop, close_quietly, open_connection, where
+from leveret.spark._tail import PartitionTail, StreamNotFound, stream_offsets
 from leveret.spark.options import ReadOptions, fail_once
 from leveret.spark.planning import DataLoss, OffsetRange
 from leveret.spark.rows import OFFSET_HEADER, BatchBuilder
@@ -39,12 +41,38 @@ class RangePartition(InputPartition):
         self.end = end
 
 
-def fetch_tails(opts: ReadOptions, timestamp: int | None = None) -> list[PartitionTail]:
-    """Tail offsets of the source's partitions; connection problems surface here, on the driver."""
-    with Client(opts.uri, timeout=opts.timeout, label="leveret-spark driver").connect() as client:
+def fetch_tails(
+    opts: ReadOptions, timestamp: int | None = None, patience: float = 0.0
+) -> list[PartitionTail]:
+    """Tail offsets of the source's partitions; connection problems surface here, on the
+    driver. `patience`: how long to keep trying a broker that cannot be reached (0 when
+    the query starts, to fail fast on a wrong address; the timeout later, so that a
+    restart or a cluster failover between two micro-batches does not end the query)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with TaskLoop() as tl:
+                return tl.run(_fetch_tails(opts, timestamp, patience))
+        except ConnectionLost:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+async def _fetch_tails(
+    opts: ReadOptions, timestamp: int | None, patience: float
+) -> list[PartitionTail]:
+    conn = await open_connection(
+        opts.uri, opts.timeout, "leveret-spark driver", patience=patience, recovery=False
+    )
+    try:
         if opts.super_stream:
-            return stream_offsets(client, super_stream=opts.super_stream, timestamp=timestamp)
-        return stream_offsets(client, streams=[opts.stream or ""], timestamp=timestamp)
+            return await stream_offsets(
+                conn, opts, super_stream=opts.super_stream, timestamp=timestamp
+            )
+        return await stream_offsets(conn, opts, streams=[opts.stream or ""], timestamp=timestamp)
+    finally:
+        await close_quietly(conn)
 
 
 def read_range(opts: ReadOptions, stream: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
@@ -52,76 +80,161 @@ def read_range(opts: ReadOptions, stream: str, start: int, end: int) -> Iterator
 
     Offsets below the next expected one (a stream consumer may begin at a chunk boundary)
     are skipped; a first offset above it, or a hole, means retention deleted data. A
-    connection lost mid-range is opened again (for up to `timeout` seconds) and the read
-    goes on from the next expected offset, so a broker restart costs no task retry.
+    connection lost mid-range comes back by itself (leveret.client's recovery, on the
+    next host of the URI that answers) and the consumer resumes after the last offset it
+    took, so a broker restart or a cluster failover costs no task retry: every node of a
+    cluster holds the same offsets.
     """
-    rows = BatchBuilder(stream, opts.include_headers)
-    state = {"expected": start, "fail_at": None}
-    if opts.debug_fail_once:
-        state["fail_at"] = start + max(1, (end - start) // 2)
-    lost_since: float | None = None
-    while state["expected"] < end:
-        before = state["expected"]
-        try:
-            yield from _consume(opts, stream, end, rows, state)
-        except (ConnectionLost, ConnectFailed):
-            if state["expected"] > before:
-                lost_since = None
+    if start >= end:
+        return
+    with TaskLoop() as tl:
+        yield from _consume(tl, opts, stream, start, end)
+
+
+class _Range:
+    """What one task has read of its range; fed by the consumer's callback on the loop."""
+
+    def __init__(self, opts: ReadOptions, stream: str, start: int, end: int) -> None:
+        self.opts = opts
+        self.stream = stream
+        self.expected = start
+        self.end = end
+        self.rows = BatchBuilder(stream, opts.include_headers)
+        self.fail_at = start + max(1, (end - start) // 2) if opts.debug_fail_once else None
+        self.ack_every = max(1, opts.prefetch // 2)
+        self.unacked = 0
+        self.error: Exception | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.progress = time.monotonic()
+
+    def ready(self) -> bool:
+        """Whether the task has something to do: a full batch, the end, a failure."""
+        return (
+            self.error is not None
+            or self.expected >= self.end
+            or len(self.rows) >= ARROW_BATCH_ROWS
+            or (self.fail_at is not None and self.expected >= self.fail_at)
+        )
+
+    def on_message(self, message: Message) -> None:
+        # The hot path: one call per delivery, on the loop.
+        self.unacked += 1
+        if self.unacked >= self.ack_every:
+            message.ack(multiple=True)  # only gives the broker credit back
+            self.unacked = 0
+        expected = self.expected
+        if expected >= self.end or self.error is not None:
+            return  # past the range: the task closes the connection soon
+        offset = message.offset
+        if offset is None:
+            self._fail(
+                RuntimeError(
+                    f"a delivery from stream {self.stream!r} has no {OFFSET_HEADER} header"
+                )
+            )
+            return
+        if offset < expected:
+            return
+        if offset > expected:
+            if self.opts.fail_on_data_loss:
+                self._fail(
+                    DataLoss(
+                        f"offsets {expected}..{min(offset, self.end) - 1} of stream "
+                        f"{self.stream!r} were deleted by retention before they were read; set "
+                        "option 'failOnDataLoss' to false to skip them"
+                    )
+                )
+                return
+            if offset >= self.end:
+                self.expected = self.end
+                self._wake()
+                return
+        self.rows.add(offset, message)
+        self.expected = offset + 1
+        if self.waiter is not None and self.ready():
+            self._wake()
+
+    def _fail(self, error: Exception) -> None:
+        self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, conn: Connection, consumer: Consumer) -> None:
+        """Until ready(), the consumer ends, or the broker is silent for `timeout` s.
+
+        A third of the timeout without a delivery drops the connection (recovery opens a
+        new one, maybe to another host): a broker that was paused or cut off never says
+        that it is gone, and there are no heartbeats while the task is busy elsewhere.
+        """
+        opts = self.opts
+        self.progress = time.monotonic()
+        seen = self.expected
+        aborted = False
+        while not self.ready():
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait((self.waiter,), timeout=0.5)
+            finally:
+                self.waiter = None
+            if consumer.error is not None or conn.is_closed:
+                raise ConnectionLost(
+                    f"reading stream {self.stream!r} at offset {self.expected}: "
+                    f"{consumer.error or 'the connection closed'}"
+                )
             now = time.monotonic()
-            lost_since = lost_since or now
-            if now - lost_since > opts.timeout:
-                raise
-            time.sleep(0.2)
-            continue
-        break
-    if len(rows):
-        yield rows.take()
+            if self.expected != seen:
+                seen, self.progress, aborted = self.expected, now, False
+            elif now - self.progress > opts.timeout:
+                raise ConnectionLost(
+                    f"no message from stream {self.stream!r} (offset {self.expected}) on "
+                    f"{where(conn.params)} for {opts.timeout:g} s"
+                )
+            elif not aborted and now - self.progress > opts.timeout / 3 and conn.is_open:
+                aborted = True
+                conn.abort()
 
 
 def _consume(
-    opts: ReadOptions, stream: str, end: int, rows: BatchBuilder, state: dict
+    tl: TaskLoop, opts: ReadOptions, stream: str, start: int, end: int
 ) -> Iterator[pa.RecordBatch]:
-    ack_every = max(1, opts.prefetch // 2)
-    unacked = 0
-    expected = state["expected"]
-    task = Client(opts.uri, timeout=opts.timeout, label="leveret-spark task")
-    with task.connect_patiently(opts.timeout) as client:
-        client.qos(opts.prefetch)
-        client.consume(stream, {OFFSET_HEADER: expected})
-        for d in client.deliveries():
-            unacked += 1
-            if unacked >= ack_every:
-                client.ack(d.delivery_tag, multiple=True)
-                unacked = 0
-            headers = d.properties.headers or {}
-            offset = headers.get(OFFSET_HEADER)
-            if offset is None:
-                raise RuntimeError(
-                    f"a delivery from stream {stream!r} has no {OFFSET_HEADER} header"
-                )
-            if offset < expected:
-                continue
-            if offset > expected:
-                if opts.fail_on_data_loss:
-                    raise DataLoss(
-                        f"offsets {expected}..{min(offset, end) - 1} of stream {stream!r} were "
-                        "deleted by retention before they were read; set option "
-                        "'failOnDataLoss' to false to skip them"
-                    )
-                if offset >= end:
-                    state["expected"] = end
-                    return
-            rows.add(offset, d)
-            expected = state["expected"] = offset + 1
-            if state["fail_at"] is not None and expected >= state["fail_at"]:
-                state["fail_at"] = None
-                yield rows.take()
+    state = _Range(opts, stream, start, end)
+    conn = tl.run(
+        open_connection(opts.uri, opts.timeout, "leveret-spark task", patience=opts.timeout)
+    )
+    try:
+        channel = tl.run(conn.channel(confirms=False))
+        consumer = channel.consume(
+            stream, prefetch=opts.prefetch, offset=start, on_message=state.on_message
+        )
+        tl.run(_start(consumer, stream))
+        while True:
+            tl.run(state.wait(conn, consumer))
+            if state.error is not None:
+                raise state.error
+            if state.fail_at is not None and state.expected >= state.fail_at:
+                state.fail_at = None
+                yield state.rows.take()
                 if fail_once(opts.debug_fail_once):
                     raise RuntimeError(f"debugFailOnce: injected failure in stream {stream!r}")
-            if expected >= end:
-                return
-            if len(rows) >= ARROW_BATCH_ROWS:
-                yield rows.take()
+            if state.expected >= end:
+                break
+            if len(state.rows) >= ARROW_BATCH_ROWS:
+                yield state.rows.take()
+        if len(state.rows):
+            yield state.rows.take()
+    finally:
+        tl.run(close_quietly(conn))
+
+
+async def _start(consumer: Consumer, stream: str) -> None:
+    try:
+        await consumer.start()
+    except NotFound as exc:
+        raise StreamNotFound(f"stream {stream!r} not found: {exc}") from None
 
 
 def _plan_partitions(opts: ReadOptions, parts: list[OffsetRange]) -> list[RangePartition]:
@@ -131,10 +244,13 @@ def _plan_partitions(opts: ReadOptions, parts: list[OffsetRange]) -> list[RangeP
 
 class _Tails:
     opts: ReadOptions
+    _reached = False  # the broker answered once: from now on ride out restarts
 
     def fetch_tails(self, timestamp: int | None = None) -> list[PartitionTail]:
         """The partitions' tails now (a method, so a subclass can get them another way)."""
-        return fetch_tails(self.opts, timestamp)
+        tails = fetch_tails(self.opts, timestamp, self.opts.timeout if self._reached else 0.0)
+        self._reached = True
+        return tails
 
 
 class BatchReader(_Tails, DataSourceReader):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from leveret.spark._amqp import Delivery, Properties
+from leveret.client import BasicProperties, Message
 
 PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
     ("content_type", "string"),
@@ -30,8 +30,6 @@ PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
     ("user_id", "string"),
     ("app_id", "string"),
 )
-# pamqp's attribute names where they differ from the column names
-_PAMQP_ATTR = {"type": "message_type"}
 
 _PROPS_DDL = ", ".join(f"{name}: {kind}" for name, kind in PROPERTY_FIELDS)
 BASE_DDL = (
@@ -67,6 +65,13 @@ def header_text(value: Any) -> str | None:
     return json.dumps(value, default=str, sort_keys=True)
 
 
+def _micros(timestamp: dt.datetime | int) -> int:
+    """An AMQP timestamp (whole seconds; leveret.client gives a datetime) in microseconds."""
+    if isinstance(timestamp, dt.datetime):
+        return int(timestamp.timestamp()) * 1_000_000
+    return int(timestamp) * 1_000_000
+
+
 class BatchBuilder:
     """Collects deliveries of one stream column by column; `take()` makes a RecordBatch."""
 
@@ -80,23 +85,23 @@ class BatchBuilder:
         self.exchanges: list[str] = []
         self.keys: list[str] = []
         self.bodies: list[bytes] = []
-        self.props: list[Properties] = []
+        self.props: list[BasicProperties] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, offset: int, d: Delivery) -> None:
+    def add(self, offset: int, m: Message) -> None:
         self.offsets.append(offset)
-        self.exchanges.append(d.exchange)
-        self.keys.append(d.routing_key)
-        self.bodies.append(d.body)
-        self.props.append(d.properties)
+        self.exchanges.append(m.exchange)
+        self.keys.append(m.routing_key)
+        self.bodies.append(m.body)
+        self.props.append(m.properties)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
         props = self.props
         timestamps = pa.array(
-            [None if p.timestamp is None else p.timestamp * 1_000_000 for p in props],
+            [None if p.timestamp is None else _micros(p.timestamp) for p in props],
             pa.int64(),
         ).cast(_TS)
         columns = []

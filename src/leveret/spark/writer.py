@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import commands
 from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -31,9 +30,27 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from leveret.spark._amqp import Client, PublishFailed
+from leveret.client import (
+    BasicProperties,
+    ClientError,
+    MessageNacked,
+    MessageReturned,
+    NotFound,
+    OutgoingMessage,
+    PublishTimeout,
+)
+from leveret.client import PublishFailed as ManyFailed
+from leveret.spark._client import (
+    AmqpError,
+    ConnectionLost,
+    PublishFailed,
+    TaskLoop,
+    close_quietly,
+    open_connection,
+    where,
+)
 from leveret.spark.options import OptionError, WriteOptions, fail_once
-from leveret.spark.rows import _PAMQP_ATTR, PROPERTY_FIELDS, header_text
+from leveret.spark.rows import PROPERTY_FIELDS, header_text
 
 DEDUP_HEADER = "x-deduplication-header"
 MAX_UNCONFIRMED = 20000
@@ -94,9 +111,7 @@ def check_schema(schema: StructType, opts: WriteOptions) -> None:
         )
 
 
-def _properties(
-    row: Row, has_props: bool, has_headers: bool, message_id: str
-) -> commands.Basic.Properties:
+def _properties(row: Row, has_props: bool, has_headers: bool, message_id: str) -> BasicProperties:
     headers: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
     if has_headers and row["headers"]:
@@ -110,10 +125,10 @@ def _properties(
                     value = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
                 else:
                     value = dt.datetime.fromtimestamp(int(value), dt.UTC)
-            kwargs[_PAMQP_ATTR.get(name, name)] = value
+            kwargs[name] = value
     headers[DEDUP_HEADER] = message_id
     kwargs.setdefault("message_id", message_id)
-    return commands.Basic.Properties(headers=headers, **kwargs)
+    return BasicProperties(headers=headers, **kwargs)
 
 
 @dataclass
@@ -123,68 +138,106 @@ class Published(WriterCommitMessage):
 
 
 def publish_rows(opts: WriteOptions, prefix: str, rows: Iterator[Row]) -> Published:
-    """Publish one task's rows with confirms; the id of row i is prefix:partition:i."""
+    """Publish one task's rows with confirms; the id of row i is prefix:partition:i.
+
+    At most MAX_UNCONFIRMED messages are unconfirmed at a time. A connection lost on
+    the way comes back by itself (on the next host of the URI that answers) and the
+    unconfirmed messages are published again, with the same ids: a deduplicating
+    target drops the copies, so a cluster failover keeps the write exactly once.
+    """
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
-    count = 0
-    client = Client(opts.uri, timeout=opts.timeout, label="leveret-spark writer")
-    client.connect_patiently(opts.timeout)
-    try:
-        client.confirm_select()
-        for row in rows:
-            if count == 0:
-                fields = row.__fields__
-                has_rk = "routing_key" in fields
-                has_props = "properties" in fields
-                has_headers = "headers" in fields
-            body = row["body"]
-            if body is None:
-                body = b""
-            elif isinstance(body, str):
-                body = body.encode()
-            else:
-                body = bytes(body)
-            key = row["routing_key"] if has_rk else None
-            if key is None:
-                key = opts.routing_key or ""
-            props = _properties(row, has_props, has_headers, f"{prefix}:{partition}:{count}")
-            client.publish(opts.exchange, key, body, props, mandatory=opts.mandatory)
-            count += 1
-            if client.outstanding() >= MAX_UNCONFIRMED:
-                client.flush()
-                while client.outstanding() >= MAX_UNCONFIRMED // 2:
-                    client.read_one()
-                _check(client, opts)
-        client.wait_for_confirms(opts.timeout)
-        _check(client, opts)
-        if opts.debug_fail_once and fail_once(opts.debug_fail_once):
-            raise RuntimeError("debugFailOnce: injected failure after publishing")
-    finally:
-        client.close()
+    with TaskLoop() as tl:
+        count = tl.run(_publish(opts, f"{prefix}:{partition}", rows))
+    if opts.debug_fail_once and fail_once(opts.debug_fail_once):
+        raise RuntimeError("debugFailOnce: injected failure after publishing")
     return Published(partition, count)
 
 
-def _check(client: Client, opts: WriteOptions) -> None:
-    if client.nacked:
-        raise PublishFailed(
-            f"the broker nacked {len(client.nacked)} message(s) published to {opts.exchange!r}"
+def _messages(opts: WriteOptions, prefix: str, rows: Iterator[Row]) -> Iterator[OutgoingMessage]:
+    count = 0
+    for row in rows:
+        if count == 0:
+            fields = row.__fields__
+            has_rk = "routing_key" in fields
+            has_props = "properties" in fields
+            has_headers = "headers" in fields
+        body = row["body"]
+        if body is None:
+            body = b""
+        elif isinstance(body, str):
+            body = body.encode()
+        else:
+            body = bytes(body)
+        key = row["routing_key"] if has_rk else None
+        if key is None:
+            key = opts.routing_key or ""
+        props = _properties(row, has_props, has_headers, f"{prefix}:{count}")
+        yield OutgoingMessage(body, key, None, props)
+        count += 1
+
+
+async def _publish(opts: WriteOptions, prefix: str, rows: Iterator[Row]) -> int:
+    conn = await open_connection(
+        opts.uri, opts.timeout, "leveret-spark writer", patience=opts.timeout
+    )
+    address = where(conn.params)
+    try:
+        channel = await conn.channel(confirms=True)
+        return await channel.publish_many(
+            _messages(opts, prefix, rows),
+            exchange=opts.exchange,
+            mandatory=opts.mandatory,
+            window=MAX_UNCONFIRMED,
+            timeout=opts.timeout,
         )
-    if opts.mandatory and client.returned:
-        r = client.returned[0]
-        raise PublishFailed(
-            f"{len(client.returned)} message(s) came back unroutable: exchange {r.exchange!r}, "
-            f"routing key {r.routing_key!r}: {r.reply_code} {r.reply_text}"
+    except ManyFailed as exc:
+        raise _failed(exc, opts) from None
+    except PublishTimeout as exc:
+        raise ConnectionLost(f"publisher confirms from {address}: {exc}") from None
+    except ClientError as exc:
+        raise ConnectionLost(f"publishing to {address}: {exc}") from None
+    finally:
+        await close_quietly(conn)
+
+
+def _failed(exc: ManyFailed, opts: WriteOptions) -> PublishFailed:
+    """What went wrong with which messages, as the old client said it."""
+    returned = [e for _, e in exc.failures if isinstance(e, MessageReturned)]
+    nacked = [e for _, e in exc.failures if isinstance(e, MessageNacked)]
+    if returned:
+        r = returned[0]
+        return PublishFailed(
+            f"{len(returned)} message(s) came back unroutable: exchange "
+            f"{r.message.exchange!r}, routing key {r.message.routing_key!r}: "
+            f"{r.reply_code} {r.reply_text}"
         )
+    if nacked:
+        return PublishFailed(
+            f"the broker nacked {len(nacked)} message(s) published to {opts.exchange!r}"
+        )
+    return PublishFailed(f"publishing to {opts.exchange!r} failed: {exc}")
 
 
 def check_target(opts: WriteOptions) -> None:
     """On the driver: the broker answers, the login works and the exchange exists."""
-    with Client(opts.uri, timeout=opts.timeout, label="leveret-spark driver").connect() as client:
+    with TaskLoop() as tl:
+        tl.run(_check_target(opts))
+
+
+async def _check_target(opts: WriteOptions) -> None:
+    conn = await open_connection(opts.uri, opts.timeout, "leveret-spark driver", recovery=False)
+    try:
         if opts.exchange:
-            client.call(
-                commands.Exchange.Declare(exchange=opts.exchange, passive=True),
-                commands.Exchange.DeclareOk,
-            )
+            channel = await conn.channel(confirms=False)
+            try:
+                await channel.declare_exchange(opts.exchange, passive=True)
+            except NotFound as exc:
+                raise AmqpError(
+                    f"{where(conn.params)}: exchange {opts.exchange!r} not found: {exc}"
+                ) from None
+    finally:
+        await close_quietly(conn)
 
 
 class BatchWriter(DataSourceWriter):
