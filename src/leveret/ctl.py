@@ -89,8 +89,10 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     # A cluster node's own socket answers these (leveret.cluster, docs/cluster.md).
     "cluster_status": ("the cluster's leader, each node's role, lag and sync", (), False),
     "transfer_leadership": ("hand the lead to NODE (an in-sync follower)", ("node",), False),
+    "forget_cluster_node": ("remove NODE (stopped) from the cluster for good", ("node",), False),
+    "force_boot": ("after etcd lost its data: this node's copy wins, it leads", (), False),
 }
-CLUSTER_COMMANDS = ("cluster_status", "transfer_leadership")
+CLUSTER_COMMANDS = ("cluster_status", "transfer_leadership", "forget_cluster_node", "force_boot")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -286,7 +288,7 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return c, {"vhost": args.only_vhost}
     if c == "import_definitions":
         return c, {"definitions": _read_definitions(args.file)}
-    if c == "transfer_leadership":
+    if c in ("transfer_leadership", "forget_cluster_node"):
         return c, {"node": args.node}
     return c, {}
 
@@ -336,6 +338,10 @@ def _print_cluster(args: argparse.Namespace, result: Any) -> int:
     elif args.ctl_command == "transfer_leadership":
         changed = "now leads" if result.get("changed") else "already leads"
         print(f"{result.get('leader')} {changed}")
+    elif args.ctl_command == "forget_cluster_node":
+        print(f"{result.get('node')} removed from the cluster")
+    elif args.ctl_command == "force_boot":
+        print(f"{result.get('node')} will lead with its copy (it saw term {result.get('term')})")
     else:
         print(f"Cluster {result.get('cluster', '?')}: leader {result.get('leader') or '(none)'}")
         rows = [

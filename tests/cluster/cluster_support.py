@@ -37,16 +37,31 @@ def etcd_get(url: str, key: str) -> Any:
 
 
 class Cluster:
-    def __init__(self, directory: str, size: int = 3, lease: float = LEASE, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        directory: str,
+        size: int = 3,
+        lease: float = LEASE,
+        partitionable: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.directory = directory
         self.etcd = EtcdProcess(os.path.join(directory, "etcd-data"))
         os.makedirs(self.etcd.directory, exist_ok=True)
         self.etcd.start()
         self.name = "test"
-        self.nodes = [
-            NodeProcess(f"n{i}", self.etcd.url, directory, cluster=self.name, lease=lease, **kwargs)
-            for i in range(size)
-        ]
+        # partitionable: each node reaches etcd through a TcpProxy of its own, to cut
+        self.etcd_proxies: dict[str, TcpProxy] = {}
+        self.nodes = []
+        for i in range(size):
+            url = self.etcd.url
+            if partitionable:
+                proxy = TcpProxy("127.0.0.1", self.etcd.port)
+                self.etcd_proxies[f"n{i}"] = proxy
+                url = f"http://127.0.0.1:{proxy.port}"
+            self.nodes.append(
+                NodeProcess(f"n{i}", url, directory, cluster=self.name, lease=lease, **kwargs)
+            )
         for node in self.nodes:
             node.start()
 
@@ -106,6 +121,8 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.kill()
+        for proxy in self.etcd_proxies.values():
+            proxy.close()
         self.etcd.stop()
 
 
@@ -125,3 +142,79 @@ def cluster(cluster_dir: str) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+class TcpProxy:
+    """A TCP proxy on loopback that a test can cut, as a network partition would: from
+    `cut()` on, bytes through it go nowhere and new connections are accepted but
+    answered by nothing (no refusal, no reset: the other side hears silence, and its
+    timeouts decide), until `heal()`, which drops the connections the cut broke."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        import asyncio
+        import threading
+
+        self.target = (target_host, target_port)
+        self.loop = asyncio.new_event_loop()
+        self.cut_off = False
+        self._writers: set[Any] = set()
+        self._ready = threading.Event()
+        self.port = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: Any, writer: Any) -> None:
+        import asyncio
+        import contextlib
+
+        self._writers.add(writer)
+        try:
+            if self.cut_off:
+                await reader.read()  # a black hole: hold the connection, answer nothing
+                return
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            self._writers.add(up_writer)
+
+            async def pipe(src: Any, dst: Any) -> None:
+                with contextlib.suppress(Exception):
+                    while data := await src.read(65536):
+                        if self.cut_off:
+                            continue  # lost in the partition
+                        dst.write(data)
+                        await dst.drain()
+                with contextlib.suppress(Exception):
+                    dst.close()
+
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except OSError:
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def cut(self) -> None:
+        self.loop.call_soon_threadsafe(setattr, self, "cut_off", True)
+
+    def heal(self) -> None:
+        def restore() -> None:
+            for w in list(self._writers):  # they lost bytes: no use going on with them
+                w.transport.abort()
+            self._writers.clear()
+            self.cut_off = False
+
+        self.loop.call_soon_threadsafe(restore)
+
+    def close(self) -> None:
+        self.heal()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)

@@ -23,7 +23,8 @@ log = logging.getLogger("leveret.cluster")
 
 DEFINITIONS = "definitions.db"
 SYNCING_MARK = "cluster-syncing"  # present while a snapshot is half applied
-_SKIP_NAMES = {DEFINITIONS, DEFINITIONS + "-wal", DEFINITIONS + "-shm", SYNCING_MARK}
+NODE_STATE = "cluster-node.json"  # cluster/nodestate.py: each node's own, never replicated
+_SKIP_NAMES = {DEFINITIONS, DEFINITIONS + "-wal", DEFINITIONS + "-shm", SYNCING_MARK, NODE_STATE}
 CHUNK = 1 << 20
 
 Manifest = dict[str, tuple[int, int]]  # path → (size, crc32)

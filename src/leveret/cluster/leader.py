@@ -59,6 +59,8 @@ class Tap:
         # the followers hold them: `sql_position` is where the last one ends.
         self.sql_position = 0
         self._waiters: list[tuple[int, Callable[[], None]]] = []
+        # A write or fsync under the data dir failed: the node steps down (set by it).
+        self.on_failed: Callable[[str, BaseException], None] | None = None
 
     # ---- the store's side (any thread; the loop's in practice) -------------------------
 
@@ -113,6 +115,16 @@ class Tap:
         if rel is not None:
             self._add(wire.op_sql(rel, statements))
             self.sql_position = self.position
+
+    def failed(self, path: str, error: BaseException) -> None:
+        """From any thread: this copy may differ from what the followers were sent (the
+        store rolled back a failed write they already have), so the node must not lead."""
+        if self.on_failed is None or self.stopped:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.on_failed, path, error)
+        except RuntimeError:
+            pass  # the loop is closed: the node is going away
 
     def reached(self, position: int) -> bool:
         return not self.stopped and position <= self.safe()

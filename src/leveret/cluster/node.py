@@ -29,7 +29,7 @@ import socket
 import time
 from typing import Any
 
-from leveret.cluster import datadir, wire
+from leveret.cluster import datadir, nodestate, wire
 from leveret.cluster import etcd as E
 from leveret.cluster.etcd import Etcd, EtcdError
 from leveret.cluster.follower import Follower, Refused, syncing
@@ -76,6 +76,8 @@ class ClusterNode:
         self.status: dict[str, Any] = {}
         self.server: Any = None
         self.tap: Tap | None = None
+        self.disk_error: str | None = None  # set when a write under the data dir failed
+        self._follow_failures = 0  # following attempts that ended before a whole sync
         self.links: dict[str, FollowerLink] = {}
         self.follower: Follower | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -89,6 +91,12 @@ class ClusterNode:
         self._stopping = False
         self.started_at = time.monotonic()
         self.host = _advertised(config.host)
+        # What this node last knew of the cluster (cluster/nodestate.py): guards against
+        # an etcd that lost its data.
+        self.local = nodestate.load(config.data_dir, config.cluster_name)
+        self.etcd_behind = False  # etcd knows less than this node did
+        self._behind_logged = False
+        self.registered_at = 0.0
 
     # ---- addresses -------------------------------------------------------------------
 
@@ -101,6 +109,7 @@ class ClusterNode:
             "management": c.management_port or 0,
             "prometheus": c.prometheus_port or 0,
             "cluster": c.cluster_port,
+            "known_term": self.local.term,
         }
 
     def min_replicas(self) -> int:
@@ -159,6 +168,13 @@ class ClusterNode:
             log.warning("etcd: %s", exc)
             await self._wait(0.5)
             return
+        await self._remember()
+        if self.etcd_behind and not self.local.force_boot:
+            # etcd lost what it knew (see nodestate): a leader in it is not ours to follow
+            self.leader = None
+            await self._follow_none()
+            await self._wait(1.0)
+            return
         if self.leader is None:
             if await self._campaign():
                 await self._lead()
@@ -182,6 +198,7 @@ class ClusterNode:
                 info = json.dumps(self.info())
                 await self.etcd.put(self.keys.nodes + self.name, info, self.lease)
                 await self.etcd.put(self.keys.members + self.name, info)
+                self.registered_at = time.monotonic()
                 return
             except EtcdError as exc:
                 log.warning("cluster: cannot register with etcd yet: %s", exc)
@@ -266,12 +283,74 @@ class ClusterNode:
         status = by_key.get(self.keys.status)
         self.status = json.loads(status.value) if status is not None else {}
 
+    async def _remember(self) -> None:
+        """Keep this node's record of the cluster (nodestate) up with etcd; notice an
+        etcd that knows less than this node did."""
+        local = self.local
+        self.etcd_behind = self.term < local.term
+        if self.etcd_behind:
+            if not self._behind_logged:
+                self._behind_logged = True
+                log.error(
+                    "cluster: etcd knows cluster %r at term %d, but this node saw term %d "
+                    "(%s): did etcd lose its data? %s neither leads nor follows until "
+                    "`leveret ctl force_boot` runs on the node whose copy should win",
+                    self.config.cluster_name,
+                    self.term,
+                    local.term,
+                    local.describe(),
+                    self.name,
+                )
+            return
+        self._behind_logged = False
+        in_sync = self.name in self.isr
+        if self.term > local.term or (self.term == local.term and in_sync != local.in_sync):
+            local.term, local.in_sync = self.term, in_sync
+            try:
+                await asyncio.to_thread(nodestate.save, self.config.data_dir, local)
+            except OSError as exc:
+                log.warning("cluster: cannot record the cluster's state locally: %s", exc)
+
+    async def force_boot(self) -> dict[str, Any]:
+        """`leveret ctl force_boot`: this node's copy wins; it leads at the next chance."""
+        await self._refresh()
+        if self.local.term == 0:
+            raise ValueError(
+                f"{self.name} never belonged to cluster {self.config.cluster_name!r}: "
+                "nothing to force (run it on a node whose copy should win)"
+            )
+        if self.term >= self.local.term:
+            raise ValueError(
+                f"etcd holds cluster {self.config.cluster_name!r} at term {self.term} "
+                f"(this node saw {self.local.term}): nothing to force"
+            )
+        if self.leader is not None:
+            raise ValueError(
+                f"node {self.leader.get('node')!r} leads a cluster etcd started afresh; "
+                "stop it first"
+            )
+        self.local.force_boot = True
+        await asyncio.to_thread(nodestate.save, self.config.data_dir, self.local)
+        self._changed.set()
+        return {"node": self.name, "term": self.local.term}
+
     # ---- the election ----------------------------------------------------------------
 
     def eligible(self) -> bool:
         if syncing(self.config.data_dir):
             return False
-        return not self.isr or self.name in self.isr
+        if self.local.force_boot:
+            return True
+        if self.etcd_behind:
+            return False
+        if not self.isr:
+            # A new cluster, as far as etcd knows: not while a node that knew one is
+            # registered (etcd may have lost its data), and not before the others had a
+            # lease's time to register.
+            if any(int(n.get("known_term") or 0) > 0 for n in self.alive.values()):
+                return False
+            return time.monotonic() - self.registered_at >= self.ttl
+        return self.name in self.isr
 
     async def _campaign(self) -> bool:
         if not self.eligible() or self.lease_lost or not self.lease_ok():
@@ -284,6 +363,10 @@ class ClusterNode:
         members = list(self.isr) if self.isr else [self.name]
         if self.name not in members:
             members.append(self.name)
+        term = self.term
+        if self.local.force_boot:
+            members = [self.name]  # the others catch up from this copy, then join
+            term = max(term, self.local.term)
         # The last leader's lease ran out (or it handed over): it is gone or cut off,
         # so it leaves the set now rather than hold the new leader's first confirms
         # until it times out; but never below the minimum (then it is still needed).
@@ -301,7 +384,7 @@ class ClusterNode:
             [
                 E.op_put(self.keys.leader, json.dumps(self.info()), self.lease),
                 E.op_put(self.keys.isr, json.dumps({"members": members})),
-                E.op_put(self.keys.term, str(self.term + 1)),
+                E.op_put(self.keys.term, str(term + 1)),
                 E.op_delete(self.keys.handover),
             ],
         )
@@ -309,7 +392,11 @@ class ClusterNode:
             return False
         self.epoch = revision
         self.isr, self.isr_rev = members, revision
-        self.term += 1
+        self.term = term + 1
+        if self.local.force_boot:
+            log.warning("cluster: %s forced its boot: its copy is the cluster's", self.name)
+            self.local.force_boot = False
+        await self._remember()
         self.leader = {**self.info(), "lease": self.lease}
         log.info("cluster: %s leads (epoch %d, term %d)", self.name, revision, self.term)
         return True
@@ -392,7 +479,10 @@ class ClusterNode:
             raise
         except Exception:
             log.exception("cluster: following %s failed", follower.leader.get("node"))
-        await asyncio.sleep(0.2)
+        # A follower that keeps failing (its own disk full, say) backs off rather than
+        # asking the leader for a snapshot five times a second.
+        self._follow_failures = 0 if follower.synced else self._follow_failures + 1
+        await asyncio.sleep(min(0.2 * 2 ** max(0, self._follow_failures - 1), 5.0))
         self._changed.set()
         if self.follower is follower:
             self._follow_task = None  # the next step starts again
@@ -420,6 +510,8 @@ class ClusterNode:
         await self._stop_proxies()
         tap = Tap(self.config.data_dir, self.loop)
         tap.safe = self._safe_position
+        tap.on_failed = self._disk_failed
+        self.disk_error = None
         self.tap = tap
         self.links = {}
         replica.TAP = tap
@@ -449,6 +541,16 @@ class ClusterNode:
                 if await self._hand_over(None):
                     return "handover"
                 return "stopped"
+            if self.disk_error is not None:
+                log.error(
+                    "cluster: %s could not write its data dir (%s); it hands the lead over "
+                    "and leaves the in-sync set",
+                    self.name,
+                    self.disk_error,
+                )
+                if await self._hand_over(None, leave_isr=True):
+                    return "handover"
+                return "disk"
             now = time.monotonic()
             if self.lease_lost or now > self.lease_deadline:
                 log.warning("cluster: %s lost its lease; stepping down", self.name)
@@ -476,6 +578,15 @@ class ClusterNode:
                 await self._publish_status()
             await self._wait(0.1)
 
+    def _disk_failed(self, path: str, error: BaseException) -> None:
+        """The store could not write or fsync (a full disk, an I/O error). What it rolled
+        back the followers may hold; what it confirmed they hold. So a follower can take
+        over with every confirmed write, and this node, whose copy is now suspect, must
+        not lead: it hands over (or, with no in-sync follower, restarts its broker over
+        its copy, as a standalone broker would) and catches up as a follower."""
+        if self.disk_error is None and self.role == "leader":
+            self.disk_error = f"{path}: {error}"
+
     async def _refresh_leading(self) -> None:
         kv = await self.etcd.get(self.keys.leader)
         if kv is None or kv.mod_revision != self.epoch:
@@ -484,6 +595,13 @@ class ClusterNode:
         if self._changed.is_set():
             saved_isr, saved_rev = self.isr, self.isr_rev
             await self._refresh()
+            kv = self._isr_kv
+            if kv is not None and kv.mod_revision > saved_rev:
+                theirs = json.loads(kv.value)["members"]
+                if set(theirs) < set(saved_isr) and self.name in theirs:
+                    # `forget_cluster_node` took a node out: a smaller set is always
+                    # safe (each member still holds every confirmed write)
+                    saved_isr, saved_rev = theirs, kv.mod_revision
             self.isr, self.isr_rev = saved_isr, saved_rev
 
     async def _step_down(self, reason: str) -> None:
@@ -495,8 +613,21 @@ class ClusterNode:
         self.links = {}
         self.server = None
         if server is not None:
-            await server.stop(reason="leader stepped down")
+            try:
+                await server.stop(reason="leader stepped down")
+            except Exception:  # noqa: BLE001 - a failing disk; the node follows all the same
+                log.exception("cluster: the broker did not stop cleanly")
         self.role = "follower"
+        if reason == "disk":
+            # No in-sync follower to hand over to: give the lead up all the same; this
+            # node may win it again and start its broker over its copy.
+            try:
+                await self.etcd.txn(
+                    [E.cmp_mod_revision(self.keys.leader, self.epoch)],
+                    [E.op_delete(self.keys.leader)],
+                )
+            except EtcdError:
+                pass
         if reason in ("lease", "deposed", "error"):
             try:
                 if reason == "lease" or self.lease_lost:
@@ -598,8 +729,11 @@ class ClusterNode:
         except EtcdError:
             pass
 
-    async def _hand_over(self, target: str | None) -> bool:
-        """Stop serving, let a caught-up follower take over; False if none could."""
+    async def _hand_over(self, target: str | None, leave_isr: bool = False) -> bool:
+        """Stop serving, let a caught-up follower take over; False if none could.
+
+        `leave_isr`: this node also leaves the in-sync set (its copy is suspect), in the
+        same etcd transaction, so it cannot be elected before it has caught up again."""
         tap, server = self.tap, self.server
         if tap is None or server is None:
             return False
@@ -622,26 +756,28 @@ class ClusterNode:
             return False
         link = max(candidates, key=lambda lk: lk.acked)
         log.info("cluster: handing over to %s", link.name)
-        await server.stop(reason="leadership transferred")  # writes the clean-shutdown index
+        try:
+            await server.stop(reason="leadership transferred")  # writes the clean-shutdown index
+        except Exception:  # noqa: BLE001 - a failing disk: the followers have every confirm
+            log.exception("cluster: the broker did not stop cleanly")
         self.server = None
         tap.ship()
         deadline = time.monotonic() + max(5.0, 2 * self.ttl)
         while link.acked < tap.position and not link.closed and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         caught_up = link.acked >= tap.position
+        ops = [
+            E.op_put(
+                self.keys.handover,
+                json.dumps({"target": link.name if caught_up else None, "epoch": self.epoch}),
+            ),
+            E.op_delete(self.keys.leader),
+        ]
+        if leave_isr:
+            members = [n for n in self.isr if n != self.name]
+            ops.append(E.op_put(self.keys.isr, json.dumps({"members": members})))
         try:
-            await self.etcd.txn(
-                [E.cmp_mod_revision(self.keys.leader, self.epoch)],
-                [
-                    E.op_put(
-                        self.keys.handover,
-                        json.dumps(
-                            {"target": link.name if caught_up else None, "epoch": self.epoch}
-                        ),
-                    ),
-                    E.op_delete(self.keys.leader),
-                ],
-            )
+            await self.etcd.txn([E.cmp_mod_revision(self.keys.leader, self.epoch)], ops)
         except EtcdError as exc:
             log.warning("cluster: handover not written to etcd: %s", exc)
         self.tap = None
@@ -878,6 +1014,34 @@ class ClusterNode:
                 return {"leader": target, "changed": True}
         raise TimeoutError(f"{target} did not take the lead (is it in sync?)")
 
+    async def forget(self, name: str) -> dict[str, Any]:
+        """`leveret ctl forget_cluster_node NAME`: a node gone for good leaves the members
+        (so it no longer counts towards the majority) and the in-sync set. As
+        rabbitmqctl's, it must be stopped; it may come back later as a new follower."""
+        await self._refresh()
+        if name == self.name:
+            raise ValueError(f"{name} cannot forget itself; run this on another node")
+        if name not in self.members:
+            raise ValueError(f"no node {name!r} in cluster {self.config.cluster_name!r}")
+        if name in self.alive or (self.leader or {}).get("node") == name:
+            raise ValueError(f"node {name!r} is running; stop it first")
+        for _attempt in range(10):
+            ops = [E.op_delete(self.keys.members + name)]
+            compares = []
+            isr_kv = self._isr_kv
+            if isr_kv is not None:
+                members = json.loads(isr_kv.value)["members"]
+                compares.append(E.cmp_mod_revision(self.keys.isr, isr_kv.mod_revision))
+                if name in members:
+                    rest = [n for n in members if n != name]
+                    ops.append(E.op_put(self.keys.isr, json.dumps({"members": rest})))
+            ok, _revision, _ = await self.etcd.txn(compares, ops)
+            if ok:
+                log.info("cluster: %s forgotten", name)
+                return {"node": name, "forgotten": True}
+            await self._refresh()  # the in-sync set changed meanwhile: again
+        raise TimeoutError(f"{name} not forgotten: the in-sync set keeps changing")
+
     async def _serve_ctl(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = json.loads(await reader.readline())
@@ -890,6 +1054,10 @@ class ClusterNode:
                     reply: dict[str, Any] = {"ok": self.cluster_status()}
                 elif op == "transfer_leadership":
                     reply = {"ok": await self.request_transfer(str(args.get("node")))}
+                elif op == "forget_cluster_node":
+                    reply = {"ok": await self.forget(str(args.get("node")))}
+                elif op == "force_boot":
+                    reply = {"ok": await self.force_boot()}
                 else:
                     reply = {"error": "invalid", "message": f"unknown cluster operation {op!r}"}
             except (ValueError, TimeoutError, EtcdError) as exc:

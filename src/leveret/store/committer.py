@@ -366,6 +366,7 @@ class GroupCommitter:
                             _sync_file(fd)
                         except OSError as exc:
                             results[fd] = exc
+                            replica.failed(self.directory, exc)
                 error = error or results[fd]
             calls.append((cb, error))
         if self.mode != "never":
@@ -414,6 +415,7 @@ class GroupCommitter:
         exc: OSError,
     ) -> None:
         name = errno.errorcode.get(exc.errno or 0, "error")
+        replica.failed(self.directory, exc)
         for seq, off in sorted(firsts.items()):
             fd = self._fds.pop(seq, None)
             try:

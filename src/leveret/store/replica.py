@@ -44,6 +44,9 @@ class FileTap(Protocol):
     ) -> None:
         """Run the group commit's callbacks once the followers hold `position`."""
 
+    def failed(self, path: str, error: BaseException) -> None:
+        """A write or fsync under the data dir failed (any thread)."""
+
 
 TAP: FileTap | None = None
 
@@ -78,6 +81,14 @@ def replaced(path: str, data: bytes | None = None) -> None:
                 tap.unlink(path)
                 return
         tap.replace(path, data)
+
+
+def failed(path: str, error: BaseException) -> None:
+    """A write or fsync under the data dir failed: this copy may now differ from what
+    the followers were sent (a cluster leader steps down; see leveret.cluster.node)."""
+    tap = TAP
+    if tap is not None:
+        tap.failed(path, error)
 
 
 def unlinked(path: str) -> None:

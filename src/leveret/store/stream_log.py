@@ -345,6 +345,7 @@ class StreamLog:
         except OSError as exc:  # disk full, I/O error: fail the confirms that wait
             log.error("stream %s: write failed: %s", self.directory, exc)
             self._write_error = exc
+            replica.failed(self.directory, exc)
 
     def flush(self) -> None:
         """Write the buffered records to the segment file (not fsynced)."""
@@ -443,6 +444,7 @@ class StreamLog:
             self.flush()
         except OSError as exc:
             self._write_error = exc
+            replica.failed(self.directory, exc)
         error, self._write_error = self._write_error, None
         if error is not None:
             for done in waiting:

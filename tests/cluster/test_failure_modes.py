@@ -1,0 +1,238 @@
+"""Failures beyond a dead process: a full disk on the leader, a node removed for good,
+a lost etcd, and a network partition cut by a TCP proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from leveret.client import MessageNacked, connect
+from leveret.cluster.local import NodeProcess
+
+from .cluster_support import LEASE, Cluster, needs_etcd
+from .test_failover import PikaPublisher, _connect, _drain, check_delivery
+
+pytestmark = [needs_etcd, pytest.mark.slow]
+
+
+def _ctl(node, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", "--data-dir", node.data_dir, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@contextlib.contextmanager
+def small_disk(path: str, size: str) -> Iterator[None]:
+    """A tmpfs of `size` at `path` (skips where mounting is not allowed)."""
+    os.makedirs(path, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def test_leader_with_a_full_disk_hands_over(cluster_dir: str) -> None:
+    """n0's data dir is a 24 MB tmpfs; once it leads, publishing fills it. The failed
+    write makes it hand the lead over and leave the in-sync set; no confirmed message
+    is lost, and the publisher carries on on the new leader."""
+    with small_disk(os.path.join(cluster_dir, "n0"), "24m"):
+        cluster = Cluster(cluster_dir, extra=("--disk-free-limit", "0"))
+        try:
+            cluster.wait_leader()
+            cluster.wait_in_sync({n.name for n in cluster.nodes})
+            small = cluster.node("n0")
+            leader = cluster.wait_leader()
+            if leader is not small:
+                out = _ctl(leader, "transfer_leadership", "n0")
+                assert out.returncode == 0, out.stderr + cluster.logs()
+                cluster.wait_in_sync({n.name for n in cluster.nodes})
+            assert cluster.leader_name() == "n0"
+            body = os.urandom(64 * 1024)
+            nacked: set[int] = set()
+            total = 600  # 38 MB: more than n0 holds
+
+            async def run() -> set[int]:
+                conn = await connect(cluster.urls(), reconnect_delay=0.05, reconnect_max_delay=0.5)
+                ch = await conn.channel()
+                await ch.declare_queue("full", durable=True)
+                confirmed: set[int] = set()
+                for i in range(total):
+                    while True:
+                        try:
+                            await ch.publish(str(i).encode() + b":" + body, "full", persistent=True)
+                            break
+                        except MessageNacked:  # n0 could not store it: publish again
+                            nacked.add(i)
+                            await asyncio.sleep(0.05)
+                    confirmed.add(i)
+                await conn.close()
+                return confirmed
+
+            confirmed = asyncio.run(run())
+            new = cluster.wait_leader(other_than="n0")
+            assert "could not write its data dir" in small.log_text(), small.log_text()[-3000:]
+            assert "n0" not in cluster.in_sync()
+            assert nacked, "no publish failed: the disk never filled?"
+            got = [int(v) for v in _drain_keys(cluster.urls(new), "full")]
+            check_delivery(got, confirmed, set(range(total)))
+        finally:
+            cluster.close()
+
+
+def _drain_keys(urls: list[str], queue: str) -> list[str]:
+    """The `N` of every `N:...` body left in `queue`."""
+    conn = _connect(urls)
+    ch = conn.channel()
+    got = []
+    while True:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        got.append(body.split(b":", 1)[0].decode())
+    conn.close()
+    return got
+
+
+def test_forget_cluster_node(cluster: Cluster) -> None:
+    """Two of three nodes lost for good: confirms stop (safety first) until the operator
+    removes them with `leveret ctl forget_cluster_node`; then the majority is of one."""
+    leader = cluster.wait_leader()
+    gone = [n for n in cluster.nodes if n is not leader]
+    refused = _ctl(leader, "forget_cluster_node", gone[0].name)
+    assert refused.returncode != 0 and f"node '{gone[0].name}' is running" in refused.stderr
+    refused = _ctl(leader, "forget_cluster_node", leader.name)
+    assert refused.returncode != 0 and "cannot forget itself" in refused.stderr
+    refused = _ctl(leader, "forget_cluster_node", "nosuch")
+    assert refused.returncode != 0 and "no node 'nosuch'" in refused.stderr
+
+    async def run() -> None:
+        conn = await connect([leader.url], recovery=False)
+        ch = await conn.channel()
+        await ch.declare_queue("forget", durable=True)
+        await ch.publish(b"0", "forget", persistent=True)
+        for node in gone:
+            node.kill()
+        pending = asyncio.ensure_future(ch.publish(b"1", "forget", persistent=True))
+        await asyncio.sleep(3 * LEASE)
+        assert not pending.done(), "confirmed with one node of three"
+        for node in gone:
+            deadline = time.monotonic() + 30
+            while True:  # until its registration (under its lease) is gone
+                out = await asyncio.to_thread(_ctl, leader, "forget_cluster_node", node.name)
+                if out.returncode == 0:
+                    assert f"{node.name} removed from the cluster" in out.stdout
+                    break
+                assert "is running" in out.stderr, out.stderr
+                assert time.monotonic() < deadline, out.stderr
+                await asyncio.sleep(0.5)
+        await asyncio.wait_for(pending, 30)  # the majority of one node holds it
+        await ch.publish(b"2", "forget", persistent=True)
+        await conn.close()
+
+    asyncio.run(run())
+    status = json.loads(_ctl(leader, "--formatter", "json", "cluster_status").stdout)
+    assert [n["name"] for n in status["nodes"]] == [leader.name], status
+    assert cluster.in_sync() == [leader.name]
+    assert _drain([leader.url], "forget") == [0, 1, 2]
+
+
+def test_etcd_that_lost_its_data(cluster_dir: str) -> None:
+    """etcd comes back empty: no node leads or follows on its own (a new, empty node
+    must not start a cluster the others would sync to), until `force_boot` names the
+    copy that wins; then every confirmed message is there."""
+    cluster = Cluster(cluster_dir)
+    try:
+        leader = cluster.wait_leader()
+        cluster.wait_in_sync({n.name for n in cluster.nodes})
+        publisher = PikaPublisher(cluster.urls(), "kept")
+        for _ in range(100):
+            publisher.publish_one()
+        publisher.close()
+        cluster.etcd.stop()
+        shutil.rmtree(os.path.join(cluster.etcd.directory, "etcd"))
+        cluster.etcd.start()
+        newcomer = NodeProcess(
+            "n9", cluster.etcd.url, cluster_dir, cluster=cluster.name, lease=LEASE
+        ).start()
+        cluster.nodes.append(newcomer)
+        time.sleep(5 * LEASE)
+        assert cluster.leader_name() is None, "a node led a cluster etcd forgot\n" + cluster.logs()
+        assert "did etcd lose its data?" in leader.log_text()
+        refused = _ctl(newcomer, "force_boot")
+        assert refused.returncode != 0 and "never belonged to cluster" in refused.stderr
+        out = _ctl(leader, "force_boot")
+        assert out.returncode == 0, out.stderr + cluster.logs()
+        assert cluster.wait_leader().name == leader.name
+        cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
+        again = _ctl(leader, "force_boot")
+        assert again.returncode != 0 and "nothing to force" in again.stderr
+        got = _drain(cluster.urls(), "kept")
+        check_delivery(got, publisher.confirmed, set(range(publisher.next)), publisher.retried)
+    finally:
+        cluster.close()
+
+
+def test_leader_cut_off_from_etcd(cluster_dir: str) -> None:
+    """A network partition, not a pause: the leader keeps running and serving its
+    clients, but its link to etcd goes silent. It stops confirming and steps down, a
+    follower takes over, no confirmed message is lost; healed, it follows."""
+    cluster = Cluster(cluster_dir, partitionable=True)
+    try:
+        old = cluster.wait_leader()
+        cluster.wait_in_sync({n.name for n in cluster.nodes})
+        confirmed: list[int] = []
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def publish_direct() -> None:  # to the old leader only: no failover here
+            try:
+                conn = pika.BlockingConnection(pika.URLParameters(old.url))
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare("cut", durable=True)
+                i = 0
+                while not stop.is_set():
+                    ch.basic_publish(
+                        "", "cut", str(i).encode(), pika.BasicProperties(delivery_mode=2)
+                    )
+                    confirmed.append(i)
+                    i += 1
+            except Exception as exc:  # the old leader closed the connection: expected
+                errors.append(exc)
+
+        thread = threading.Thread(target=publish_direct, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        cluster.etcd_proxies[old.name].cut()
+        new = cluster.wait_leader(other_than=old.name)
+        thread.join(30)
+        stop.set()
+        assert errors, "the cut-off leader should have closed its clients' connections"
+        assert "lost its lease" in old.log_text() or "stepping down" in old.log_text()
+        assert old.running, "a partition is not a crash: the node keeps running"
+        cluster.etcd_proxies[old.name].heal()
+        cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
+        assert cluster.leader_name() == new.name
+        got = _drain(cluster.urls(new), "cut")
+        check_delivery(got, set(confirmed), set(range(max([*confirmed, *got], default=0) + 1)))
+    finally:
+        cluster.close()
