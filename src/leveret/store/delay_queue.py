@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from leveret.store import replica
 from leveret.store.delay_index import CHUNK, TRANSIENT_BIT, Chunk, DelayIndex
 from leveret.store.files import fsync_dir, write_atomic
 from leveret.store.records import ACK, PUB_FIXED, PUB_HEAD, intact
@@ -429,6 +430,7 @@ class DelayQueues:
             return None
         os.unlink(path)
         fsync_dir(os.path.dirname(path))
+        replica.unlinked(path)  # a cluster's followers drop theirs too, as with clean.idx
         try:
             if len(data) < _SAVED_HEAD.size + 8:
                 raise ValueError("short")
