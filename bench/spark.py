@@ -135,6 +135,24 @@ def raw_consume(uri: str, partitions: int, per_partition: int, prefetch: int) ->
         loop.close()
 
 
+def task_read(uri: str, partitions: int, per_partition: int) -> tuple[float, float]:
+    """What one Spark task runs (leveret.spark.reader.read_range, Arrow batches out), over
+    every partition in turn, without Spark: (msg/s, CPU microseconds per message of this
+    process). The CPU figure is the steadier one on a shared machine."""
+    from leveret.spark.options import parse_read
+    from leveret.spark.reader import read_range
+
+    opts = parse_read({"uri": uri, "superStream": SUPER}, streaming=False)
+    began, cpu = time.perf_counter(), time.process_time()
+    n = 0
+    for i in range(partitions):
+        for batch in read_range(opts, f"{SUPER}-{i}", 0, per_partition):
+            n += batch.num_rows
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    assert n == partitions * per_partition, (n, partitions * per_partition)
+    return n / wall, cpu / n * 1e6
+
+
 def spark_session(cores: int):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -201,7 +219,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--prefetch", type=int, default=2000)
     p.add_argument("--no-fill", action="store_true", help="the super stream is filled already")
-    p.add_argument("--only", help="comma-separated subset of raw,batch,streaming")
+    p.add_argument(
+        "--only",
+        help="comma-separated subset of raw,batch,streaming; or task: one Spark task's "
+        "read function without Spark (msg/s and CPU per message)",
+    )
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="leveret-bench-spark-"))
     proc = None
@@ -216,11 +238,18 @@ def main() -> None:
                 f"{publish_rate:,.0f} msg/s published with confirms",
                 flush=True,
             )
+        per = args.messages // args.partitions
+        if args.only == "task":
+            for run in range(args.runs):
+                rate, cpu = task_read(uri, args.partitions, per)
+                print(
+                    f"run {run + 1}      task: {rate:,.0f} msg/s, {cpu:.2f} us CPU/msg", flush=True
+                )
+            return
         spark = spark_session(args.cores)
         extra = {"prefetch": str(args.prefetch)}
         spark_batch(spark, uri, args.messages, extra)  # warm-up: workers, JIT of the planner
         results: dict[str, list[float]] = {"raw": [], "batch": [], "streaming": []}
-        per = args.messages // args.partitions
         for run in range(args.runs):
             order = ["raw", "batch", "streaming"]
             order = order[run % 3 :] + order[: run % 3]

@@ -14,6 +14,7 @@ import pika
 import pytest
 
 from .cluster_support import Cluster, needs_etcd
+from .test_failover import _connect
 
 pytestmark = [needs_etcd, pytest.mark.slow]
 
@@ -106,7 +107,7 @@ def test_transfer_leadership_and_sigterm_handover(ops_cluster: Cluster) -> None:
     target.stop()
     new = c.wait_leader(other_than=target.name)
     assert "handing over to" in target.log_text(), target.log_text()[-4000:]
-    conn = pika.BlockingConnection(pika.URLParameters(new.url))
+    conn = _connect([new.url])  # its broker may still be starting over its copy
     ch = conn.channel()
     assert ch.queue_declare("moved", durable=True, passive=True).method.message_count == 100
     conn.close()

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.client")
 
+_UNREAD = object()  # Message._offset before the offset is first read
+
 # A message's settlement state.
 _OPEN = 0
 _SETTLED = 1
@@ -45,6 +47,7 @@ class Message:
         "_channel",
         "_epoch",
         "_state",
+        "_offset",
     )
 
     def __init__(
@@ -74,6 +77,7 @@ class Message:
         self._channel = channel
         self._epoch = epoch
         self._state = _NO_ACK if no_ack else _OPEN
+        self._offset: Any = _UNREAD
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
@@ -122,12 +126,18 @@ class Message:
     @property
     def offset(self) -> int | None:
         """The stream offset (the x-stream-offset header of stream deliveries)."""
+        offset = self._offset
+        if offset is not _UNREAD:
+            return offset  # read once: a stream consumer and its code both ask
         if self._properties is None:
             header = self._header
             # read from the raw header: the other properties stay undecoded
-            return stream_offset(header) if header else None
-        value = self.headers.get("x-stream-offset")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+            offset = stream_offset(header) if header else None
+        else:
+            value = self.headers.get("x-stream-offset")
+            offset = value if isinstance(value, int) and not isinstance(value, bool) else None
+        self._offset = offset
+        return offset
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.body.decode(encoding)

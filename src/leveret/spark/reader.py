@@ -106,14 +106,15 @@ class _Range:
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.progress = time.monotonic()
+        # wake the task at this offset even if its batch is not full
+        self.wake_at = end if self.fail_at is None else min(end, self.fail_at)
 
     def ready(self) -> bool:
         """Whether the task has something to do: a full batch, the end, a failure."""
         return (
             self.error is not None
-            or self.expected >= self.end
+            or self.expected >= self.wake_at
             or len(self.rows) >= ARROW_BATCH_ROWS
-            or (self.fail_at is not None and self.expected >= self.fail_at)
         )
 
     def on_message(self, message: Message) -> None:
@@ -149,9 +150,10 @@ class _Range:
                 self.expected = self.end
                 self._wake()
                 return
-        self.rows.add(offset, message)
+        rows = self.rows
+        rows.add(offset, message)
         self.expected = offset + 1
-        if self.waiter is not None and self.ready():
+        if offset + 1 >= self.wake_at or len(rows.offsets) >= ARROW_BATCH_ROWS:
             self._wake()
 
     def _fail(self, error: Exception) -> None:
@@ -217,6 +219,7 @@ def _consume(
                 raise state.error
             if state.fail_at is not None and state.expected >= state.fail_at:
                 state.fail_at = None
+                state.wake_at = end
                 yield state.rows.take()
                 if fail_once(opts.debug_fail_once):
                     raise RuntimeError(f"debugFailOnce: injected failure in stream {stream!r}")

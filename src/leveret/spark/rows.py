@@ -72,8 +72,28 @@ def _micros(timestamp: dt.datetime | int) -> int:
     return int(timestamp) * 1_000_000
 
 
+# The content header of the usual stream delivery: class 60, weight 0, any body size,
+# property flags "headers only", and a table holding only x-stream-offset (its 8-byte
+# value follows): a message with no properties of its own.
+_PLAIN_FLAGS_AND_TABLE = b"\x20\x00\x00\x00\x00\x19\x0fx-stream-offsetl"
+_PLAIN_SIZE = 12 + len(_PLAIN_FLAGS_AND_TABLE) + 8
+
+
+def _decode(header: bytes | None) -> BasicProperties | None:
+    """The properties of a content header; None for the usual stream delivery's (none)."""
+    if header is None or (
+        len(header) == _PLAIN_SIZE and header[12 : _PLAIN_SIZE - 8] == _PLAIN_FLAGS_AND_TABLE
+    ):
+        return None
+    return BasicProperties.decode(header)
+
+
 class BatchBuilder:
-    """Collects deliveries of one stream column by column; `take()` makes a RecordBatch."""
+    """Collects deliveries of one stream column by column; `take()` makes a RecordBatch.
+
+    Properties are decoded only at `take()`, and not at all for the usual stream
+    delivery (no properties but its offset): their columns are then nulls.
+    """
 
     def __init__(self, stream: str, include_headers: bool) -> None:
         self.stream = stream
@@ -85,7 +105,7 @@ class BatchBuilder:
         self.exchanges: list[str] = []
         self.keys: list[str] = []
         self.bodies: list[bytes] = []
-        self.props: list[BasicProperties] = []
+        self.headers: list[bytes | None] = []  # raw content headers
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -95,21 +115,26 @@ class BatchBuilder:
         self.exchanges.append(m.exchange)
         self.keys.append(m.routing_key)
         self.bodies.append(m.body)
-        self.props.append(m.properties)
+        self.headers.append(m.raw_header)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
-        props = self.props
-        timestamps = pa.array(
-            [None if p.timestamp is None else _micros(p.timestamp) for p in props],
-            pa.int64(),
-        ).cast(_TS)
-        columns = []
-        for name, kind in PROPERTY_FIELDS:
-            if name == "timestamp":
-                columns.append(timestamps)
-            else:
-                columns.append(pa.array([getattr(p, name) for p in props], _ARROW_KIND[kind]))
+        props = [_decode(h) for h in self.headers]
+        if any(p is not None for p in props):
+            timestamps = pa.array(
+                [None if p is None or p.timestamp is None else _micros(p.timestamp) for p in props],
+                pa.int64(),
+            ).cast(_TS)
+            columns = []
+            for name, kind in PROPERTY_FIELDS:
+                if name == "timestamp":
+                    columns.append(timestamps)
+                else:
+                    values = [None if p is None else getattr(p, name) for p in props]
+                    columns.append(pa.array(values, _ARROW_KIND[kind]))
+        else:
+            timestamps = pa.nulls(n, _TS)
+            columns = [pa.nulls(n, _ARROW_KIND[kind]) for _name, kind in PROPERTY_FIELDS]
         props_array = pa.StructArray.from_arrays(columns, fields=list(PROPERTIES_TYPE))
         arrays = [
             pa.array([self.stream] * n, pa.string()),
@@ -131,7 +156,9 @@ class BatchBuilder:
         ]
         if self.include_headers:
             headers = [
-                None
+                []
+                if p is None
+                else None
                 if p.headers is None
                 else [(k, header_text(v)) for k, v in p.headers.items() if k != OFFSET_HEADER]
                 for p in props
