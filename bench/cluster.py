@@ -3,6 +3,8 @@
 
     bench/cluster.py failover --kills 20 --lease 5     # SIGKILL of the leader, 20 times
     bench/cluster.py s2 --rounds 5 --seconds 5         # S2: one plain node vs three nodes
+    bench/cluster.py vs-rabbitmq --rabbitmq amqp://guest:guest@127.0.0.1:5683/%2F
+                                                       # S2: three Leveret vs three RabbitMQ
 
 failover: etcd and three nodes on loopback; a leveret.client publisher (persistent,
 confirms, every node's URL) publishes; the leader is SIGKILLed and the time to the
@@ -13,6 +15,11 @@ s2: amqbench's S2 (persistent, durable queue, confirm window 1000: confirmed/s)
 against a single `leveret server` without clustering, and against the leader of a
 three-node cluster (the leader's own port, and through a follower's proxy),
 alternating each round. Prints the medians and the ratio.
+
+vs-rabbitmq: S2 with `leveret perf` (it declares quorum queues; amqbench cannot) on
+the leader of three Leveret nodes (quorum queue, and classic durable queue) and on
+one node of a three-node RabbitMQ cluster you started (quorum queue: three members),
+alternating each round.
 """
 
 from __future__ import annotations
@@ -192,6 +199,63 @@ def s2(args: argparse.Namespace) -> None:
         print(f"S2 {label}: median {med:.0f} confirmed/s ({med / base:.2f} of one node)")
 
 
+def _perf(uri: str, queue_type: str, seconds: float, queue: str) -> float:
+    """S2 with `leveret perf` (amqbench declares classic queues only): 1 producer,
+    1 consumer, persistent 16 B messages, confirm window 1000: confirmed/s."""
+    argv = [sys.executable, "-m", "leveret.perf", "--uri", uri, "--json", "--quiet"]
+    argv += ["--duration", str(seconds), "--warmup", "2", "--persistent", "--confirm", "1000"]
+    argv += ["--queue-type", queue_type, "--queue-name", queue]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent / "src"), env.get("PYTHONPATH")])
+    )
+    data = run_json_command(argv, seconds + 120, env)
+    if data.get("errors"):
+        print(f"  ({uri}: {data['errors'][:2]})", flush=True)
+    return float(pick(data, "confirmed", "leveret perf"))  # type: ignore[arg-type]
+
+
+def vs_rabbitmq(args: argparse.Namespace) -> None:
+    """S2 on three Leveret nodes and on three RabbitMQ nodes (quorum queues on both,
+    and Leveret's replicated classic durable queue too), alternating each round."""
+    directory = tempfile.mkdtemp(prefix="leveret-bench-vs-")
+    etcd = EtcdProcess(os.path.join(directory, "etcd"))
+    os.makedirs(etcd.directory)
+    etcd.start()
+    nodes = [
+        NodeProcess(f"n{i}", etcd.url, directory, cluster="bench", lease=5).start()
+        for i in range(3)
+    ]
+    results: dict[str, list[float]] = {
+        "Leveret, 3 nodes, quorum queue": [],
+        "Leveret, 3 nodes, classic durable queue": [],
+        "RabbitMQ 3.10, 3 nodes, quorum queue": [],
+    }
+    try:
+        wait_leader(etcd.url, "bench")
+        wait_all_in_sync(etcd.url, "bench", {n.name for n in nodes})
+        for r in range(args.rounds):
+            leader = next(n for n in nodes if n.name == leader_name(etcd.url, "bench"))
+            runs = [
+                ("Leveret, 3 nodes, quorum queue", leader.url, "quorum"),
+                ("Leveret, 3 nodes, classic durable queue", leader.url, "classic"),
+                ("RabbitMQ 3.10, 3 nodes, quorum queue", args.rabbitmq, "quorum"),
+            ]
+            runs = runs[r % 3 :] + runs[: r % 3]
+            for label, uri, kind in runs:
+                value = _perf(uri, kind, args.seconds, f"bench.s2.{kind}.")
+                results[label].append(value)
+                print(f"round {r + 1} {label}: {value:.0f} confirmed/s", flush=True)
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.close()
+    base = statistics.median(results["RabbitMQ 3.10, 3 nodes, quorum queue"])
+    for label, values in results.items():
+        med = statistics.median(values)
+        print(f"S2 {label}: median {med:.0f} confirmed/s ({med / base:.2f} of RabbitMQ's)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -201,8 +265,17 @@ def main() -> None:
     s = sub.add_parser("s2")
     s.add_argument("--rounds", type=int, default=5)
     s.add_argument("--seconds", type=float, default=5.0)
+    v = sub.add_parser("vs-rabbitmq")
+    v.add_argument(
+        "--rabbitmq",
+        required=True,
+        help="AMQP URL of one node of a three-node RabbitMQ cluster (its quorum queues "
+        "get three members)",
+    )
+    v.add_argument("--rounds", type=int, default=5)
+    v.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    failover(args) if args.what == "failover" else s2(args)
+    {"failover": failover, "s2": s2, "vs-rabbitmq": vs_rabbitmq}[args.what](args)
 
 
 if __name__ == "__main__":

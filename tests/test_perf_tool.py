@@ -13,6 +13,7 @@ import os
 import socket
 from typing import Any
 
+import pika
 import pytest
 from pamqp import commands, frame
 
@@ -63,6 +64,26 @@ def test_json_summary_counts_traffic(broker_url: str, capsys: pytest.CaptureFixt
     assert result["latency_ms"]["samples"] > 0
     assert result["config"]["queues"] == ["perf.q0"]
     assert result["timeline"], "per-second entries are recorded even in --json mode"
+
+
+def test_quorum_queues(broker_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--queue-type quorum declares the queues as quorum queues (the cluster benchmark
+    runs S2 on quorum queues against RabbitMQ's)."""
+    name = f"perf.quorum.{os.getpid()}."
+    code, result = run_json(
+        capsys,
+        *("--uri", broker_url, "--duration", "1", "--persistent", "--confirm", "100"),
+        *("--queue-type", "quorum", "--queue-name", name, "--keep"),
+    )
+    assert code == 0
+    assert_sane(result)
+    assert result["confirmed"] > 0 and result["consumed"] > 0
+    conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="x-queue-type"):
+        ch.queue_declare(name + "0", durable=True, passive=False)  # it is not classic
+    conn.channel().queue_delete(name + "0")
+    conn.close()
 
 
 def test_confirm_mode_reports_confirms(broker_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,6 +192,8 @@ def test_unreachable_broker_json_lists_error(capsys: pytest.CaptureFixture[str])
         ["--uri", "http://example.com/"],
         ["--prefetch", "70000"],
         ["--prefetch", "10", "--multi-ack-every", "10"],
+        ["--queue-type", "quorum"],
+        ["--queue-type", "stream", "--persistent"],
     ],
 )
 def test_invalid_flags_are_argparse_errors(

@@ -107,6 +107,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="durable queues/exchange and delivery_mode 2 messages",
     )
     parser.add_argument(
+        "--queue-type",
+        choices=("classic", "quorum"),
+        default="classic",
+        help="x-queue-type of the queues it declares (quorum needs --persistent; default "
+        "%(default)s)",
+    )
+    parser.add_argument(
         "--confirm",
         type=nonneg,
         default=0,
@@ -190,6 +197,8 @@ def validate(args: argparse.Namespace) -> tuple[BrokerAddress, list[str]]:
         fail("--multi-ack-every must be below --prefetch, or consumers would stall")
     if not args.queue_name:
         fail("--queue-name must not be empty")
+    if args.queue_type == "quorum" and not args.persistent:
+        fail("--queue-type quorum needs --persistent (quorum queues are durable)")
     try:
         address = parse_uri(args.uri)
     except ValueError as exc:

@@ -127,7 +127,8 @@ class PerfRun:
             await ch.declare_exchange(self.exchange, "fanout", durable=a.persistent)
             self.declared_exchange = True
         for q in self.queues:
-            await ch.declare_queue(q, durable=a.persistent)
+            arguments = {"x-queue-type": a.queue_type} if a.queue_type != "classic" else None
+            await ch.declare_queue(q, durable=a.persistent, arguments=arguments)
             self.declared_queues.append(q)
             if a.producers:  # consumer-only runs drain what is already there
                 await ch.purge_queue(q)
