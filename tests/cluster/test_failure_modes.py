@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -236,3 +237,31 @@ def test_leader_cut_off_from_etcd(cluster_dir: str) -> None:
         check_delivery(got, set(confirmed), set(range(max([*confirmed, *got], default=0) + 1)))
     finally:
         cluster.close()
+
+
+def test_a_node_that_lost_its_disk_does_not_lead(cluster: Cluster) -> None:
+    """A follower's data dir is wiped and it comes back under its old name while etcd's
+    in-sync set still names it. It must not lead (the others would sync to its empty
+    copy): it waits for a leader, syncs, and only then counts as in sync."""
+    leader = cluster.wait_leader()
+    wiped, other = [n for n in cluster.nodes if n is not leader]
+    publisher = PikaPublisher(cluster.urls(leader), "disk")
+    for _ in range(100):
+        publisher.publish_one()
+    publisher.close()
+    wiped.kill()
+    leader.kill()  # at once: no time to take `wiped` out of the in-sync set
+    other.signal(signal.SIGSTOP)  # the only other candidate is away for now
+    try:
+        assert wiped.name in cluster.in_sync()
+        shutil.rmtree(wiped.data_dir)
+        wiped.start()
+        time.sleep(6 * LEASE)
+        assert cluster.leader_name() is None, "the wiped node led\n" + wiped.log_text()[-3000:]
+    finally:
+        other.signal(signal.SIGCONT)
+    assert cluster.wait_leader().name == other.name
+    leader.start()
+    cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
+    got = _drain(cluster.urls(other), "disk")
+    check_delivery(got, publisher.confirmed, set(range(publisher.next)), publisher.retried)

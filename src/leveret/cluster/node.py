@@ -283,9 +283,15 @@ class ClusterNode:
         status = by_key.get(self.keys.status)
         self.status = json.loads(status.value) if status is not None else {}
 
-    async def _remember(self) -> None:
+    async def _remember(self, holds: bool = False) -> None:
         """Keep this node's record of the cluster (nodestate) up with etcd; notice an
-        etcd that knows less than this node did."""
+        etcd that knows less than this node did.
+
+        A node that has no record yet (new, or its data dir was replaced) starts one
+        only once its copy is known good: it leads (`holds`), or it finished a sync
+        from the leader. Until then it may not be elected even if etcd's in-sync set
+        still names it: a node that lost its disk and came back under its old name
+        must not lead the others into its empty copy."""
         local = self.local
         self.etcd_behind = self.term < local.term
         if self.etcd_behind:
@@ -303,6 +309,10 @@ class ClusterNode:
                 )
             return
         self._behind_logged = False
+        follower = self.follower
+        synced = follower is not None and follower.synced and follower.epoch == self.epoch
+        if local.term == 0 and not (holds or synced):
+            return
         in_sync = self.name in self.isr
         if self.term > local.term or (self.term == local.term and in_sync != local.in_sync):
             local.term, local.in_sync = self.term, in_sync
@@ -350,7 +360,8 @@ class ClusterNode:
             if any(int(n.get("known_term") or 0) > 0 for n in self.alive.values()):
                 return False
             return time.monotonic() - self.registered_at >= self.ttl
-        return self.name in self.isr
+        # in the set, and with a copy this node knows to be its own (see _remember)
+        return self.name in self.isr and self.local.term > 0
 
     async def _campaign(self) -> bool:
         if not self.eligible() or self.lease_lost or not self.lease_ok():
@@ -396,7 +407,7 @@ class ClusterNode:
         if self.local.force_boot:
             log.warning("cluster: %s forced its boot: its copy is the cluster's", self.name)
             self.local.force_boot = False
-        await self._remember()
+        await self._remember(holds=True)
         self.leader = {**self.info(), "lease": self.lease}
         log.info("cluster: %s leads (epoch %d, term %d)", self.name, revision, self.term)
         return True
