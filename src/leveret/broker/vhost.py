@@ -125,6 +125,9 @@ class VirtualHost:
         # Quorum queues' delivery limit when none is declared or set by policy: a server
         # setting (RabbitMQ 4's default is 20); None: no limit, as in RabbitMQ 3.10.
         self.default_delivery_limit: int | None = None
+        # How many of its queues store transient messages too (quorum queues): while
+        # none does, a transient publish asks nothing more (server/publishing.py).
+        self.persisting = 0
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -342,6 +345,8 @@ class VirtualHost:
         if merged is not arguments:
             queue.apply_policy(merged, options)
         self.queues[name] = queue
+        if queue.persists_all:
+            self.persisting += 1
         self.churn[1] += 1
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
@@ -458,6 +463,8 @@ class VirtualHost:
         if queue.deleted:
             return 0
         queue.deleted = True
+        if queue.persists_all:
+            self.persisting -= 1
         queue.stop_timers()
         self.queues.pop(queue.name, None)
         self.churn[2] += 1

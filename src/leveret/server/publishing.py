@@ -195,8 +195,8 @@ class PublishMethods:
             exchange.stats.publish_out += 1
             if (
                 barrier is None
+                and (message.persistent or (self.vhost.persisting and _stores_transient(queues)))
                 and self.vhost.hooks.active
-                and (message.persistent or _stores_transient(queues))
             ):
                 if seq:
                     # The confirm waits for the fsync of every durable queue's copy.
@@ -409,7 +409,7 @@ class PublishMethods:
 def _stores_transient(queues: list) -> bool:
     """Whether a queue keeps transient messages on disk too (a quorum queue): then the
     confirm of a transient message also waits for the fsync. Asked of transient
-    messages only."""
+    messages only, and only in a vhost that has such queues (vhost.persisting)."""
     for queue in queues:
         # (getattr: a delayed exchange's DelayedMessages stands in the list as a queue)
         if getattr(queue, "persists_all", False):

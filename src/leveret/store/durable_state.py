@@ -313,9 +313,10 @@ class DurableState(DurabilityHooks):
     ) -> bool:
         message = entry.message
         size = message.size
-        # A quorum queue stores transient messages too (persists_all); the `or` is not
-        # reached for persistent messages, so classic queues' hot path is unchanged.
-        persistent = (message.persistent or queue.persists_all) and queue.stores_messages
+        # A quorum queue stores transient messages too (persists_all): asked only of a
+        # transient message to a queue that stores messages, so neither a persistent
+        # message nor a non-durable queue pays for it.
+        persistent = queue.stores_messages and (message.persistent or queue.persists_all)
         over_budget = self.memory_used + size > self.memory_budget and size
         shared = self._slot(queue, message) if self._sharing is not None else None
         # A long queue keeps new messages as disk positions only: its own length
