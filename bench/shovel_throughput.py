@@ -15,7 +15,7 @@ A run is timed from the shovel's definition (PUT /api/parameters/shovel) to the
 destination queue holding every message (a passive queue.declare every 20 ms), so it
 includes connecting. Runs alternate between the two shovels; each prints its rate and
 the medians come last, with the machine (lscpu) and the note that it is shared.
-Needs a RabbitMQ 3.10 with the shovel plugin (/work/tools/rabbitmq-at.sh start PORT).
+Needs a RabbitMQ 3.10 with the shovel plugin (../shared/tools/rabbitmq.sh start PORT).
 """
 
 from __future__ import annotations

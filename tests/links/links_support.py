@@ -34,7 +34,7 @@ from durability_support import Brokers, free_port  # noqa: E402  (subprocess bro
 __all__ = ["Brokers", "free_port"]
 
 # A RabbitMQ 3.10 with the shovel and federation plugins, for the tests that need
-# one (skipped when it is not there, as in CI): /work/tools/rabbitmq-at.sh start PORT.
+# one (skipped when it is not there, as in CI): ../shared/tools/rabbitmq.sh start PORT.
 RABBITMQ_PORT = int(os.environ.get("LEVERET_PLUGINS_RABBITMQ_PORT", "5673"))
 RABBITMQ_URL = f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/%2F"
 RABBITMQ_API = f"http://127.0.0.1:{RABBITMQ_PORT + 10000}"

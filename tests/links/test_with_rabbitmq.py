@@ -5,7 +5,7 @@
 - RabbitMQ's own shovel and federation plugins use Leveret as their remote side.
 
 They need a RabbitMQ 3.10 with the shovel and federation plugins
-(`/work/tools/rabbitmq-at.sh start PORT`, then LEVERET_PLUGINS_RABBITMQ_PORT=PORT;
+(`../shared/tools/rabbitmq.sh start PORT`, then LEVERET_PLUGINS_RABBITMQ_PORT=PORT;
 5673 by default) and skip without one, as in CI: the same behaviours are tested
 Leveret to Leveret in test_shovels.py and test_federation.py.
 """

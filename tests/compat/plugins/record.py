@@ -3,7 +3,7 @@
     python -m tests.compat.plugins.record --rabbitmq amqp://guest:guest@127.0.0.1:5680/%2F \\
         --management http://127.0.0.1:15680 [--only GLOB]
 
-The RabbitMQ needs its shovel and federation plugins (/work/tools/rabbitmq-at.sh
+The RabbitMQ needs its shovel and federation plugins (../shared/tools/rabbitmq.sh
 enables them). Writes one JSON file per case under recordings/.
 """
 
