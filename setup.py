@@ -33,6 +33,7 @@ def _extensions() -> list:
         sources,
         language_level=3,
         quiet=True,
+        include_path=[os.path.join(HERE, "src")],  # the .pxd files cimport each other
         compiler_directives={
             "binding": True,  # functions keep their signatures and docstrings
             "boundscheck": False,  # the sources check lengths before they index

@@ -35,6 +35,15 @@ import sys
 COMPILED_MODULES: tuple[str, ...] = (
     "leveret.protocol.connection",
     "leveret.protocol.properties",
+    "leveret.protocol.methods",
+    "leveret.broker.message",
+    "leveret.broker.stats",
+    "leveret.broker.consumer",
+    "leveret.broker.queues.base",
+    "leveret.broker.queues.classic",
+    "leveret.server.model_methods",
+    "leveret.server.publishing",
+    "leveret.server.channel",
 )
 MANIFEST = "_compiled.json"
 PURE_ENV = "LEVERET_PURE_PYTHON"
@@ -49,8 +58,16 @@ def source_path(module: str, root: str = _HERE) -> str:
 
 
 def source_hash(path: str) -> str:
+    """The hash of a module's `.py` and, if it has one, the `.pxd` beside it (the C
+    layout of its classes): an edit to either makes the extension stale."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        digest.update(f.read())
+    pxd = path[:-3] + ".pxd"
+    if os.path.exists(pxd):
+        with open(pxd, "rb") as f:
+            digest.update(b"\0pxd\0" + f.read())
+    return digest.hexdigest()
 
 
 def pure_requested() -> bool:

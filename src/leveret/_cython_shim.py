@@ -14,6 +14,7 @@ compiled = False
 int = "int"  # noqa: A001 - the name Cython gives C's int
 Py_ssize_t = "Py_ssize_t"
 ulonglong = "unsigned long long"
+bint = "bint"
 
 
 def declare(kind: object = None, value: object = None) -> object:

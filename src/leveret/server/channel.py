@@ -22,7 +22,7 @@ from leveret.broker import direct_reply
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name
-from leveret.broker.queues import Queue, QueueEntry
+from leveret.broker.queues.base import Queue, QueueEntry
 from leveret.broker.stats import MessageStats
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -57,7 +57,6 @@ from leveret.protocol.constants import (
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import body_frames, header_frame
-from leveret.server.model_methods import ModelMethods
 from leveret.server.publishing import FailureReporter, PublishMethods, Transaction
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ log = logging.getLogger("leveret.channel")
 LARGE_BODY = 1024
 
 
-class Channel(ModelMethods, PublishMethods):
+class Channel(PublishMethods):
     def __init__(self, conn: AMQPConnection, number: int) -> None:
         self.conn = conn
         self.number = number
@@ -78,6 +77,8 @@ class Channel(ModelMethods, PublishMethods):
         self.closing = False  # we sent channel.close and wait for close-ok
         self.flow_active = True
         self.deliverable = conn.writable
+        # The largest body one frame takes (frame_max is fixed before channels open).
+        self.body_max = conn.frame_max - 8
         self.consumers: dict[str, Consumer] = {}
         # delivery tag → (queue, entry, consumer or None for basic.get), in tag order
         self.unacked: dict[int, tuple[Queue, QueueEntry, Consumer | None]] = {}
@@ -216,32 +217,41 @@ class Channel(ModelMethods, PublishMethods):
             if self._ack_timer is None:
                 self._arm_ack_timer(queue, entry)
         message = entry.message
-        n = self.number
         body = message.body
         if body is None or entry.location is not None:
             body = queue.delivery_body(entry)  # paged out, or durable: the store's part
         size = len(body)
-        if 0 < size <= self.conn.core.frame_max - 8:
-            # One join for everything before the body; the body goes out as it is.
-            head = wire.deliver_head(
-                n,
-                consumer.ctag_prefix,
-                tag,
-                entry.redelivered,
-                message.exchange_and_key,
-                message.header,
-                size,
-            )
-            if size < LARGE_BODY:
-                # Joined with everything else written in this loop turn, once.
-                self.conn.write_parts((head, body, b"\xce"), len(head) + size + 1)
+        if 0 < size <= self.body_max:
+            if size < LARGE_BODY and type(body) is bytes:
+                # The whole delivery as one bytes object (compiled: written in place),
+                # joined with everything else written in this loop turn, once.
+                self.conn.write(
+                    wire.deliver_frames(
+                        self.number,
+                        consumer.ctag_prefix,
+                        tag,
+                        entry.redelivered,
+                        message.exchange_and_key,
+                        message.header,
+                        body,
+                    )
+                )
             else:
                 # Written as it is (writev), not copied into the loop turn's join.
+                head = wire.deliver_head(
+                    self.number,
+                    consumer.ctag_prefix,
+                    tag,
+                    entry.redelivered,
+                    message.exchange_and_key,
+                    message.header,
+                    size,
+                )
                 self.conn.write_large(head, body, len(head) + size + 1)
         else:
             # An empty body has no body frame at all; a long one takes several.
             deliver = wire.encode_deliver(
-                n, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
+                self.number, consumer.ctag_prefix, tag, entry.redelivered, message.exchange_and_key
             )
             self._send_content(deliver, message, body)
 

@@ -17,7 +17,7 @@ from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError
 
 if TYPE_CHECKING:
-    from leveret.broker.vhost import VirtualHost
+    pass
 
 
 def _args(table: Any) -> dict[str, Any]:
@@ -25,11 +25,8 @@ def _args(table: Any) -> dict[str, Any]:
 
 
 class ModelMethods:
-    """exchange.* and queue.* handlers; `self` is a server.channel.Channel."""
-
-    vhost: VirtualHost
-    conn: Any
-    last_queue_name: str | None
+    """exchange.* and queue.* handlers; `self` is a server.channel.Channel (its
+    `vhost`, `conn` and `last_queue_name` are what these read)."""
 
     def send_method(self, method: Any) -> None:  # provided by Channel
         raise NotImplementedError

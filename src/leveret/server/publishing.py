@@ -45,6 +45,7 @@ from leveret.protocol.properties import (
     short_string,
     split_properties,
 )
+from leveret.server.model_methods import ModelMethods
 
 if TYPE_CHECKING:
     from leveret.protocol.connection import Publish
@@ -72,7 +73,7 @@ class FailureReporter:
         self.add = lambda: on_failure
 
 
-class PublishMethods:
+class PublishMethods(ModelMethods):
     """basic.publish, confirm.*, tx.*; `self` is a server.channel.Channel."""
 
     # --- publishing (hot path) ----------------------------------------------

@@ -15,30 +15,37 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
     from leveret.broker.message import Message
-    from leveret.broker.queue_dedup import PresentIds
-    from leveret.broker.queues.classic import QueueEntry
-    from leveret.broker.stats import MessageStats
-    from leveret.broker.vhost import VirtualHost
+
+
+class QueueEntry:
+    """One message's place in one queue (of any type: the classic queue, the stream
+    and the types built on them; broker.queues.classic re-exports it)."""
+
+    __slots__ = ("seq", "message", "redelivered", "expires_at", "delivered_at", "location")
+
+    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
+        self.seq = seq
+        self.message = message  # message.body is None while the body is paged out to disk
+        self.redelivered = redelivered
+        self.expires_at = 0.0  # time.monotonic() deadline; 0 = never
+        self.delivered_at = 0.0
+        self.location: Any = None  # where the store keeps it, if it does
+
+    def __lt__(self, other: QueueEntry) -> bool:
+        return self.seq < other.seq
 
 
 class Queue:
     """Base of the queue types; the methods below are what each must implement."""
 
+    # What every type sets in its __init__ (compiled, the first seven are C fields of
+    # this class, declared in base.pxd; the rest each type keeps as it likes):
+    #   vhost: VirtualHost; name: str; stats: MessageStats (broker.stats: the channel
+    #   and the queue type count into it); consumers: list[Consumer]; deleted: bool;
+    #   tracked: bool; unacked: int;
+    #   durable, auto_delete, had_consumer, stores_messages: bool;
+    #   exclusive_owner: Any; arguments: dict[str, Any]; bindings: set[Any].
     queue_type = "classic"
-    vhost: VirtualHost
-    name: str
-    durable: bool
-    exclusive_owner: Any
-    auto_delete: bool
-    arguments: dict[str, Any]
-    consumers: list[Consumer]
-    bindings: set[Any]
-    deleted: bool
-    had_consumer: bool
-    stores_messages: bool
-    tracked: bool
-    unacked: int
-    stats: MessageStats  # broker.stats: the channel and the queue type count into it
     # Whether the store may keep this queue's messages as disk locations alone
     # (see ClassicQueue.restore_tail); a type that can says so.
     can_page = False
@@ -46,7 +53,7 @@ class Queue:
     max_priority = 0
     # The ids of x-message-deduplication (broker.queue_dedup), or None: most
     # queues never deduplicate and pay one `is None` test per removal.
-    dedup: PresentIds | None = None
+    dedup = None  # PresentIds | None
     # Persistent messages in a durable queue, ready and unacknowledged, and their body
     # bytes (RabbitMQ's messages_persistent); a type that counts them sets them.
     persistent = 0

@@ -26,8 +26,12 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
 from leveret.broker.queue_dedup import PresentIds, message_dedup_id
-from leveret.broker.queues.base import Queue
+from leveret.broker.queues.base import Queue, QueueEntry
 from leveret.broker.stats import MessageStats
+
+# Every queue type's entry (it moved to base.py) is imported from here too. Compiled,
+# a name the .pxd cimports is no module attribute unless set so.
+globals()["QueueEntry"] = QueueEntry
 
 # Tail items read back from disk at a time when a paged queue's head runs dry.
 REFILL_BATCH = 256
@@ -38,23 +42,6 @@ FLOW_RESUME = FLOW_LIMIT // 2
 if TYPE_CHECKING:
     from leveret.broker.ports import PagedTail, Publisher
     from leveret.broker.vhost import VirtualHost
-
-
-class QueueEntry:
-    """One message's place in one queue."""
-
-    __slots__ = ("seq", "message", "redelivered", "expires_at", "delivered_at", "location")
-
-    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
-        self.seq = seq
-        self.message = message  # message.body is None while the body is paged out to disk
-        self.redelivered = redelivered
-        self.expires_at = 0.0  # time.monotonic() deadline; 0 = never
-        self.delivered_at = 0.0
-        self.location: Any = None  # where the store keeps it, if it does
-
-    def __lt__(self, other: QueueEntry) -> bool:
-        return self.seq < other.seq
 
 
 class ReadyMessages:
@@ -146,7 +133,8 @@ class ReadyMessages:
         entries = self.loader(REFILL_BATCH)
         while not entries and self.tail is not None and self.tail.n:
             entries = self.loader(REFILL_BATCH)  # the store dropped a corrupt batch
-        self._bytes += sum(e.message.size for e in entries)
+        for entry in entries:
+            self._bytes += entry.message.size
         self._fresh.extend(entries)
         # Recount: positions whose write failed may have left the tail meanwhile.
         self.n = len(self._fresh) + len(self._returned) + self.paged
@@ -188,16 +176,20 @@ class ReadyMessages:
         return entries
 
 
-class PriorityReadyMessages:
+class PriorityReadyMessages(ReadyMessages):
     """x-max-priority queues: one ReadyMessages per priority, highest served first.
 
     Each level pages on its own: past the queue's RAM allowance a level keeps its
     newest messages as a paged tail, which the store keeps as a queue of its own
-    (store.message_store.QueueKey), so a restart gives each level back in order."""
+    (store.message_store.QueueKey), so a restart gives each level back in order.
 
-    __slots__ = ("levels", "max_priority", "n")
+    A subclass of ReadyMessages so that the queue's dispatch calls one type's
+    methods (compiled, a C call); its own head and tail stay empty and unused."""
+
+    __slots__ = ("levels", "max_priority")
 
     def __init__(self, max_priority: int) -> None:
+        super().__init__()
         self.max_priority = max_priority
         self.levels = [ReadyMessages() for _ in range(max_priority + 1)]
         self.n = 0

@@ -1,0 +1,27 @@
+# The C layout of server/publishing.py's PublishMethods when compiled: the channel's
+# publish-side state, which its hot path (on_publish, _route) reads as C fields.
+# Channel (server/channel.pxd) builds on it; see server/model_methods.pxd.
+
+from leveret.broker.message cimport Message
+from leveret.broker.stats cimport MessageStats
+from leveret.server.model_methods cimport ModelMethods
+
+
+cdef class PublishMethods(ModelMethods):
+    cdef public object conn
+    cdef public Py_ssize_t number
+    cdef public object vhost
+    cdef public bint closing
+    cdef public MessageStats stats
+    cdef public bint confirm_mode
+    cdef public Py_ssize_t publish_seq
+    cdef public Py_ssize_t confirms_folded
+    cdef public Py_ssize_t confirmed_upto
+    cdef public dict confirm_waiting
+    cdef public object tx
+    cdef public object _write_failures
+    cdef public object reply_token
+    cdef public object reply_consumer_tag
+
+    cpdef on_publish(self, event)
+    cpdef _route(self, exchange, Message message, bint mandatory, barrier=*)
