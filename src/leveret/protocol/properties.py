@@ -17,6 +17,11 @@ from pamqp import decode as pamqp_decode
 from leveret.protocol.constants import SYNTAX_ERROR
 from leveret.protocol.errors import FrameError
 
+try:
+    import cython
+except ImportError:  # no Cython: the annotations below are never evaluated
+    from leveret import _cython_shim as cython
+
 _HEADER_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _LONG = struct.Struct(">I")
 
@@ -56,6 +61,43 @@ def parse_header(payload: bytes) -> tuple[int, int, int, int, int]:
     except (struct.error, IndexError):
         raise FrameError(SYNTAX_ERROR, "malformed content header frame") from None
     return class_id, weight, body_size, flags, delivery_mode
+
+
+def publish_flags(payload: bytes) -> cython.Py_ssize_t:
+    """What basic.publish needs of a content header payload, as one integer: its
+    property flags times 256 plus its delivery_mode (0 when absent). parse_header's
+    two fields without a tuple, read byte by byte (compiled: C reads, a C call from
+    the channel's publish path). Raises FrameError as parse_header does."""
+    n: cython.Py_ssize_t = len(payload)
+    pos: cython.Py_ssize_t
+    flags: cython.Py_ssize_t
+    mode: cython.Py_ssize_t = 0
+    if n < 14:
+        raise FrameError(SYNTAX_ERROR, "malformed content header frame")
+    flags = payload[12] << 8 | payload[13]
+    if flags & FLAG_DELIVERY_MODE:
+        pos = 14
+        if flags & FLAG_CONTENT_TYPE:  # a short string
+            if pos >= n:
+                raise FrameError(SYNTAX_ERROR, "malformed content header frame")
+            pos += 1 + payload[pos]
+        if flags & FLAG_CONTENT_ENCODING:  # a short string
+            if pos >= n:
+                raise FrameError(SYNTAX_ERROR, "malformed content header frame")
+            pos += 1 + payload[pos]
+        if flags & FLAG_HEADERS:
+            if pos + 4 > n:
+                raise FrameError(SYNTAX_ERROR, "malformed content header frame")
+            pos += 4 + (
+                payload[pos] << 24
+                | payload[pos + 1] << 16
+                | payload[pos + 2] << 8
+                | payload[pos + 3]
+            )
+        if pos >= n:
+            raise FrameError(SYNTAX_ERROR, "malformed content header frame")
+        mode = payload[pos]
+    return flags << 8 | mode
 
 
 def decode_properties(payload: bytes) -> commands.Basic.Properties:

@@ -4,6 +4,7 @@
 
 from leveret.broker.consumer cimport Consumer
 from leveret.broker.queues.base cimport Queue, QueueEntry
+from leveret.protocol.methods cimport deliver_frames
 from leveret.server.publishing cimport PublishMethods
 
 

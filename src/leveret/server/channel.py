@@ -57,6 +57,7 @@ from leveret.protocol.constants import (
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
 from leveret.protocol.frames import body_frames, header_frame
+from leveret.protocol.methods import deliver_frames
 from leveret.server.publishing import FailureReporter, PublishMethods, Transaction
 
 if TYPE_CHECKING:
@@ -74,6 +75,10 @@ class Channel(PublishMethods):
         self.conn = conn
         self.number = number
         self.vhost = conn.vhost
+        # The vhost's tables, looked up per publish (the dicts themselves never change).
+        self.exchanges = conn.vhost.exchanges
+        self.queues = conn.vhost.queues
+        self.default_exchange = conn.vhost.default_exchange
         self.closing = False  # we sent channel.close and wait for close-ok
         self.flow_active = True
         self.deliverable = conn.writable
@@ -226,7 +231,7 @@ class Channel(PublishMethods):
                 # The whole delivery as one bytes object (compiled: written in place),
                 # joined with everything else written in this loop turn, once.
                 self.conn.write(
-                    wire.deliver_frames(
+                    deliver_frames(
                         self.number,
                         consumer.ctag_prefix,
                         tag,

@@ -3,6 +3,8 @@
 # Channel (server/channel.pxd) builds on it; see server/model_methods.pxd.
 
 from leveret.broker.message cimport Message
+from leveret.broker.queues.base cimport Queue
+from leveret.protocol.properties cimport publish_flags
 from leveret.broker.stats cimport MessageStats
 from leveret.server.model_methods cimport ModelMethods
 
@@ -11,6 +13,9 @@ cdef class PublishMethods(ModelMethods):
     cdef public object conn
     cdef public Py_ssize_t number
     cdef public object vhost
+    cdef public dict exchanges
+    cdef public dict queues
+    cdef public object default_exchange
     cdef public bint closing
     cdef public MessageStats stats
     cdef public bint confirm_mode

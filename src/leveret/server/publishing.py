@@ -20,7 +20,9 @@ from leveret.broker.durability import WriteBarrier
 from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
+from leveret.broker.queues.base import Queue
 from leveret.broker.queues.classic import FLOW_LIMIT
+from leveret.broker.stats import MessageStats
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
@@ -40,7 +42,7 @@ from leveret.protocol.properties import (
     FLAG_USER_ID,
     decode_properties,
     encode_header,
-    parse_header,
+    publish_flags,
     rewrite_header,
     short_string,
     split_properties,
@@ -89,7 +91,7 @@ class PublishMethods(ModelMethods):
         guard = conn.guard
         if guard is not None:  # permissions (server.authorization); None: may do anything
             guard.check_publish(event.exchange, event.routing_key)
-        exchange = self.vhost.exchanges.get(event.exchange)
+        exchange = self.exchanges.get(event.exchange)
         if exchange is None:
             raise ChannelError(
                 NOT_FOUND, f"no exchange '{event.exchange}' in vhost '{self.vhost.name}'"
@@ -97,7 +99,9 @@ class PublishMethods(ModelMethods):
         if exchange.internal:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal {exchange.describe()}")
         header = event.header
-        _class_id, _weight, _size, flags, delivery_mode = parse_header(header)
+        flags = publish_flags(header)  # property flags << 8 | delivery_mode
+        delivery_mode = flags & 0xFF
+        flags >>= 8
         if flags & FLAG_USER_ID:
             self._check_user_id(header)
         name = exchange.name
@@ -174,26 +178,36 @@ class PublishMethods(ModelMethods):
         mandatory: bool,
         barrier: WriteBarrier | None = None,
     ) -> None:
-        if exchange is self.vhost.default_exchange and message.routing_key.startswith("amq."):
-            # Names no queue can have: direct reply-to and Leveret's extensions.
-            if message.routing_key.startswith(direct_reply.PREFIX):
-                self._route_direct_reply(message, mandatory)
-                return
-            if message.routing_key == stream_offsets.ROUTING_KEY:
-                self._answer_stream_offsets(message)
-                return
-        if message.routing_keys is None:
-            queues = self.vhost.route(exchange, message)
+        if exchange is not self.default_exchange:
+            if message.routing_keys is None:
+                queues = self.vhost.route(exchange, message)
+            else:
+                queues = self.vhost.route_keys(exchange, message, message.routing_keys)
         else:
-            queues = self.vhost.route_keys(exchange, message, message.routing_keys)
-        exchange.stats.publish_in += 1
+            routing_key = message.routing_key
+            if routing_key.startswith("amq."):
+                # Names no queue can have: direct reply-to and Leveret's extensions.
+                if routing_key.startswith(direct_reply.PREFIX):
+                    self._route_direct_reply(message, mandatory)
+                    return
+                if routing_key == stream_offsets.ROUTING_KEY:
+                    self._answer_stream_offsets(message)
+                    return
+            if message.routing_keys is None:
+                # The queue of that name (vhost.route's first case, without the call).
+                queue = self.queues.get(routing_key)
+                queues = [queue] if queue is not None else []
+            else:
+                queues = self.vhost.route_keys(exchange, message, message.routing_keys)
+        stats: MessageStats = exchange.stats
+        stats.publish_in += 1
         seq = 0
         if self.confirm_mode:
             self.publish_seq += 1
             seq = self.publish_seq
             self.conn.confirms_due(self)
         if queues:
-            exchange.stats.publish_out += 1
+            stats.publish_out += 1
             if (
                 barrier is None
                 and (message.persistent or (self.vhost.persisting and _stores_transient(queues)))
@@ -209,8 +223,14 @@ class PublishMethods(ModelMethods):
             shared = barrier is not None and len(queues) > 1
             shared = shared and self.vhost.hooks.share_body(message, queues, barrier)
             accepted = True
+            queue: Queue  # compiled: a C type, so enqueue() is a C call
             try:
-                for queue in queues:
+                for target in queues:
+                    if not isinstance(target, Queue):  # a delayed exchange's store
+                        if not target.enqueue(message, barrier):
+                            accepted = False
+                        continue
+                    queue = target
                     if not queue.enqueue(message, barrier):
                         accepted = False
                     if queue.consumers and queue.ready.n > FLOW_LIMIT:
