@@ -40,7 +40,7 @@ class Message:
         exchange: str,
         routing_key: str,
         header: bytes,
-        body: bytes,
+        body: bytes | None,  # None: paged out (see paged_copy)
         flags: int,
         persistent: bool,
         exchange_and_key: bytes | None = None,
@@ -70,7 +70,7 @@ class Message:
             self.exchange,
             self.routing_key,
             self.header,
-            None,  # type: ignore[arg-type]
+            None,
             self.flags,
             self.persistent,
         )

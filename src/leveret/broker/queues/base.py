@@ -34,6 +34,11 @@ class QueueEntry:
     def __lt__(self, other: QueueEntry) -> bool:
         return self.seq < other.seq
 
+    def __hash__(self) -> int:
+        # Entries hash by identity; said so because, compiled, a type with __lt__ and no
+        # __hash__ would not be hashable (quorum keys a dict by entry).
+        return object.__hash__(self)
+
 
 class Queue:
     """Base of the queue types; the methods below are what each must implement."""
