@@ -7,6 +7,7 @@ import time
 import pika
 import pytest
 
+from leveret.server.connection import AMQPConnection
 from leveret.store import durable_state
 from leveret.testing import embedded_broker
 
@@ -15,16 +16,20 @@ pytestmark = pytest.mark.leveret_only
 
 def _count_disk_pauses(monkeypatch) -> list:
     """Make every queued write a backlog (so publishers pause and resume constantly) and
-    return the list that each pause for the disk is appended to."""
+    return the list that each pause for the disk is appended to. (Counted where the
+    connection asks the store to wait: DurableState is a C type when compiled, and
+    its methods cannot be replaced.)"""
     monkeypatch.setattr(durable_state, "DISK_BACKLOG", 0)
     pauses: list = []
-    real_wait = durable_state.DurableState.wait_for_disk
+    real_pause = AMQPConnection.pause_for_disk
 
-    def counting_wait(self, connection):
-        pauses.append(connection)
-        real_wait(self, connection)
+    def counting_pause(self):
+        was = self.publisher_pause.disk
+        real_pause(self)
+        if self.publisher_pause.disk and not was:
+            pauses.append(self)
 
-    monkeypatch.setattr(durable_state.DurableState, "wait_for_disk", counting_wait)
+    monkeypatch.setattr(AMQPConnection, "pause_for_disk", counting_pause)
     return pauses
 
 

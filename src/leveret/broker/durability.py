@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from leveret.broker.exchange import Binding, Exchange
     from leveret.broker.ports import DiskWaiter, PagedTail
-    from leveret.broker.queues import Queue, QueueEntry
+    from leveret.broker.queues.base import Queue, QueueEntry
 
 
 class WriteBarrier:
@@ -51,11 +51,12 @@ class WriteBarrier:
 class DurabilityHooks:
     """What the model tells the disk. This base class keeps everything in memory."""
 
-    # False: queues skip every per-message hook (the in-memory broker's fast path).
-    active = False
-    # True while stored messages are still being read back at startup (the broker
-    # already listens, but holds client operations): nothing may delete a queue yet.
-    recovering = False
+    def __init__(self) -> None:
+        # False: queues skip every per-message hook (the in-memory broker's fast path).
+        self.active = False
+        # True while stored messages are still being read back at startup (the broker
+        # already listens, but holds client operations): nothing may delete a queue yet.
+        self.recovering = False
 
     def exchange_state_path(self, vhost: str, name: str) -> str | None:
         """Where a durable exchange type keeps state (the dedup cache); None: nowhere."""

@@ -492,6 +492,7 @@ class VirtualHost:
         return count
 
     def on_message_removed(self, queue: Queue, entry: QueueEntry) -> None:
+        # ClassicQueue.removed does the same for its own entries (compiled, in C).
         message = entry.message
         if message.persistent and queue.persistent:  # counted in by a durable queue
             queue.persistent -= 1

@@ -211,7 +211,7 @@ class Channel(PublishMethods):
         if consumer.no_ack:
             stats.deliver_no_ack += 1
             qstats.deliver_no_ack += 1
-            queue.vhost.on_message_removed(queue, entry)
+            queue.removed(entry)
         else:
             stats.deliver += 1
             qstats.deliver += 1

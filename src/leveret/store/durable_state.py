@@ -24,7 +24,7 @@ from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import parse_expiration
-from leveret.broker.queues import Queue, QueueEntry
+from leveret.broker.queues.base import Queue, QueueEntry
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store import replica
 from leveret.store.catalog import CatalogStore
@@ -98,8 +98,6 @@ def _message_from_record(blob: bytes, body: bytes) -> Message:
 
 
 class DurableState(DurabilityHooks):
-    active = True
-
     def __init__(
         self,
         data_dir: str,
@@ -112,6 +110,8 @@ class DurableState(DurabilityHooks):
         if os.path.exists(data_dir) and not os.path.isdir(data_dir):
             raise StoreError(f"--data-dir {data_dir} exists but is not a directory")
         os.makedirs(data_dir, exist_ok=True)
+        super().__init__()
+        self.active = True
         self.data_dir = data_dir
         self.definitions = DefinitionStore(os.path.join(data_dir, "definitions.db"))
         self.catalog = CatalogStore(self.definitions.db)

@@ -29,4 +29,5 @@ cdef class Queue:
     cpdef bint enqueue(self, Message message, barrier=*) except -1
     cpdef dispatch(self, bint check_expiry=*)
     cpdef settle(self, QueueEntry entry)
+    cpdef removed(self, QueueEntry entry)
     cpdef bytes delivery_body(self, QueueEntry entry)

@@ -86,6 +86,12 @@ class Queue:
         """An ack: the delivery is done."""
         raise NotImplementedError
 
+    def removed(self, entry: QueueEntry) -> None:
+        """`entry` left this queue for good (acked, delivered without ack, expired,
+        dropped): the vhost's bookkeeping (vhost.on_message_removed). The classic
+        queue does the same in place, typed (compiled, the channel's call is a C call)."""
+        self.vhost.on_message_removed(self, entry)
+
     def reject(self, entry: QueueEntry) -> None:
         """A reject or nack without requeue."""
         raise NotImplementedError

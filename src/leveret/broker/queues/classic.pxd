@@ -4,6 +4,7 @@
 # override is cpdef.
 
 from leveret.broker.consumer cimport Consumer
+from leveret.broker.durability cimport DurabilityHooks
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue, QueueEntry
 
@@ -34,6 +35,7 @@ cdef class PriorityReadyMessages(ReadyMessages):
 
 
 cdef class ClassicQueue(Queue):
+    cdef public DurabilityHooks hooks
     cdef public object durable
     cdef public object exclusive_owner
     cdef public object auto_delete

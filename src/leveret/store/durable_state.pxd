@@ -1,0 +1,38 @@
+# The C layout of store/durable_state.py's DurableState when compiled (see
+# broker/message.pxd): the per-message hooks (message_enqueued, message_removed) are
+# the compiled overrides of broker/durability.pxd's, and the figures they keep are C
+# integers. Everything else runs as compiled Python.
+
+from leveret.broker.durability cimport DurabilityHooks
+from leveret.broker.message cimport Message
+from leveret.broker.queues.base cimport Queue, QueueEntry
+
+
+cdef class DurableState(DurabilityHooks):
+    cdef public object data_dir
+    cdef public object definitions
+    cdef public object catalog
+    cdef public object messages
+    cdef public Py_ssize_t memory_budget
+    cdef public Py_ssize_t queue_ram_messages
+    cdef public Py_ssize_t queue_ram_bytes
+    cdef public Py_ssize_t heads_used
+    cdef public bint heads_full
+    cdef public dict _head_costs
+    cdef public double _heads_recounted
+    cdef public Py_ssize_t memory_used
+    cdef public Py_ssize_t paged_out
+    cdef public Py_ssize_t paged_out_bytes
+    cdef public Py_ssize_t disk_writes
+    cdef public Py_ssize_t disk_reads
+    cdef public bint _restoring
+    cdef public double _started
+    cdef public object loop
+    cdef public object _disk_waiters
+    cdef public object _disk_timer
+    cdef public object _sharing
+    cdef public object _delay_stores
+    cdef public object delay_drops
+    cdef object __weakref__
+
+    cpdef bint _heads_full(self, Queue queue) except -1
