@@ -207,6 +207,24 @@ def test_the_socket_is_for_the_owner_only(server):
     assert mode == 0o600
 
 
+def test_a_data_dir_deeper_than_a_unix_socket_path_still_has_ctl(tmp_path):
+    """sun_path takes 107 bytes: a data dir deep in a CI workspace must neither stop
+    the broker nor leave it without `leveret ctl` (server/unix_path.py)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "data"
+    deep.parent.mkdir(parents=True)
+    assert len(str(deep / "ctl.sock")) > 107
+    srv = Server(deep).wait()
+    try:
+        result = srv.ctl("--formatter", "json", "list_vhosts")
+        assert result.returncode == 0, result.stderr
+        assert "/" in [v["name"] for v in json.loads(result.stdout)]
+        mode = os.stat(deep / "ctl.sock").st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    finally:
+        srv.stop()
+    assert not (deep / "ctl.sock").exists()  # removed at a clean stop
+
+
 def test_change_password_and_tags(server):
     server.ctl("add_user", "carol", "one")
     server.ctl("set_permissions", "carol", ".*", ".*", ".*")

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from leveret.server.ctl_socket import SOCKET_NAME
+from leveret.server.unix_path import short_path
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -166,7 +167,8 @@ def call(socket_path: str, op: str, args: dict[str, Any], timeout: float = 60.0)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            sock.connect(socket_path)
+            with short_path(socket_path) as path:  # a data dir may be deep (unix_path.py)
+                sock.connect(path)
             sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):

@@ -37,6 +37,7 @@ from leveret.cluster.keys import Keys
 from leveret.cluster.leader import LAG_TIMEOUT_FRACTION, FollowerLink, Tap
 from leveret.cluster.proxy import Proxy
 from leveret.config import ServerConfig
+from leveret.server.unix_path import short_path
 from leveret.store import replica
 
 log = logging.getLogger("leveret.cluster")
@@ -133,10 +134,11 @@ class ClusterNode:
         )
         ctl_path = os.path.join(self.config.data_dir, CTL_SOCKET)
         os.makedirs(self.config.data_dir, exist_ok=True)
-        if os.path.exists(ctl_path):
-            os.unlink(ctl_path)
-        self._ctl_server = await asyncio.start_unix_server(self._serve_ctl, ctl_path)
-        os.chmod(ctl_path, 0o600)
+        with short_path(ctl_path) as path:  # a data dir may be deep (server/unix_path.py)
+            if os.path.exists(path):
+                os.unlink(path)
+            self._ctl_server = await asyncio.start_unix_server(self._serve_ctl, path)
+            os.chmod(path, 0o600)
         log.info(
             "cluster node %s of %s: replication on %s:%d, etcd %s",
             self.name,

@@ -44,11 +44,33 @@ def leader_name(etcd_url: str, cluster: str) -> str | None:
     return json.loads(b64decode(kvs[0]["value"]))["node"] if kvs else None
 
 
-def wait_leader(etcd_url: str, cluster: str, other_than: str | None = None) -> str:
+class DemoFailed(Exception):
+    """The cluster did not come up or did not fail over: the message says why."""
+
+
+def wait_leader(
+    etcd_url: str,
+    cluster: str,
+    nodes: list[NodeProcess],
+    other_than: str | None = None,
+    timeout: float = 60.0,
+) -> str:
+    """The leader's name, once there is one (not `other_than`). A node that exited, or
+    no leader within `timeout`, ends the demo with the nodes' last log lines rather
+    than a wait that never ends."""
+    deadline = time.monotonic() + timeout
     while True:
         name = leader_name(etcd_url, cluster)
         if name is not None and name != other_than:
             return name
+        dead = [n for n in nodes if n.name != other_than and not n.running]
+        if dead or time.monotonic() > deadline:
+            why = f"{', '.join(n.name for n in dead)} exited" if dead else "no leader"
+            tails = "\n".join(
+                f"--- {n.name}'s log ends:\n" + "\n".join(n.log_text().splitlines()[-8:])
+                for n in (dead or nodes)
+            )
+            raise DemoFailed(f"the cluster did not elect a leader ({why})\n{tails}")
         time.sleep(0.05)
 
 
@@ -94,14 +116,14 @@ async def demo(args: argparse.Namespace, etcd: EtcdProcess, nodes: list[NodeProc
 
     await publish(args.messages)
     for kill in range(args.kills):
-        name = wait_leader(etcd.url, "demo")
+        name = wait_leader(etcd.url, "demo", nodes)
         node = next(n for n in nodes if n.name == name)
         node.kill()
         killed_at = time.monotonic()
         await publish(1)
         took = time.monotonic() - killed_at
         figures.append(took)
-        new = wait_leader(etcd.url, "demo", other_than=name)
+        new = wait_leader(etcd.url, "demo", nodes, other_than=name)
         print(
             f"kill {kill + 1}: SIGKILL of leader {name}; {new} leads; first confirmed "
             f"publish after the kill {took:.2f} s later"
@@ -149,10 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             NodeProcess(f"node{i}", etcd.url, directory, cluster="demo", lease=args.lease).start()
             for i in range(1, 4)
         ]
-        leader = wait_leader(etcd.url, "demo")
+        leader = wait_leader(etcd.url, "demo", nodes)
         print(f"etcd on {etcd.url}; nodes {', '.join(n.name for n in nodes)}; {leader} leads")
         print("AMQP URLs: " + " ".join(n.url for n in nodes))
         return asyncio.run(demo(args, etcd, nodes))
+    except DemoFailed as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
     finally:
         for node in nodes:
             node.stop()

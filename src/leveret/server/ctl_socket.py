@@ -30,6 +30,7 @@ from leveret.broker.errors import (
     ModelError,
     NotFound,
 )
+from leveret.server.unix_path import short_path
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -144,16 +145,17 @@ class ControlSocket:
     async def start(self) -> bool:
         """Listen; False (and a log line) when the socket cannot be made."""
         try:
-            if os.path.exists(self.path):
-                os.unlink(self.path)  # left by a broker that was killed
-            old_umask = os.umask(0o177)
-            try:
-                self._server = await asyncio.start_unix_server(
-                    self._serve, self.path, limit=MAX_REQUEST
-                )
-            finally:
-                os.umask(old_umask)
-            os.chmod(self.path, 0o600)
+            with short_path(self.path) as path:  # a data dir may be deep (unix_path.py)
+                if os.path.exists(path):
+                    os.unlink(path)  # left by a broker that was killed
+                old_umask = os.umask(0o177)
+                try:
+                    self._server = await asyncio.start_unix_server(
+                        self._serve, path, limit=MAX_REQUEST
+                    )
+                finally:
+                    os.umask(old_umask)
+                os.chmod(path, 0o600)
         except OSError as exc:
             log.warning("leveret ctl is unavailable: cannot listen on %s: %s", self.path, exc)
             return False
@@ -166,7 +168,8 @@ class ControlSocket:
             await self._server.wait_closed()
             self._server = None
             try:
-                os.unlink(self.path)
+                with short_path(self.path) as path:
+                    os.unlink(path)
             except OSError:
                 pass
 
