@@ -13,8 +13,10 @@ leveret.protocol.connection, the same sans-IO core the broker uses. For
 threads and scripts without asyncio see leveret.client.blocking.
 """
 
-from leveret.client.channel import Channel, Consumer, Exchange, OutgoingMessage, Queue
+from leveret.client.channel import Channel, OutgoingMessage
 from leveret.client.connection import Connection, connect
+from leveret.client.consumer import Consumer
+from leveret.client.declared import Exchange, Queue
 from leveret.client.errors import (
     AccessRefused,
     AuthenticationError,

@@ -31,7 +31,9 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from leveret.client import connection as aio
-from leveret.client.channel import Channel, Consumer, Exchange, OutgoingMessage, Queue
+from leveret.client.channel import Channel, OutgoingMessage
+from leveret.client.consumer import Consumer
+from leveret.client.declared import Exchange, Queue
 from leveret.client.events import ClientEvent
 from leveret.client.message import Message
 from leveret.protocol.properties import BasicProperties

@@ -1,19 +1,24 @@
-"""Channels, and the exchange, queue and consumer objects that hang off them."""
+"""Channels: declarations, publishing with confirms, gets, transactions and recovery.
+
+The handles a channel returns live beside it: the declared exchanges, queues and
+bindings in `declared.py`, consumers in `consumer.py` (both re-exported here).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
-import itertools
 import logging
-import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands as cmd
 
 from leveret.client import events as ev
+from leveret.client._state import CLOSED, OPEN, OPENING, RECOVERING
+from leveret.client.consumer import Consumer
+from leveret.client.declared import Exchange, Queue, _Binding, _name
 from leveret.client.errors import (
     BlockedTimeout,
     ChannelClosed,
@@ -32,8 +37,6 @@ from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     BASIC_CANCEL,
-    BASIC_CANCEL_OK,
-    BASIC_CONSUME_OK,
     BASIC_GET_EMPTY,
     BASIC_GET_OK,
     BASIC_QOS_OK,
@@ -64,14 +67,11 @@ log = logging.getLogger("leveret.client")
 
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 
-# Channel states.
-_OPENING = 0
-_OPEN = 1
-_RECOVERING = 2
-_CLOSED = 3
-
-_ctag_ids = itertools.count(1)
-_CTAG_PREFIX = f"leveret-{uuid.uuid4().hex[:8]}"
+# Channel states (client/_state.py, shared with the consumers).
+_OPENING = OPENING
+_OPEN = OPEN
+_RECOVERING = RECOVERING
+_CLOSED = CLOSED
 
 
 class OutgoingMessage(NamedTuple):
@@ -1104,444 +1104,6 @@ class Channel:
         from leveret.client.rpc import serve
 
         return asyncio.ensure_future(serve(self, queue, handler, prefetch))
-
-
-class Consumer:
-    """An async iterator of messages from one queue.
-
-        async for message in channel.consume("jobs", prefetch=100):
-            ...
-            message.ack()
-
-    Leaving the loop early does not cancel the consumer; `await
-    consumer.cancel()` (or `async with` around it) does: the broker stops
-    delivering, and messages it had sent but the code has not yet taken are
-    handed back (nack with requeue) so that nothing stays stuck unacked.
-    """
-
-    def __init__(
-        self,
-        channel: Channel,
-        queue: str | Queue,
-        prefetch: int | None,
-        no_ack: bool,
-        exclusive: bool,
-        consumer_tag: str | None,
-        arguments: dict[str, Any] | None,
-        offset: Any,
-    ) -> None:
-        if prefetch is not None and not 0 <= prefetch <= 65535:
-            raise ValueError(f"prefetch must be 0..65535, got {prefetch}")
-        if offset is not None:
-            if no_ack:
-                raise ValueError("stream consumers need acks (no_ack=False)")
-            if prefetch is None:
-                prefetch = 100  # RabbitMQ refuses stream consumers without a prefetch
-        self.channel = channel
-        self.queue = queue
-        self.prefetch = prefetch
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.consumer_tag = consumer_tag or f"{_CTAG_PREFIX}-{next(_ctag_ids)}"
-        self.arguments = dict(arguments or {})
-        self.offset = offset
-        self.last_offset: int | None = None  # stream: the last offset handed to the code
-        self._buffer: collections.deque[Message] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._started = False
-        self._done = False
-        self._error: BaseException | None = None
-        self._cancelling = False
-        self._callback: Any = None
-        self._raw: Any = None
-        self._plain = offset is None  # no stream offsets to track or skip
-
-    def __repr__(self) -> str:
-        return f"<leveret.client.Consumer {self.consumer_tag} on {self.queue_name!r}>"
-
-    @property
-    def queue_name(self) -> str:
-        return _name(self.queue)
-
-    @property
-    def error(self) -> BaseException | None:
-        """Why the consumer ended, if it did so by an error (its queue deleted, its
-        channel or connection closed for good); None while it runs."""
-        return self._error
-
-    def _consume_method(self) -> Any:
-        args = dict(self.arguments)
-        offset = self.offset
-        if offset is not None:
-            args["x-stream-offset"] = offset if self.last_offset is None else self.last_offset + 1
-        return wire.unchecked(
-            cmd.Basic.Consume,
-            queue=self.queue_name,
-            consumer_tag=self.consumer_tag,
-            no_ack=self.no_ack,
-            exclusive=self.exclusive,
-            arguments=args,
-        )
-
-    async def start(self) -> Consumer:
-        """Send basic.consume (idempotent)."""
-        if self._started:
-            return self
-        ch = self.channel
-        if self.consumer_tag in ch._consumers:
-            raise ClientError(f"consumer tag {self.consumer_tag!r} is in use on this channel")
-        self._started = True
-        await ch._ready()
-        if self.prefetch is not None:
-            await ch._call(cmd.Basic.Qos(0, self.prefetch, False), BASIC_QOS_OK)
-        # Registered before consume-ok: deliveries can follow it in the same read.
-        ch._consumers[self.consumer_tag] = self
-        try:
-            await ch._call(self._consume_method(), BASIC_CONSUME_OK)
-        except ConnectionLost:
-            if ch._state == _CLOSED or not ch.connection.recovery:
-                ch._consumers.pop(self.consumer_tag, None)
-                self._started = False
-                raise
-            # Registered consumers are restored by recovery: this one too.
-            await ch.connection._wait_ready()
-        except BaseException:
-            ch._consumers.pop(self.consumer_tag, None)
-            self._started = False
-            raise
-        return self
-
-    def __await__(self) -> Any:
-        return self.start().__await__()
-
-    async def __aenter__(self) -> Consumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.cancel()
-
-    def __aiter__(self) -> Consumer:
-        return self
-
-    async def __anext__(self) -> Message:
-        buffer = self._buffer
-        if not buffer:
-            if not self._started:
-                await self.start()
-            while not buffer:
-                if self._error is not None:
-                    raise self._error
-                if self._done:
-                    raise StopAsyncIteration
-                self._waiter = self.channel.connection._loop.create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
-        message = buffer.popleft()
-        if self.offset is not None:
-            self._handed_out(message)
-        return message
-
-    def _handed_out(self, message: Message) -> None:
-        """Stream consumers remember the last offset the code got, to resume after it."""
-        offset = message.offset
-        if offset is not None:
-            self.last_offset = offset
-
-    async def get(self, timeout: float | None = None) -> Message:
-        """The next message (TimeoutError after `timeout` s)."""
-        return await asyncio.wait_for(self.__anext__(), timeout)
-
-    def _push(self, message: Message) -> None:
-        if self._cancelling:
-            if not self.no_ack:
-                self._hand_back(message)
-            return
-        callback = self._callback
-        if self.offset is not None:
-            offset = message.offset
-            last = self.last_offset
-            if offset is not None and last is not None and offset <= last:
-                # A resumed stream consumer: a broker may start at the chunk holding
-                # the requested offset; what the code already had is skipped.
-                message.ack()
-                return
-            if callback is not None:
-                if offset is not None:
-                    self.last_offset = offset
-                callback(message)
-                return
-        elif callback is not None:
-            callback(message)
-            return
-        self._buffer.append(message)
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _end(self, error: BaseException | None) -> None:
-        """No more deliveries: StopAsyncIteration (or `error`) once the buffer is drained."""
-        self._done = True
-        if error is not None:
-            self._error = error
-            self._buffer.clear()
-        self._wake()
-
-    def _on_link_lost(self) -> None:
-        # Deliveries not yet handed out die with the link; the broker redelivers them.
-        self._buffer.clear()
-
-    async def _restore(self) -> None:
-        ch = self.channel
-        if self.prefetch is not None:
-            await ch._call_now(cmd.Basic.Qos(0, self.prefetch, False), BASIC_QOS_OK)
-        method = self._consume_method()
-        await ch._call_now(method, BASIC_CONSUME_OK)
-        where = method.arguments.get("x-stream-offset")
-        log.info(
-            "consumer %s restored on queue %r%s",
-            self.consumer_tag,
-            self.queue_name,
-            f" from offset {where!r}" if where is not None else "",
-        )
-        ch.connection._emit(ev.ConsumerRestored(self.consumer_tag, self.queue_name, where))
-
-    async def cancel(self) -> None:
-        """basic.cancel; messages received but not handed out are requeued."""
-        ch = self.channel
-        if not self._started or self._done:
-            self._done = True
-            self._wake()
-            return
-        self._cancelling = True
-        self._plain = False
-        try:
-            if ch._state == _OPEN:
-                await ch._call(
-                    wire.unchecked(cmd.Basic.Cancel, consumer_tag=self.consumer_tag),
-                    BASIC_CANCEL_OK,
-                )
-        except (ChannelClosed, ConnectionClosed):
-            pass
-        finally:
-            ch._consumers.pop(self.consumer_tag, None)
-            leftovers = list(self._buffer)
-            self._buffer.clear()
-            if not self.no_ack:
-                for message in leftovers:
-                    with contextlib.suppress(ClientError):
-                        self._hand_back(message)
-            self._end(None)
-
-    def _hand_back(self, message: Message) -> None:
-        """A delivery the code never saw: requeue it (a stream keeps it anyway, and
-        RabbitMQ refuses nack on streams, so there it is just acked for credit)."""
-        if self.offset is not None:
-            message.ack()
-        else:
-            message.nack(requeue=True)
-
-
-class Exchange:
-    """A declared exchange (what declare_exchange returned)."""
-
-    def __init__(
-        self,
-        channel: Channel,
-        name: str,
-        type: str,  # noqa: A002
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: dict[str, Any] | None,
-    ) -> None:
-        self.channel = channel
-        self.name = name
-        self.type = type
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments = dict(arguments or {})
-
-    def __repr__(self) -> str:
-        return f"<leveret.client.Exchange {self.name!r} ({self.type})>"
-
-    def _method(self, passive: bool = False) -> Any:
-        return wire.unchecked(
-            cmd.Exchange.Declare,
-            exchange=self.name,
-            exchange_type=self.type,
-            passive=passive,
-            durable=self.durable,
-            auto_delete=self.auto_delete,
-            internal=self.internal,
-            arguments=self.arguments,
-        )
-
-    async def _redeclare(self, channel: Channel) -> None:
-        await channel._call_now(self._method(), EXCHANGE_DECLARE_OK)
-
-    async def publish(self, body: bytes | str, routing_key: str = "", **kwargs: Any) -> None:
-        await self.channel.publish(body, routing_key, self.name, **kwargs)
-
-    async def delete(self, *, if_unused: bool = False) -> None:
-        await self.channel.delete_exchange(self.name, if_unused=if_unused)
-
-
-class Queue:
-    """A declared queue with the counts from its declare-ok.
-
-    `name` follows the queue across reconnects: a server-named queue gets a
-    new name when recovery declares it again.
-    """
-
-    def __init__(
-        self,
-        channel: Channel,
-        name: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any] | None,
-    ) -> None:
-        self.channel = channel
-        self.name = name
-        self.server_named = name == ""
-        self.durable = durable
-        self.exclusive = exclusive
-        self.auto_delete = auto_delete
-        self.arguments = dict(arguments or {})
-        self.message_count = 0
-        self.consumer_count = 0
-
-    def __repr__(self) -> str:
-        return (
-            f"<leveret.client.Queue {self.name!r} messages={self.message_count} "
-            f"consumers={self.consumer_count}>"
-        )
-
-    def _method(self, passive: bool = False) -> Any:
-        return wire.unchecked(
-            cmd.Queue.Declare,
-            queue="" if self.server_named else self.name,
-            passive=passive,
-            durable=self.durable,
-            exclusive=self.exclusive,
-            auto_delete=self.auto_delete,
-            arguments=self.arguments,
-        )
-
-    def _update(self, ok: Any) -> None:
-        self.name = ok.queue
-        self.message_count = ok.message_count
-        self.consumer_count = ok.consumer_count
-
-    async def _redeclare(self, channel: Channel) -> None:
-        ok = await channel._call_now(self._method(), QUEUE_DECLARE_OK)
-        self._update(ok)
-
-    def consume(self, **kwargs: Any) -> Consumer:
-        return self.channel.consume(self, **kwargs)
-
-    async def get(self, *, no_ack: bool = False) -> Message | None:
-        return await self.channel.get(self, no_ack=no_ack)
-
-    async def bind(
-        self,
-        exchange: str | Exchange,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        await self.channel.bind_queue(self, exchange, routing_key, arguments)
-
-    async def unbind(
-        self,
-        exchange: str | Exchange,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        await self.channel.unbind_queue(self, exchange, routing_key, arguments)
-
-    async def purge(self) -> int:
-        return await self.channel.purge_queue(self)
-
-    async def delete(self, *, if_unused: bool = False, if_empty: bool = False) -> int:
-        return await self.channel.delete_queue(self, if_unused=if_unused, if_empty=if_empty)
-
-
-class _Binding:
-    """A queue or exchange binding, as recovery re-declares it."""
-
-    def __init__(
-        self,
-        kind: str,
-        destination: str | Queue,
-        source: str,
-        routing_key: str,
-        arguments: dict[str, Any] | None,
-    ) -> None:
-        self.kind = kind
-        self.destination = destination
-        self.source = source
-        self.routing_key = routing_key
-        self.arguments = dict(arguments or {})
-
-    def queue_name(self) -> str | None:
-        return _name(self.destination) if self.kind == "queue" else None
-
-    def involves_exchange(self, name: str) -> bool:
-        return self.source == name or (self.kind == "exchange" and self.destination == name)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _Binding):
-            return NotImplemented
-        return (
-            self.kind == other.kind
-            and _name(self.destination) == _name(other.destination)
-            and self.source == other.source
-            and self.routing_key == other.routing_key
-            and self.arguments == other.arguments
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def describe(self) -> str:
-        return (
-            f"binding {self.source!r} -> {self.kind} {_name(self.destination)!r} "
-            f"({self.routing_key!r})"
-        )
-
-    def method(self, bind: bool) -> Any:
-        dest = _name(self.destination)
-        if self.kind == "queue":
-            cls = cmd.Queue.Bind if bind else cmd.Queue.Unbind
-            return wire.unchecked(
-                cls,
-                queue=dest,
-                exchange=self.source,
-                routing_key=self.routing_key,
-                arguments=self.arguments,
-            )
-        cls = cmd.Exchange.Bind if bind else cmd.Exchange.Unbind
-        return wire.unchecked(
-            cls,
-            destination=dest,
-            source=self.source,
-            routing_key=self.routing_key,
-            arguments=self.arguments,
-        )
-
-    async def redeclare(self, channel: Channel) -> None:
-        expect = QUEUE_BIND_OK if self.kind == "queue" else EXCHANGE_BIND_OK
-        await channel._call_now(self.method(bind=True), expect)
-
-
-def _name(obj: str | Queue | Exchange) -> str:
-    return obj if isinstance(obj, str) else obj.name
 
 
 def _left(deadline: float | None, loop: asyncio.AbstractEventLoop) -> float | None:

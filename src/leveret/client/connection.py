@@ -22,7 +22,8 @@ from typing import Any
 
 import leveret
 from leveret.client import events as ev
-from leveret.client.channel import Channel, Exchange, Queue, _Binding
+from leveret.client.channel import Channel
+from leveret.client.declared import Exchange, Queue, _Binding
 from leveret.client.errors import (
     AuthenticationError,
     ChannelClosed,
