@@ -35,6 +35,7 @@ import sys
 # Channel calls. The model's classes are C types, laid out by the .pxd beside each.
 COMPILED_MODULES: tuple[str, ...] = (
     "leveret.protocol.connection",
+    "leveret.protocol.events",
     "leveret.protocol.properties",
     "leveret.protocol.methods",
     "leveret.broker.message",
