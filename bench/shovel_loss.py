@@ -23,9 +23,6 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
 
-from shovel_throughput import count, free_port, http  # noqa: E402
+from shovel_throughput import Leveret as Broker  # noqa: E402
+from shovel_throughput import count, http  # noqa: E402
 
 from leveret.client.blocking import connect  # noqa: E402
 
@@ -43,43 +41,6 @@ logging.getLogger("leveret.client").setLevel(logging.CRITICAL)  # the kills' rec
 
 def body(i: int) -> bytes:
     return (b"%08d|" % i).ljust(1024, b".")
-
-
-class Broker:
-    def __init__(self, name: str, root: str) -> None:
-        self.port, self.mport = free_port(), free_port()
-        self.data = os.path.join(root, name)
-        self.proc: subprocess.Popen | None = None
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-        self.api = f"http://127.0.0.1:{self.mport}"
-
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..", "src")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--port", str(self.port),
-             "--management-port", str(self.mport), "--prometheus-port", "0",
-             "--data-dir", self.data, "--log-level", "warning"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.mport), 0.2).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("a broker did not start") from None
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(60)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
 
 
 def total(broker: Broker, queue: str) -> int:

@@ -68,11 +68,18 @@ def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]
 
 
 class Leveret:
-    """A `leveret server` subprocess with its management API."""
+    """A `leveret server` subprocess with its management API; `start()` it, and start
+    it again after `kill()` (bench/shovel_loss.py restarts brokers under a shovel)."""
 
     def __init__(self, name: str, root: str) -> None:
+        self.name = name
         self.port, self.mport = free_port(), free_port()
         self.data = os.path.join(root, name)
+        self.proc: subprocess.Popen | None = None
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.api = f"http://127.0.0.1:{self.mport}"
+
+    def start(self) -> Leveret:
         env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..", "src")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "server", "--port", str(self.port),
@@ -80,21 +87,25 @@ class Leveret:
              "--data-dir", self.data, "--log-level", "warning"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.mport), 0.2).close()
-                break
+                return self
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"leveret {name} did not start") from None
+                    raise SystemExit(f"leveret {self.name} did not start") from None
                 time.sleep(0.05)
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-        self.api = f"http://127.0.0.1:{self.mport}"
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(60)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
 
 
 def fill(url: str, queue: str, n: int) -> None:
@@ -170,7 +181,7 @@ def main() -> None:
     rabbit_url = f"amqp://guest:guest@127.0.0.1:{args.rabbitmq_port}/%2F"
     rabbit_api = f"http://127.0.0.1:{args.rabbitmq_port + 10000}"
     root = tempfile.mkdtemp(prefix="shovel-bench-")
-    src, dest = Leveret("src", root), Leveret("dest", root)
+    src, dest = Leveret("src", root).start(), Leveret("dest", root).start()
     results: dict[str, dict[str, list[float]]] = {}
     try:
         common = {"ack-mode": "on-confirm", "src-prefetch-count": 1000}
