@@ -127,6 +127,17 @@ def test_data_dir_is_created(server, tmp_path):
         (["--listen", "[::1]5672"], "expected [IPV6]:PORT"),
         (["--listen", "127.0.0.1:99999"], "bad port in '127.0.0.1:99999'"),
         (["--listen", "127.0.0.1:x"], "bad port in '127.0.0.1:x'"),
+        (["--queue-ram-bytes", "-5"], "must not be negative"),
+        (["--queue-ram-bytes", "lots"], "expected a whole number"),
+        (["--quorum-delivery-limit", "-1"], "must not be negative"),
+        (["--quorum-delivery-limit", "x"], "expected a whole number"),
+        (["--cluster-etcd", "notaurl"], "expected http://HOST:PORT"),
+        (["--cluster-etcd", "ftp://etcd:2379"], "got 'ftp://etcd:2379'"),
+        (["--cluster-etcd", ","], "expected http://HOST:PORT"),
+        (["--cluster-min-replicas", "-1"], "must not be negative"),
+        (["--cluster-lease-seconds", "0.5"], "must be at least 1 second"),
+        (["--cluster-lease-seconds", "soon"], "expected a number of seconds"),
+        (["--cluster-port", "abc"], "expected a whole number"),
     ],
 )
 def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):

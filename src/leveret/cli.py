@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import urllib.parse
 from pathlib import Path
 
 from leveret import __version__
@@ -24,6 +25,32 @@ def _positive_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
+
+
+def _lease_seconds(text: str) -> float:
+    """--cluster-lease-seconds: etcd refuses leases shorter than a second or so."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 1:  # (also refuses nan)
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text}")
+    return value
+
+
+def _etcd_urls(text: str) -> str:
+    """--cluster-etcd: every endpoint an http(s) URL, checked before the node starts
+    (a bad one would otherwise be retried for ever)."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        raise argparse.ArgumentTypeError("expected http://HOST:PORT[,http://HOST:PORT...]")
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise argparse.ArgumentTypeError(
+                f"expected http://HOST:PORT[,http://HOST:PORT...], got {url!r}"
+            )
+    return text
 
 
 def _port(text: str) -> int:
@@ -71,6 +98,7 @@ def _add_cluster_arguments(server: argparse.ArgumentParser) -> None:
     cluster = server.add_argument_group("cluster (docs/cluster.md)")
     cluster.add_argument(
         "--cluster-etcd",
+        type=_etcd_urls,
         metavar="URL[,URL...]",
         help="etcd endpoints (http://host:2379,...): run as a node of a cluster",
     )
@@ -87,7 +115,7 @@ def _add_cluster_arguments(server: argparse.ArgumentParser) -> None:
     )
     cluster.add_argument(
         "--cluster-min-replicas",
-        type=int,
+        type=_positive_int,
         default=0,
         metavar="N",
         help="nodes (the leader included) that must hold a write before it is confirmed "
@@ -95,7 +123,7 @@ def _add_cluster_arguments(server: argparse.ArgumentParser) -> None:
     )
     cluster.add_argument(
         "--cluster-lease-seconds",
-        type=float,
+        type=_lease_seconds,
         default=5.0,
         metavar="S",
         help="the leader's etcd lease: how soon a dead leader is replaced (default %(default)s)",
