@@ -171,3 +171,57 @@ def test_port_in_use_is_reported(tmp_path):
         )
     assert proc.returncode == 1
     assert "cannot start" in proc.stderr and str(port) in proc.stderr
+
+
+@pytest.mark.parametrize("etcd", ["refuses", "silent"])
+def test_cluster_node_stops_on_sigterm_while_etcd_is_away(etcd, tmp_path):
+    """A node whose etcd is down (nothing listens) or hung (accepts, never answers)
+    retries its registration, and a SIGTERM still stops it, with status 0. Before,
+    the retry loop ran before the signal was looked at: only SIGKILL ended it."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        etcd_port = hung.getsockname()[1]
+        if etcd == "silent":
+            hung.listen(16)  # connections are accepted by the kernel, never answered
+        else:
+            hung.close()  # the port is free: connections are refused
+        log = tmp_path / "server.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                [
+                    *server_argv(),
+                    "--port",
+                    str(_free_port()),
+                    "--management-port",
+                    "0",
+                    "--prometheus-port",
+                    "0",
+                    "--data-dir",
+                    str(tmp_path / "d"),
+                    "--cluster-etcd",
+                    f"http://127.0.0.1:{etcd_port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        try:
+            if etcd == "silent":
+                # The node's first request is under way (and will never be answered).
+                hung.settimeout(60)
+                request, _ = hung.accept()
+            else:
+                deadline = time.monotonic() + 60
+                while "cannot register with etcd yet" not in log.read_text():
+                    assert proc.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, "no etcd attempt:\n" + log.read_text()
+                    time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    text = log.read_text()
+    assert "stopped before it could register with etcd" in text
+    assert "Traceback" not in text

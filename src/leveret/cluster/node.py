@@ -126,7 +126,10 @@ class ClusterNode:
 
     async def run(self, stop: asyncio.Event) -> int:
         self.stop_event = stop
-        await self._register()
+        if not await self._register():
+            log.info("cluster node %s stopped before it could register with etcd", self.name)
+            await self.etcd.close()
+            return 0
         self._tasks.append(asyncio.ensure_future(self._keepalive()))
         self._tasks.append(asyncio.ensure_future(self._watch()))
         self._repl_server = await asyncio.start_server(
@@ -191,20 +194,45 @@ class ClusterNode:
         await self._follow()
         await self._wait(1.0)
 
-    async def _register(self) -> None:
-        while True:
+    async def _register(self) -> bool:
+        """Take a lease and write this node's keys; False if asked to stop first.
+
+        etcd may be down for as long as an operator takes to notice, so the retries
+        back off (0.5 s doubling to 5 s, one warning each) and a SIGTERM ends them,
+        even in the middle of a request to an etcd that does not answer.
+        """
+        delay = 0.5
+        while not self.stop_event.is_set():
+            attempt = asyncio.ensure_future(self._register_once())
+            stopping = asyncio.ensure_future(self.stop_event.wait())
+            done, _ = await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if attempt not in done:
+                attempt.cancel()
+                await asyncio.gather(attempt, return_exceptions=True)
+                break
             try:
-                self.lease, self.ttl = await self.etcd.lease_grant(self.ttl)
-                self.lease_deadline = time.monotonic() + self.ttl
-                self.lease_lost = False
-                info = json.dumps(self.info())
-                await self.etcd.put(self.keys.nodes + self.name, info, self.lease)
-                await self.etcd.put(self.keys.members + self.name, info)
-                self.registered_at = time.monotonic()
-                return
+                attempt.result()
+                return True
             except EtcdError as exc:
-                log.warning("cluster: cannot register with etcd yet: %s", exc)
-                await asyncio.sleep(0.5)
+                log.warning(
+                    "cluster: cannot register with etcd yet (retrying in %.1f s): %s", delay, exc
+                )
+            try:
+                await asyncio.wait_for(self.stop_event.wait(), delay)
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, 5.0)
+        return False
+
+    async def _register_once(self) -> None:
+        self.lease, self.ttl = await self.etcd.lease_grant(self.ttl)
+        self.lease_deadline = time.monotonic() + self.ttl
+        self.lease_lost = False
+        info = json.dumps(self.info())
+        await self.etcd.put(self.keys.nodes + self.name, info, self.lease)
+        await self.etcd.put(self.keys.members + self.name, info)
+        self.registered_at = time.monotonic()
 
     async def _keepalive(self) -> None:
         # Every third of the lease: a live leader may miss one renewal (a slow etcd, a
