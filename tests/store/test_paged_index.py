@@ -391,3 +391,40 @@ def test_random_fan_out_matches_a_model(
                 in_the_tail = t.model[len(t.model) - t.in_tail :] if t.in_tail else []
                 assert t.tail.nbytes == sum(len(b) for b, _r in in_the_tail), step
     _close_with_disk_bounded(store, seg, loop)
+
+
+def test_reading_back_skips_other_queues_records(tmp_path: Path) -> None:
+    """Queues filled in turn interleave their records in the log. Reading one queue's
+    tail back reads its own records, not the stretches of the others' between them
+    (which read the log once per queue: S9's drain read 400 GB)."""
+    store, _ = _store(tmp_path, segment_size=64 * 1024 * 1024)
+    queues = [("/", f"q{i}") for i in range(200)]
+    tails = {q: store.paged_index(q) for q in queues}
+    for n in range(50):
+        for q in queues:
+            # 100-byte bodies: each queue's records are 200 x ~130 B apart, past READ_GAP
+            body = b"%s-%d " % (q[1].encode(), n)
+            store.publish_paged(tails[q], b"h", body.ljust(100, b"."))
+    log = store._log
+    read = log.read
+    sizes: list[int] = []
+
+    def counting_read(seq: int, offset: int, size: int) -> bytes:
+        sizes.append(size)
+        return read(seq, offset, size)
+
+    log.read = counting_read  # type: ignore[method-assign]
+    got = _bodies(store.take_paged(tails[("/", "q7")], 50))
+    assert got == [(b"q7-%d " % n).ljust(100, b".") for n in range(50)]
+    assert len(tails[("/", "q7")]) == 0
+    # 50 records of about 130 bytes, 200 records apart: read one by one (about 6.5 kB),
+    # not as stretches through the other queues' records (about 1.3 MB).
+    assert len(sizes) == 50 and sum(sizes) < 50 * 1000, sizes
+    # Records side by side still come back with one read.
+    sizes.clear()
+    alone = store.paged_index(("/", "alone"))
+    for n in range(100):
+        store.publish_paged(alone, b"h", b"alone-%d" % n)
+    assert _bodies(store.take_paged(alone, 100)) == [b"alone-%d" % n for n in range(100)]
+    assert len(sizes) == 1
+    store.close()
