@@ -409,7 +409,8 @@ class MessageStore:
         self._live: dict[int, int] = {}  # segment -> live PUBLISH bytes
         self._deps: dict[int, set[int]] = {}  # segment -> segments its ACKs/DELIVEREDs refer to
         self._dependents: dict[int, set[int]] = {}  # reverse of _deps
-        self._attempts: dict[int, tuple[int, int]] = {}  # fruitless compaction memo
+        # Fruitless compactions: seq -> (live bytes, dependencies, bytes over budget)
+        self._attempts: dict[int, tuple[int, int, float]] = {}
         self._candidates: list[int] = []
         self._reclaiming = False
         self._reclaim_enabled = True
@@ -1170,16 +1171,25 @@ class MessageStore:
         Live PUBLISHes move: a Location a queue holds is updated in place, and a
         paged tail's positions are relocated. ACK/DELIVERED records whose target
         segment still exists move too. Gives up if that would copy more than
-        compact_ratio of the segment, and does not retry until something changed.
+        compact_ratio of the segment, and then does not read the segment again
+        until it could fit: until its live bytes have fallen by what was over the
+        budget, or a segment it refers to was deleted (which frees its ACK records).
+        Batched ACK records (REFS) are not live bytes, so a segment can hold few live
+        messages and still too much to copy; retrying at every ack re-read it each
+        time (S9's drain: 93% of the time, 16 MB per ack).
         """
         lg = self._log
         assert lg is not None
         size = lg.size_of(seq)
-        memo = (self._live.get(seq, 0), len(self._deps.get(seq, ())))
-        if self._attempts.get(seq) == memo or self.delays.held(seq):
+        live_now, deps_now = self._live.get(seq, 0), len(self._deps.get(seq, ()))
+        tried = self._attempts.get(seq)
+        if tried is not None and tried[1] == deps_now and tried[0] - live_now < tried[2]:
+            return
+        if self.delays.held(seq):
             return
         data = lg.read_segment(seq)
         budget = self.compact_ratio * size
+        over = False  # past the budget: only the total is counted from here on
         index = self._index
         paged = self._paged
         exists = lg.exists
@@ -1196,13 +1206,12 @@ class MessageStore:
                     due = self.delays.live_at(qid, seq, off, data)
                     if due is None:
                         continue
-                    moves.append((_DELAYED, off, end, (qid, due)))
                     total += end - off
                     if due < soon:
                         near += end - off
-                    if total > budget:
-                        self._attempts[seq] = memo
-                        return
+                    if not over:
+                        moves.append((_DELAYED, off, end, (qid, due)))
+                        over = total > budget
                     continue
                 holder = self._holder(seq, off, qid, mid)
                 if holder is None:
@@ -1239,14 +1248,17 @@ class MessageStore:
                         continue
                 moves.append((rtype, off, end, target))
             total += end - off
-            if total > budget:
-                self._attempts[seq] = memo
-                return
+            if over or total > budget:
+                over = True
+                moves.clear()  # not needed past the budget: the scan only counts on
         if result.error is not None:
             log.error(
                 "segment %d: %s at %d during compaction; left as is", seq, result.error, result.end
             )
-            self._attempts[seq] = memo
+            self._attempts[seq] = (live_now, deps_now, float("inf"))
+            return
+        if over:
+            self._attempts[seq] = (live_now, deps_now, total - budget)
             return
         if near * 2 > total:
             # Mostly delayed messages due in seconds: they will free the segment
