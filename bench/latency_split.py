@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""S3's latency taken apart: where a message's time goes between amqbench and back.
+
+    python bench/latency_split.py [--rate 5000] [--seconds 6] [--rounds 3]
+                                  [--pin-broker CPU] [--pin-client CPU]
+
+amqbench (the referee, `--rate` messages a second, 16 B, one producer and one consumer
+in one process) writes `time.monotonic_ns()` into each body and measures publish to
+receipt. CLOCK_MONOTONIC is the same clock in every process, so a broker that reads
+that stamp can say how much of the latency is before it, in it and after it. This
+script starts `leveret server` from this tree with timing wrappers around three
+pure-Python methods (nothing compiled is touched, so the compiled build runs as
+usual):
+
+- `SharedReadBuffer.take` (server/reading.py): the bytes of one read, scanned for body
+  frames; the stamp of each is paired with the time the read began;
+- `AMQPConnection.buffer_updated` (server/connection.py): when the read began and when
+  everything it held was parsed, routed and queued for the consumer's socket;
+- `AMQPConnection._flush`: when the delivery's write began and when the write call
+  returned.
+
+Per message it reports (percentiles in microseconds):
+
+- `send_to_read`: amqbench's stamp to the start of the broker's read: the client's
+  write, the kernel, and the broker's wake-up (scheduling included);
+- `read_to_processed`: the whole read handled, including any other messages in it;
+- `processed_to_flush`: the rest of the loop turn before the output flush;
+- `write_call`: the `transport.write` of the delivery (the send system call);
+- `send_to_written`: the broker's whole share plus what came before it;
+
+and for the broker's event-loop thread, from /proc/PID/task/PID/schedstat over the
+measured seconds: CPU time and run-queue wait per message, and how many times it
+was put on a CPU. amqbench's own p50/p99 come beside them. The wrappers cost about a
+microsecond a read; figures are for comparing parts, not for the bar (`bench/compare`
+gives that). The management and Prometheus listeners are on, on free ports, as
+`bench/compare` runs the broker. `--pin-broker`/`--pin-client` run the broker or amqbench on one CPU
+(taskset), to see what sharing a CPU costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
+
+# Run inside the broker process: wrap the methods, then `leveret server` as usual.
+BOOTSTRAP = r"""
+import atexit, json, os, struct, sys, time
+from leveret.server import connection as sc, reading
+
+OUT = os.environ["LATENCY_SPLIT_OUT"]
+PAT = b"\x03\x00\x01\x00\x00\x00\x10"  # a body frame on channel 1, 16 bytes: amqbench's
+now = time.monotonic_ns
+stamp = struct.Struct(">Q").unpack_from
+state = {"read_at": 0, "stamps": []}
+reads = {}       # stamp -> (read began, read processed)
+samples = []     # (stamp, read began, processed, flush began, written)
+per_read = []    # messages in each read that held any
+
+def stamps_in(data):
+    found, i = [], data.find(PAT)
+    while i >= 0 and i + 15 <= len(data):
+        found.append(stamp(data, i + 7)[0])
+        i = data.find(PAT, i + 15)
+    return found
+
+take = reading.SharedReadBuffer.take
+def timed_take(self, nbytes):
+    data = take(self, nbytes)
+    state["stamps"] += stamps_in(data)
+    return data
+reading.SharedReadBuffer.take = timed_take
+
+buffer_updated = sc.AMQPConnection.buffer_updated
+def timed_buffer_updated(self, nbytes):
+    began = now()
+    state["stamps"] = []
+    buffer_updated(self, nbytes)
+    if state["stamps"]:
+        done = now()
+        per_read.append(len(state["stamps"]))
+        for s in state["stamps"]:
+            reads.setdefault(s, (began, done))
+sc.AMQPConnection.buffer_updated = timed_buffer_updated
+
+flush = sc.AMQPConnection._flush
+def timed_flush(self):
+    out = self._out
+    found = stamps_in(b"".join(out)) if out and not self._out_large else ()
+    began = now()
+    flush(self)
+    if found:
+        written = now()
+        for s in found:
+            r = reads.pop(s, None)
+            if r is not None:
+                samples.append((s, r[0], r[1], began, written))
+sc.AMQPConnection._flush = timed_flush
+
+def dump():
+    with open(OUT, "w") as f:
+        json.dump({"samples": samples, "per_read": per_read}, f)
+atexit.register(dump)
+
+from leveret.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the broker exited with status {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"the broker did not listen on {port} within {timeout} s")
+
+
+def schedstat(pid: int) -> tuple[int, int, int]:
+    run, wait, slices = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(run), int(wait), int(slices)
+
+
+def pct(xs: list[float], p: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+PCTS = (50, 90, 99, 99.9)
+
+
+def summary(xs: list[float]) -> dict[str, float | None]:
+    return {f"p{p}": None if (v := pct(xs, p)) is None else round(v, 1) for p in PCTS}
+
+
+def one_round(args: argparse.Namespace) -> dict[str, object]:
+    port = free_port()
+    data_dir = tempfile.mkdtemp(prefix="leveret-latency-split-")
+    out = os.path.join(data_dir, "split.json")
+    env = dict(os.environ, LATENCY_SPLIT_OUT=out)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent / "src"), env.get("PYTHONPATH")])
+    )
+    argv = [sys.executable, "-c", BOOTSTRAP, "server", "--port", str(port), "--data-dir", data_dir,
+            "--management-port", str(free_port()), "--prometheus-port", str(free_port())]  # fmt: skip
+    if args.pin_broker is not None:
+        argv = ["taskset", "-c", str(args.pin_broker), *argv]
+    log = open(os.path.join(data_dir, "server.log"), "wb")  # noqa: SIM115
+    broker = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_port(port, broker)
+        bench = [sys.executable, str(AMQBENCH), "--port", str(port), "--seconds", str(args.seconds),
+                 "--warmup", "2", "--rate", str(args.rate), "--size", "16"]  # fmt: skip
+        if args.pin_client is not None:
+            bench = ["taskset", "-c", str(args.pin_client), *bench]
+        client = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
+        time.sleep(2.5)  # amqbench's set-up and warm-up
+        before, t0 = schedstat(broker.pid), time.monotonic()
+        time.sleep(max(1.0, args.seconds - 1.0))
+        after, took = schedstat(broker.pid), time.monotonic() - t0
+        stdout, _ = client.communicate(timeout=60)
+        result = json.loads(stdout.strip().splitlines()[-1])
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        log.close()
+    split = json.loads(Path(out).read_text())
+    us = 1e-3
+    rows = split["samples"]
+    messages = result["consumed_per_s"] * took
+    per_read = split["per_read"]
+    return {
+        "amqbench_p50_ms": result["lat_ms_p50"],
+        "amqbench_p99_ms": result["lat_ms_p99"],
+        "messages_timed": len(rows),
+        "messages_per_read": round(sum(per_read) / max(1, len(per_read)), 2),
+        "send_to_read_us": summary([(r[1] - r[0]) * us for r in rows]),
+        "read_to_processed_us": summary([(r[2] - r[1]) * us for r in rows]),
+        "processed_to_flush_us": summary([(r[3] - r[2]) * us for r in rows]),
+        "write_call_us": summary([(r[4] - r[3]) * us for r in rows]),
+        "send_to_written_us": summary([(r[4] - r[0]) * us for r in rows]),
+        "loop_thread": {
+            "cpu_us_per_message": round((after[0] - before[0]) * us / messages, 1),
+            "runqueue_wait_us_per_message": round((after[1] - before[1]) * us / messages, 1),
+            "times_on_cpu_per_message": round((after[2] - before[2]) / messages, 2),
+        },
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rate", type=int, default=5000)
+    p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--pin-broker", type=int, default=None, metavar="CPU")
+    p.add_argument("--pin-client", type=int, default=None, metavar="CPU")
+    args = p.parse_args()
+    if not AMQBENCH.exists():
+        raise SystemExit(f"amqbench not found at {AMQBENCH}; set AMQBENCH")
+    for i in range(args.rounds):
+        print(json.dumps({"round": i + 1, **one_round(args)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
