@@ -61,8 +61,13 @@ def main() -> int:
     p.add_argument("--b-args", default="--management-port 0 --prometheus-port 0",
                    help="the same for B; e.g. '--management-port 15680 --prometheus-port 15681'"
                    " to measure what the management API costs")  # fmt: skip
-    p.add_argument("--a-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment of A's broker, e.g. LEVERET_PURE_PYTHON=1 (repeatable)")
+    p.add_argument(
+        "--a-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of A's broker, e.g. LEVERET_PURE_PYTHON=1 (repeatable)",
+    )
     p.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]

@@ -384,9 +384,7 @@ def run_streams(broker: Broker, python: str, messages: int) -> dict[str, Outcome
     }
 
 
-def run_long_queues(
-    broker: Broker, python: str, queues: int, messages: int
-) -> dict[str, Outcome]:
+def run_long_queues(broker: Broker, python: str, queues: int, messages: int) -> dict[str, Outcome]:
     """One bench/long_queues.py run (S9) against one broker: an Outcome per figure."""
     if broker.pid is None:
         return {k: Outcome(error="broker PID unknown") for k in LONG_QUEUE_FIGURES}
