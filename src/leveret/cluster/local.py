@@ -22,10 +22,23 @@ from pathlib import Path
 QUIET_PORTS = ("--management-port", "0", "--prometheus-port", "0")
 
 
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port the OS says is free, never one this process was given before.
+
+    Each pick is released at once, so two picks in a row can get the same port back:
+    a node once got one port for both its AMQP and its replication listener and could
+    not start (CI, tests/cluster/test_streams_failover.py).
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def etcd_binary() -> str | None:
