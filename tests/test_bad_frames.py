@@ -22,6 +22,8 @@ Reply codes pinned against RabbitMQ 3.10.8 (texts shown for reference):
 * garbage field table      -> 501 "FRAME_ERROR - cannot decode <<...>>"  (not 502)
 * truncated method payload -> 501 "FRAME_ERROR - cannot decode <<0>>"
 * truncated basic.ack      -> 501 "FRAME_ERROR - cannot decode <<0,0,0,7>>"
+* method frame shorter than
+  its class and method ids  -> 501 (the parser's fast path must not read past it)
 * truncated basic.publish,
   header and body behind it -> 501 "FRAME_ERROR - cannot decode <<0,0,0,2,113>>"
 * unknown class/method id  -> RabbitMQ drops the socket with no connection.close;
@@ -127,6 +129,18 @@ CASES = {
     # The hot path's hand-written decoders answer as pamqp's and RabbitMQ do.
     "truncated_basic_ack": (
         lambda: raw_frame(1, 1, struct.pack(">HHI", 60, 80, 7)),
+        {501},
+    ),
+    # A method frame too short for its class and method ids, with more frames behind
+    # it: the parser's fast path must not read the ids out of the next frame.
+    "method_frame_of_two_octets": (
+        lambda: (
+            raw_frame(1, 1, b"\x00\x3c") + raw_frame(1, 1, method_payload(commands.Basic.Qos()))
+        ),
+        {501},
+    ),
+    "empty_method_frame": (
+        lambda: raw_frame(1, 1, b"") + raw_frame(1, 1, method_payload(commands.Basic.Qos())),
         {501},
     ),
     "truncated_basic_publish_with_its_content": (

@@ -50,6 +50,15 @@ _GET_OK_COUNT = struct.Struct(">I")
 
 
 def method_index(payload: bytes) -> int:
+    """The class and method ids of a method frame's payload, as one number.
+
+    A payload too short to hold them is 501 FRAME_ERROR, as RabbitMQ 3.10 answers
+    (tests/test_bad_frames.py); it was once a struct.error, an internal error."""
+    if len(payload) < 4:
+        raise FrameError(
+            FRAME_ERROR,
+            f"method frame of {len(payload)} bytes is too short for its class and method ids",
+        )
     return METHOD_INDEX.unpack_from(payload)[0]
 
 
@@ -75,14 +84,12 @@ _INDEX_BY_NAME = {cls.name: index for index, cls in commands.INDEX_MAPPING.items
 def decode_method(payload: bytes) -> Any:
     """A pamqp method object for a method frame payload.
 
-    Raises FrameError (502 SYNTAX_ERROR) for a payload too short to name a method or
-    naming an unknown one, and 501 FRAME_ERROR (`undecodable`) when the named method's
-    fields cannot be decoded; the text names the method so the client author knows
-    which frame was bad.
+    Raises FrameError: 501 FRAME_ERROR for a payload too short to name a method,
+    502 SYNTAX_ERROR for one naming an unknown method, and 501 FRAME_ERROR
+    (`undecodable`) when the named method's fields cannot be decoded; the text
+    names the method so the client author knows which frame was bad.
     """
-    if len(payload) < 4:
-        raise FrameError(SYNTAX_ERROR, f"method frame of {len(payload)} bytes is too short")
-    index = METHOD_INDEX.unpack_from(payload)[0]
+    index = method_index(payload)
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise FrameError(
