@@ -8,6 +8,9 @@ annotation is evaluated, so only the names used at run time are needed here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 compiled = False
 
 # Type names, as arguments of declare(); their values do not matter in Python.
@@ -19,3 +22,15 @@ bint = "bint"
 
 def declare(kind: object = None, value: object = None) -> object:
     return value
+
+
+# Decorators of C-only helpers (`@cython.cfunc`): in Python the function stays as it is.
+def cfunc(func: Callable[..., Any]) -> Callable[..., Any]:
+    return func
+
+
+inline = cfunc
+
+
+def exceptval(*_args: object, **_kwargs: object) -> Callable[[Callable[..., Any]], Any]:
+    return cfunc
