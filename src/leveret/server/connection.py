@@ -100,6 +100,30 @@ SERVER_CAPABILITIES = {
 }
 
 
+class _AtReadEnd:
+    """The pending flush of a connection whose output waits for the end of the read
+    being handled (AMQPConnection._flush_soon); cancelling it is forgetting it."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        pass
+
+
+_AT_READ_END = _AtReadEnd()
+
+
+def _flush_all(connections: list[AMQPConnection]) -> None:
+    """Flush the connections a read queued output for, each once (a flush done in
+    the meantime, e.g. before a close, left nothing to do)."""
+    for conn in connections:
+        if conn._flush_handle is _AT_READ_END:
+            try:
+                conn._flush()
+            except Exception:  # one connection's failure is not the reader's
+                log.exception("flushing connection %s failed", conn.peer)
+
+
 class AMQPConnection(asyncio.BufferedProtocol):
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -229,7 +253,16 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.recv_cnt += 1
         if self.state == "closed":
             return
-        self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
+        server = self.server
+        if server.read_output is not None:  # (reads do not nest; this is a guard)
+            self._received(self.core.receive_after_pending(server.read_buffer.take(nbytes)))
+        else:
+            server.read_output = written = []
+            try:
+                self._received(self.core.receive_after_pending(server.read_buffer.take(nbytes)))
+            finally:
+                server.read_output = None
+                _flush_all(written)
         self._sizer.update(nbytes, self.core.contents_parsed)
 
     def data_received(self, data: bytes) -> None:
@@ -239,7 +272,16 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.recv_cnt += 1
         if self.state == "closed":
             return
-        self._received(self.core.receive_data(data))
+        server = self.server
+        if server.read_output is not None:
+            self._received(self.core.receive_data(data))
+        else:
+            server.read_output = written = []
+            try:
+                self._received(self.core.receive_data(data))
+            finally:
+                server.read_output = None
+                _flush_all(written)
 
     def _received(self, events: Iterator[pc.Event]) -> None:
         if self._gated:  # the broker is still reading its stored messages back
@@ -294,7 +336,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         if core_state == pc.CLOSED and self.state != "closed":
             self._linger()  # the close handshake is over (or the stream was unusable)
         elif self._out and self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
 
     # --- holding operations while the broker recovers ---------------------------
     #
@@ -502,7 +544,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self._out.append(data)
         self._out_bytes += len(data)
         if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
         if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
             self._set_writable(False)
 
@@ -511,7 +553,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self._out.extend(parts)
         self._out_bytes += size
         if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
         if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
             self._set_writable(False)
 
@@ -525,14 +567,30 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self._out_large = True
         self._out_bytes += size
         if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
         if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
             self._set_writable(False)
+
+    def _flush_soon(self) -> None:
+        """Output is queued and no flush is due yet: flush it when the read being
+        handled is done, or, outside a read (timers, the store's callbacks), at the
+        next loop turn.
+
+        At the end of the read, not at the next turn: a delivery to a consumer leaves
+        in the same loop callback as the publish that made it (S3's latency: one loop
+        turn and one scheduled callback less a read). Everything one read queued for
+        a connection is still one write, as before."""
+        written = self.server.read_output
+        if written is not None:
+            written.append(self)
+            self._flush_handle = _AT_READ_END
+        else:
+            self._flush_handle = self.loop.call_soon(self._flush)
 
     def confirms_due(self, channel: Channel) -> None:
         self._confirm_channels.add(channel)
         if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
 
     def confirms_written(self, channel: Channel) -> None:
         """Queue the channel's ready confirms now, ahead of what comes next (its
@@ -818,7 +876,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.log_channel_error(ch.number, exc)
         self.core.close_channel_with_error(ch.number, exc)
         if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)
+            self._flush_soon()
 
     def log_channel_error(self, number: int, exc: AMQPError) -> None:
         log.info(

@@ -42,6 +42,9 @@ class Server:
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
         self.read_buffer = SharedReadBuffer(config.frame_max)
+        # While a connection's read is handled: the connections it queued output for,
+        # flushed when it is done (AMQPConnection._flush_soon).
+        self.read_output: list[AMQPConnection] | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self.control: ControlSocket | None = None
         self.management: Any = None  # leveret.management.app.ManagementServer when running
