@@ -50,6 +50,10 @@ BATCH = 250  # publishes per read, acks per batch: below prefetch 500, so nothin
 # --batch 1 --ack-every 125 is S3's shape: one message per read, acked 125 at a time
 # (as amqbench acks with prefetch 500); what a read costs beyond its messages shows.
 ACK_EVERY = 0  # 0: one ack (multiple) per read
+# --direct: no event-loop turns between reads; the harness calls the connections'
+# flushes itself, so the count is the broker's own work for a read and its delivery
+# (what S3 pays per read), without the loop's or the harness's coroutine turns.
+DIRECT = False
 
 
 class Transport(asyncio.Transport):
@@ -187,6 +191,17 @@ async def run(case: str, messages: int, warmup: int) -> dict[str, float]:
     async def step() -> None:
         nonlocal delivered, acked
         pub.feed(batch)
+        if DIRECT and not spec.get("confirm"):
+            con.conn._flush()
+            out = con.t.take()
+            got = out.count(b"\x00\x3c\x00\x3c")
+            delivered += got
+            if not spec["autoack"] and got and delivered - acked >= ACK_EVERY:
+                con.feed(method(1, cmd.Basic.Ack(delivery_tag=delivered, multiple=True)))
+                acked = delivered
+            pub.conn._flush()
+            pub.t.take()
+            return
         await turn()
         out = con.t.take()
         got = out.count(b"\x00\x3c\x00\x3c")  # basic.deliver's class and method ids
@@ -287,7 +302,7 @@ def callgrind(case: str, messages: int, warmup: int, function: str = "") -> dict
             argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                     sys.executable, __file__, "--case", case, "--messages", str(n),
                     "--warmup", str(warmup), "--json", "--batch", str(BATCH),
-                    "--ack-every", str(ACK_EVERY)]  # fmt: skip
+                    "--ack-every", str(ACK_EVERY)] + (["--direct"] if DIRECT else [])  # fmt: skip
             if function:
                 argv += ["--function", function]
             env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -312,7 +327,7 @@ def _build() -> dict[str, object]:
 
 
 def main() -> int:
-    global BATCH, ACK_EVERY
+    global BATCH, ACK_EVERY, DIRECT
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--case", default="S1", choices=sorted(CASES))
     p.add_argument("--messages", type=int, default=20_000)
@@ -322,8 +337,10 @@ def main() -> int:
     p.add_argument("--function", choices=MICRO, help="one hot-path function alone, in a loop")
     p.add_argument("--batch", type=int, default=BATCH, help="publishes per read (250)")
     p.add_argument("--ack-every", type=int, default=0, help="ack once this many are delivered")
+    p.add_argument("--direct", action="store_true",
+                   help="no loop turns: the broker's own work a read (not with S2)")  # fmt: skip
     args = p.parse_args()
-    BATCH, ACK_EVERY = max(1, args.batch), args.ack_every
+    BATCH, ACK_EVERY, DIRECT = max(1, args.batch), args.ack_every, args.direct
     if args.callgrind:
         print(json.dumps(callgrind(args.case, args.messages, args.warmup, args.function or "")))
         return 0

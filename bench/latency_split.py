@@ -40,6 +40,7 @@ gives that). The management and Prometheus listeners are on, on free ports, as
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import signal
@@ -66,6 +67,7 @@ state = {"read_at": 0, "stamps": []}
 reads = {}       # stamp -> (read began, read processed)
 samples = []     # (stamp, read began, processed, flush began, written)
 per_read = []    # messages in each read that held any
+other_reads = [] # (began, done) of reads without a timed message (acks, mostly)
 
 def stamps_in(data):
     found, i = [], data.find(PAT)
@@ -85,12 +87,15 @@ buffer_updated = sc.AMQPConnection.buffer_updated
 def timed_buffer_updated(self, nbytes):
     began = now()
     state["stamps"] = []
+    state["read_at"] = began
     buffer_updated(self, nbytes)
     if state["stamps"]:
         done = now()
         per_read.append(len(state["stamps"]))
         for s in state["stamps"]:
             reads.setdefault(s, (began, done))
+    else:
+        other_reads.append((began, now()))
 sc.AMQPConnection.buffer_updated = timed_buffer_updated
 
 flush = sc.AMQPConnection._flush
@@ -103,13 +108,15 @@ def timed_flush(self):
         written = now()
         for s in found:
             r = reads.pop(s, None)
+            if r is None and s in state["stamps"]:  # flushed before its read returned
+                r = (state["read_at"], began)
             if r is not None:
                 samples.append((s, r[0], r[1], began, written))
 sc.AMQPConnection._flush = timed_flush
 
 def dump():
     with open(OUT, "w") as f:
-        json.dump({"samples": samples, "per_read": per_read}, f)
+        json.dump({"samples": samples, "per_read": per_read, "other_reads": other_reads}, f)
 atexit.register(dump)
 
 from leveret.cli import main
@@ -153,6 +160,41 @@ PCTS = (50, 90, 99, 99.9)
 
 def summary(xs: list[float]) -> dict[str, float | None]:
     return {f"p{p}": None if (v := pct(xs, p)) is None else round(v, 1) for p in PCTS}
+
+
+def tail(rows: list[list[int]], other: list[list[int]]) -> dict[str, object]:
+    """The slowest 1% by the broker's whole share: what their time went to.
+
+    Medians over those messages of each part, and of the time the broker spent in
+    other reads (the consumer's acks) between the stamp and the delivery's write."""
+    if not rows:
+        return {}
+    rows = sorted(rows, key=lambda r: r[4] - r[0])
+    worst = rows[-max(1, len(rows) // 100) :]
+    other = sorted(other)
+    starts = [o[0] for o in other]
+
+    def in_other(r: list[int]) -> float:
+        i, busy = bisect.bisect_left(starts, r[0] - 1_000_000), 0
+        while i < len(other) and other[i][0] < r[3]:
+            b, d = other[i]
+            busy += max(0, min(d, r[3]) - max(b, r[0]))
+            i += 1
+        return busy
+
+    def med(xs: list[float]) -> float:
+        return round(sorted(xs)[len(xs) // 2] * 1e-3, 1)
+
+    return {
+        "messages": len(worst),
+        "send_to_written_us": med([r[4] - r[0] for r in worst]),
+        "send_to_read_us": med([r[1] - r[0] for r in worst]),
+        "read_to_processed_us": med([r[2] - r[1] for r in worst]),
+        "processed_to_flush_us": med([r[3] - r[2] for r in worst]),
+        "write_call_us": med([r[4] - r[3] for r in worst]),
+        "in_other_reads_us": med([in_other(r) for r in worst]),
+        "with_other_reads": sum(1 for r in worst if in_other(r) > 0),
+    }
 
 
 def one_round(args: argparse.Namespace) -> dict[str, object]:
@@ -204,6 +246,7 @@ def one_round(args: argparse.Namespace) -> dict[str, object]:
         "processed_to_flush_us": summary([(r[3] - r[2]) * us for r in rows]),
         "write_call_us": summary([(r[4] - r[3]) * us for r in rows]),
         "send_to_written_us": summary([(r[4] - r[0]) * us for r in rows]),
+        "tail": tail(rows, split["other_reads"]),
         "loop_thread": {
             "cpu_us_per_message": round((after[0] - before[0]) * us / messages, 1),
             "runqueue_wait_us_per_message": round((after[1] - before[1]) * us / messages, 1),
