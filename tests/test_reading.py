@@ -207,3 +207,44 @@ def test_a_connection_sending_large_messages_reads_more_at_a_time(leveret_embedd
         assert READ_MIN <= offer() < 2 * len(small) * READ_MESSAGES  # the last read held a qos too
         client.send_method(1, commands.Queue.Delete(queue="reading-sizer"))
         client.wait_for(commands.Queue.DeleteOk)
+
+
+def test_deliveries_leave_before_the_publishers_read_returns(leveret_embedded) -> None:
+    """A publish's delivery is written in the same loop callback as the read that
+    carried the publish (S3's latency: no loop turn in between), and everything one
+    read queued for a consumer is still one write."""
+    host, port = url_host_port(leveret_embedded.url)
+    seen: list[tuple[int, int, int]] = []  # per publisher read: (consumer writes, queued, n)
+
+    def watch_publisher() -> None:
+        conns = [c for c in leveret_embedded.server.connections if c.vhost]
+        consumer = next(c for c in conns if any(ch.consumers for ch in c.channels.values()))
+        publisher = next(c for c in conns if c is not consumer)
+        original = publisher.buffer_updated
+
+        def buffer_updated(nbytes: int) -> None:
+            before = consumer.send_cnt
+            original(nbytes)
+            seen.append((consumer.send_cnt - before, len(consumer._out), nbytes))
+
+        publisher.buffer_updated = buffer_updated  # type: ignore[method-assign]
+
+    with RawClient(host, port, timeout=10) as consumer, RawClient(host, port, timeout=10) as pub:
+        for client in (consumer, pub):
+            client.handshake()
+            client.open_channel(1)
+        consumer.send_method(1, commands.Queue.Declare(queue="reading-flush", auto_delete=True))
+        consumer.wait_for(commands.Queue.DeclareOk)
+        consumer.send_method(1, commands.Basic.Consume(queue="reading-flush", no_ack=True))
+        consumer.wait_for(commands.Basic.ConsumeOk)
+        leveret_embedded.call(watch_publisher)
+        one = wire.encode_publish(1, "", "reading-flush", False, False) + content_frames(1, b"x")
+        pub.send(one * 3)  # one send: almost always one read
+        for _ in range(3):
+            consumer.wait_for(commands.Basic.Deliver)
+        reads = leveret_embedded.call(lambda: list(seen))  # before the clients close
+    assert reads, "the publisher's reads were not observed"
+    # Every read that delivered wrote before it returned and left nothing queued;
+    # a read holding all three publishes wrote them once.
+    assert all(queued == 0 for _, queued, _ in reads), reads
+    assert sum(writes for writes, _, _ in reads) == len(reads), reads
