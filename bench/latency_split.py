@@ -28,6 +28,11 @@ Per message it reports (percentiles in microseconds):
 - `write_call`: the `transport.write` of the delivery (the send system call);
 - `send_to_written`: the broker's whole share plus what came before it;
 
+`tail`: for the slowest 1% by the broker's whole share, the median of each part and
+of the time spent in other reads (the consumer's acks) meanwhile. A delivery written
+while its read is still being handled (the usual case since deliveries are flushed at
+the end of the read) counts its read as handled up to the write;
+
 and for the broker's event-loop thread, from /proc/PID/task/PID/schedstat over the
 measured seconds: CPU time and run-queue wait per message, and how many times it
 was put on a CPU. amqbench's own p50/p99 come beside them. The wrappers cost about a
