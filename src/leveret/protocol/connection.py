@@ -742,6 +742,10 @@ class Connection:
         hnum: cython.int
         bnum: cython.int
         class_id: cython.int
+        index: cython.Py_ssize_t
+        k2: cython.Py_ssize_t
+        redelivered: cython.int
+        delivery_tag: cython.ulonglong
         append = self._events.append
         method_head = _METHOD_HEAD.unpack_from
         header_head = _HEADER_FRAME.unpack_from
@@ -753,7 +757,13 @@ class Connection:
         if self.state != OPEN:
             return pos
         while n - pos >= 11:
-            mtype, number, msize, index = method_head(buf, pos)
+            if cython.compiled:  # _METHOD_HEAD's fields, read in place
+                mtype = buf[pos]
+                number = _be16(buf, pos + 1)
+                msize = _be32(buf, pos + 3)
+                index = _be32(buf, pos + 7)
+            else:
+                mtype, number, msize, index = method_head(buf, pos)
             end = pos + 7 + msize
             if (
                 mtype != _C_FRAME_METHOD
@@ -769,7 +779,14 @@ class Connection:
             hpos = end + 1
             if n - hpos < 20:
                 break
-            htype, hnum, hsize, class_id, _weight, body_size = header_head(buf, hpos)
+            if cython.compiled:
+                htype = buf[hpos]
+                hnum = _be16(buf, hpos + 1)
+                hsize = _be32(buf, hpos + 3)
+                class_id = _be16(buf, hpos + 7)
+                body_size = _be64(buf, hpos + 11)
+            else:
+                htype, hnum, hsize, class_id, _weight, body_size = header_head(buf, hpos)
             hend = hpos + 7 + hsize
             if (
                 htype != _C_FRAME_HEADER
@@ -786,7 +803,12 @@ class Connection:
                 bpos = hend + 1
                 if n - bpos < 7:
                     break
-                btype, bnum, bsize = frame_head(buf, bpos)
+                if cython.compiled:
+                    btype = buf[bpos]
+                    bnum = _be16(buf, bpos + 1)
+                    bsize = _be32(buf, bpos + 3)
+                else:
+                    btype, bnum, bsize = frame_head(buf, bpos)
                 bend = bpos + 7 + bsize
                 if (
                     btype != _C_FRAME_BODY
@@ -807,7 +829,12 @@ class Connection:
             q = p + 1 + k
             if q + 11 > end:
                 break
-            delivery_tag, redelivered, k2 = middle(buf, q)
+            if cython.compiled:
+                delivery_tag = _be64(buf, q)
+                redelivered = buf[q + 8]
+                k2 = buf[q + 9]
+            else:
+                delivery_tag, redelivered, k2 = middle(buf, q)
             r = q + 10 + k2
             if r >= end or r + 1 + buf[r] != end:
                 break
