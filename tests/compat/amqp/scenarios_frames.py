@@ -76,3 +76,18 @@ def undecodable_methods(s: Session) -> None:
     declare = _method_frame(1, C.Queue.Declare(queue="q", arguments={"a": 1}))
     _broken(s, declare[:-6] + b"\xff\xff" + declare[-4:])
     witness.rpc(1, C.Queue.Declare(queue="still-here"))
+
+
+@scenario
+def short_method_frames(s: Session) -> None:
+    """Method frames too short for their class and method ids (0, 1 and 2 octets),
+    each followed by a good frame the parser must not read the ids out of, on a
+    channel and on channel 0."""
+    witness = s.connect()
+    witness.open(1)
+    qos = _method_frame(1, C.Basic.Qos(prefetch_count=1))
+    _broken(s, _frame(1, 1, b"") + qos)
+    _broken(s, _frame(1, 1, b"\x00") + qos)
+    _broken(s, _frame(1, 1, b"\x00\x3c") + qos)
+    _broken(s, _frame(1, 0, b"\x00\x0a") + qos)
+    witness.rpc(1, C.Queue.Declare(queue="still-here"))
