@@ -57,7 +57,7 @@ def method_index(payload: bytes) -> int:
     if len(payload) < 4:
         raise FrameError(
             FRAME_ERROR,
-            f"method frame of {len(payload)} bytes is too short for its class and method ids",
+            f"a {len(payload)}-octet method frame is too short for its class and method ids",
         )
     return METHOD_INDEX.unpack_from(payload)[0]
 

@@ -253,16 +253,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.recv_cnt += 1
         if self.state == "closed":
             return
-        server = self.server
-        if server.read_output is not None:  # (reads do not nest; this is a guard)
-            self._received(self.core.receive_after_pending(server.read_buffer.take(nbytes)))
-        else:
-            server.read_output = written = []
-            try:
-                self._received(self.core.receive_after_pending(server.read_buffer.take(nbytes)))
-            finally:
-                server.read_output = None
-                _flush_all(written)
+        self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
         self._sizer.update(nbytes, self.core.contents_parsed)
 
     def data_received(self, data: bytes) -> None:
@@ -272,18 +263,22 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.recv_cnt += 1
         if self.state == "closed":
             return
-        server = self.server
-        if server.read_output is not None:
-            self._received(self.core.receive_data(data))
-        else:
-            server.read_output = written = []
-            try:
-                self._received(self.core.receive_data(data))
-            finally:
-                server.read_output = None
-                _flush_all(written)
+        self._received(self.core.receive_data(data))
 
     def _received(self, events: Iterator[pc.Event]) -> None:
+        """Handle one read's events; then write what it queued for any connection."""
+        server = self.server
+        if server.read_output is not None:  # (reads do not nest; this is a guard)
+            self._handle(events)
+            return
+        server.read_output = written = []
+        try:
+            self._handle(events)
+        finally:
+            server.read_output = None
+            _flush_all(written)
+
+    def _handle(self, events: Iterator[pc.Event]) -> None:
         if self._gated:  # the broker is still reading its stored messages back
             events = self._until_recovered(events)
         self._process(events)
