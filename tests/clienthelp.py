@@ -119,6 +119,9 @@ class TcpProxy:
     `cut()` closes every proxied connection (as a network failure or broker
     crash looks to the client); `freeze()` stops forwarding without closing (a
     dead peer: only heartbeats can tell); `accepted` counts connections.
+    `drop_after_open_ok = n` makes the next n connections close as soon as the
+    broker's connection.open-ok has been passed on (a node that accepts a
+    client and then forces it off, as a cluster node handing over does).
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -132,6 +135,8 @@ class TcpProxy:
         self.accepted = 0
         self.frozen = False
         self.refuse = False
+        self.drop_after_open_ok = 0
+        self._doomed: set[socket.socket] = set()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         self._stop = False
@@ -200,6 +205,9 @@ class TcpProxy:
                         s.setblocking(False)
                         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     peers[client], peers[upstream] = upstream, client
+                    if self.drop_after_open_ok > 0:
+                        self.drop_after_open_ok -= 1
+                        self._doomed.add(upstream)
                     with self._lock:
                         self._pairs.append((client, upstream))
                     sel.register(client, selectors.EVENT_READ, "data")
@@ -219,9 +227,12 @@ class TcpProxy:
                         other.setblocking(True)
                         other.sendall(data)
                         other.setblocking(False)
-                        continue
+                        # connection.open-ok is method 10/41: forward it, then hang up.
+                        if not (sock in self._doomed and b"\x00\x0a\x00\x29" in data):
+                            continue
                     except OSError:
                         pass
+                self._doomed.discard(sock)
                 for s in (sock, other):
                     if s is None:
                         continue

@@ -216,6 +216,39 @@ def test_rabbitmq_restart_mid_traffic():
 # -- network problems ------------------------------------------------------------------------
 
 
+def test_a_link_that_drops_as_soon_as_it_opens_is_retried(amqp_url, amqp_host_port, names):
+    """The first reconnect is accepted and cut right after connection.open-ok.
+
+    The link is gone before the recovery task resumes; it must start over, not
+    die and leave the connection recovering for ever (CI saw exactly that when a
+    cluster node forced a client off after a leadership transfer).
+    """
+    proxy = TcpProxy(*amqp_host_port)
+
+    async def main() -> None:
+        seen: list[ev.ClientEvent] = []
+        conn = await connect(proxy.url(amqp_url), **FAST)
+        conn.add_listener(seen.append)
+        ch = await conn.channel()
+        q = await ch.declare_queue(names.queue(), auto_delete=True)
+        proxy.drop_after_open_ok = 1
+        proxy.cut()
+        await wait_for(lambda: any(isinstance(e, ev.Recovered) for e in seen), 20)
+        assert proxy.drop_after_open_ok == 0
+        reconnected = [e for e in seen if isinstance(e, ev.Reconnected)]
+        assert len(reconnected) >= 2, seen  # the dropped link, then the one that held
+        await ch.publish(b"after", q.name)
+        got = await q.get()
+        assert got is not None and got.body == b"after"
+        got.ack()
+        await conn.close()
+
+    try:
+        run(main(), timeout=60)
+    finally:
+        proxy.close()
+
+
 def test_heartbeat_timeout_on_a_frozen_connection_recovers(amqp_url, amqp_host_port, names):
     proxy = TcpProxy(*amqp_host_port)
 

@@ -201,7 +201,13 @@ class Channel:
     # --- lifecycle (called by the connection) --------------------------------------
 
     async def _opened_now(self) -> None:
-        await self._open_fut
+        try:
+            await self._open_fut
+        except ConnectionLost:
+            if self._state != _RECOVERING:
+                raise
+            await self._ready()  # recovery reopens it, confirms included
+            return
         if self.confirms:
             await self._call_now(cmd.Confirm.Select(), CONFIRM_SELECT_OK)
 
@@ -277,6 +283,11 @@ class Channel:
             return
         self._state = _RECOVERING
         self._epoch += 1
+        if not self._open_fut.done():
+            # An open (the first, or recovery's reopen) was waiting for open-ok
+            # on the link that just went: wake it now rather than never.
+            self._open_fut.set_exception(exc)
+            self._open_fut.exception()
         self._open_fut = self.connection._loop.create_future()
         self._fail_rpcs(exc)
         for consumer in self._consumers.values():
@@ -349,7 +360,8 @@ class Channel:
                 raise self._close_exc
             await self.connection._wait_ready()
             if self._state == _OPENING:
-                await asyncio.shield(self._open_fut)
+                with contextlib.suppress(ConnectionLost):  # lost again: go round
+                    await asyncio.shield(self._open_fut)
 
     def _check_closed(self) -> None:
         if self._state == _CLOSED:

@@ -613,6 +613,14 @@ class Connection:
                 break
         except asyncio.CancelledError:
             return
+        except Exception as exc:
+            # A bug here must not leave the connection RECOVERING for ever, with
+            # every caller waiting on it: close for good, and say why.
+            log.exception("recovery failed")
+            if self._link is not None and self._link.transport is not None:
+                self._link.transport.abort()
+            self._finish(ConnectionLost(f"recovery failed: {exc!r}"))
+            return
         finally:
             self._recovery_task = None
         self.reconnects += 1
@@ -631,7 +639,11 @@ class Connection:
             channel._after_recovery()
 
     async def _restore(self) -> tuple[int, int, int]:
-        assert self._core is not None
+        if self._core is None:
+            # The new link opened and went again before this task resumed (a
+            # broker that accepts and then forces the connection closed, as a
+            # cluster node handing leadership over does): start over.
+            raise ConnectionLost("lost again as soon as it opened")
         channels = sorted(self._channels.values(), key=lambda c: c.number)
         for channel in channels:
             await channel._reopen()
