@@ -310,12 +310,12 @@ class Channel:
 
     async def _reopen(self) -> None:
         conn = self.connection
-        assert conn._core is not None
+        core = conn._live_core()
         if self._open_fut.done():
             self._open_fut = conn._loop.create_future()
         self._state = _OPENING
         self._seq = 0  # a new channel numbers its publishes from 1 again
-        conn._core.open_channel(self.number)
+        core.open_channel(self.number)
         conn._flush_soon()
         await asyncio.wait_for(asyncio.shield(self._open_fut), 30)
         if self.confirms:
@@ -334,10 +334,9 @@ class Channel:
             restored += 1
         pending = self._unconfirmed
         if pending:
+            core = self.connection._live_core()  # raises before the list is touched
             self._unconfirmed = {}
             self._order.clear()
-            core = self.connection._core
-            assert core is not None
             for p in pending.values():
                 self._seq += 1
                 self._unconfirmed[self._seq] = p

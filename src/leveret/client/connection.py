@@ -638,12 +638,20 @@ class Connection:
         for channel in list(self._channels.values()):
             channel._after_recovery()
 
-    async def _restore(self) -> tuple[int, int, int]:
+    def _live_core(self) -> pc.Connection:
+        """The current link's protocol state, or ConnectionLost if the link is gone.
+
+        Recovery awaits between its steps, and the new link can go in any of
+        those gaps (a broker that accepts and then forces the connection
+        closed, as a cluster node handing leadership over does): the step
+        raises, and recovery starts over.
+        """
         if self._core is None:
-            # The new link opened and went again before this task resumed (a
-            # broker that accepts and then forces the connection closed, as a
-            # cluster node handing leadership over does): start over.
-            raise ConnectionLost("lost again as soon as it opened")
+            raise ConnectionLost("the connection was lost again while recovering")
+        return self._core
+
+    async def _restore(self) -> tuple[int, int, int]:
+        self._live_core()
         channels = sorted(self._channels.values(), key=lambda c: c.number)
         for channel in channels:
             await channel._reopen()
@@ -671,8 +679,7 @@ class Connection:
         return len(channels), len(self._queues), consumers
 
     async def _recovery_channel(self) -> Channel:
-        assert self._core is not None
-        number = self._core.open_channel()
+        number = self._live_core().open_channel()
         channel = Channel(self, number, confirms=False, internal=True)
         self._channels[number] = channel
         self._flush_soon()
