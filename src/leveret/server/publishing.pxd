@@ -4,6 +4,7 @@
 
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue
+from leveret.protocol.events cimport Publish
 from leveret.protocol.properties cimport publish_flags
 from leveret.broker.stats cimport MessageStats
 from leveret.server.model_methods cimport ModelMethods
@@ -28,5 +29,5 @@ cdef class PublishMethods(ModelMethods):
     cdef public object reply_token
     cdef public object reply_consumer_tag
 
-    cpdef on_publish(self, event)
+    cpdef on_publish(self, Publish event)
     cpdef _route(self, exchange, Message message, bint mandatory, barrier=*)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
 
 from pamqp import commands as cmd
 
@@ -34,6 +33,7 @@ from leveret.protocol.constants import (
     RESOURCE_ERROR,
 )
 from leveret.protocol.errors import ChannelError, ConnectionError_
+from leveret.protocol.events import Publish  # a C type when compiled (events.pxd)
 from leveret.protocol.fieldtable import join_table, split_table
 from leveret.protocol.properties import (
     FLAG_EXPIRATION,
@@ -48,10 +48,6 @@ from leveret.protocol.properties import (
     split_properties,
 )
 from leveret.server.model_methods import ModelMethods
-
-if TYPE_CHECKING:
-    from leveret.protocol.connection import Publish
-
 
 log = logging.getLogger("leveret.channel")
 
