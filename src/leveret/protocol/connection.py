@@ -630,6 +630,7 @@ class Connection:
         number: cython.int
         index: cython.Py_ssize_t
         fast_content: cython.Py_ssize_t
+        ch: _Channel | None  # compiled: C fields (connection.pxd)
         events = self._events
         events.clear()
         buf = self._buf
@@ -746,6 +747,7 @@ class Connection:
         k2: cython.Py_ssize_t
         redelivered: cython.int
         delivery_tag: cython.ulonglong
+        ch: _Channel | None  # compiled: C fields (connection.pxd)
         append = self._events.append
         method_head = _METHOD_HEAD.unpack_from
         header_head = _HEADER_FRAME.unpack_from
