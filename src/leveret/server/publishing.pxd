@@ -2,12 +2,18 @@
 # publish-side state, which its hot path (on_publish, _route) reads as C fields.
 # Channel (server/channel.pxd) builds on it; see server/model_methods.pxd.
 
+cimport cython
+
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue
 from leveret.protocol.events cimport Publish
 from leveret.protocol.properties cimport publish_flags
 from leveret.broker.stats cimport MessageStats
 from leveret.server.model_methods cimport ModelMethods
+
+
+cdef Py_ssize_t _C_USER_ID
+cdef Py_ssize_t _C_SPECIAL
 
 
 cdef class PublishMethods(ModelMethods):
@@ -29,5 +35,6 @@ cdef class PublishMethods(ModelMethods):
     cdef public object reply_token
     cdef public object reply_consumer_tag
 
+    @cython.locals(flags=Py_ssize_t, delivery_mode=Py_ssize_t)
     cpdef on_publish(self, Publish event)
     cpdef _route(self, exchange, Message message, bint mandatory, barrier=*)

@@ -51,6 +51,11 @@ from leveret.server.model_methods import ModelMethods
 
 log = logging.getLogger("leveret.channel")
 
+# Property flags on_publish tests, as C integers when compiled (publishing.pxd): a
+# test against a module-level Python int would box the C `flags` first.
+_C_USER_ID = FLAG_USER_ID
+_C_SPECIAL = FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS  # the broker acts on these
+
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
 
 
@@ -78,6 +83,7 @@ class PublishMethods(ModelMethods):
 
     def on_publish(self, event: Publish) -> None:
         """basic.publish with its content, as the protocol core assembled it."""
+        # (Compiled, `flags` and `delivery_mode` are C integers: publishing.pxd.)
         if event.immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true", CLASS_BASIC, 40)
         self.stats.publish += 1
@@ -98,7 +104,7 @@ class PublishMethods(ModelMethods):
         flags = publish_flags(header)  # property flags << 8 | delivery_mode
         delivery_mode = flags & 0xFF
         flags >>= 8
-        if flags & FLAG_USER_ID:
+        if flags & _C_USER_ID:
             self._check_user_id(header)
         name = exchange.name
         message = Message(
@@ -111,7 +117,7 @@ class PublishMethods(ModelMethods):
             # The names as they arrived, unless the exchange was found under another.
             event.names if name == event.exchange else None,
         )
-        if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_HEADERS):
+        if flags & _C_SPECIAL:
             self._apply_special_properties(message, flags)
             check = exchange.router.check_publish  # the delayed exchange's x-delay
             if check is not None:

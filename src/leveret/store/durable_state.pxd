@@ -3,6 +3,8 @@
 # the compiled overrides of broker/durability.pxd's, and the figures they keep are C
 # integers. Everything else runs as compiled Python.
 
+cimport cython
+
 from leveret.broker.durability cimport DurabilityHooks
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue, QueueEntry
@@ -35,4 +37,9 @@ cdef class DurableState(DurabilityHooks):
     cdef public object delay_drops
     cdef object __weakref__
 
+    # C locals: the budget arithmetic of every enqueue without Python ints.
+    @cython.locals(size=Py_ssize_t, ready_n=Py_ssize_t, over_budget=bint, persistent=bint)
+    cpdef bint message_enqueued(
+        self, Queue queue, QueueEntry entry, barrier, bint may_page=*
+    ) except -1
     cpdef bint _heads_full(self, Queue queue) except -1
