@@ -2,6 +2,8 @@
 # on top of the publish side's (server/publishing.pxd, server/model_methods.pxd).
 # deliver() and ack() are the hot path: C calls from the compiled queues.
 
+cimport cython
+
 from leveret.broker.consumer cimport Consumer
 from leveret.broker.queues.base cimport Queue, QueueEntry
 from leveret.protocol.methods cimport deliver_frames
@@ -24,3 +26,5 @@ cdef class Channel(PublishMethods):
     cdef public Py_ssize_t body_max
 
     cpdef deliver(self, Consumer consumer, Queue queue, QueueEntry entry)
+    @cython.locals(queue=Queue, entry=QueueEntry, consumer=Consumer)
+    cpdef set _settle_acked(self, list taken)
