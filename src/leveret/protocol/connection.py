@@ -163,6 +163,17 @@ def _be64(buf: bytes, i: cython.Py_ssize_t) -> cython.ulonglong:
     )
 
 
+@cython.cfunc
+@cython.inline
+def _cut(buf: bytes, start: cython.Py_ssize_t, end: cython.Py_ssize_t) -> bytes:
+    """`buf[start:end]`. Compiled, one copy out of the buffer: Cython slices a bytes
+    object through a slice object and the generic sequence protocol, about four
+    times the instructions (three slices a message: header, body, names)."""
+    if not cython.compiled:
+        return buf[start:end]
+    return cython.cast(cython.p_char, buf)[start:end]
+
+
 DEFAULT_FRAME_MAX = 131072
 DEFAULT_CHANNEL_MAX = 2047
 
@@ -821,7 +832,7 @@ class Connection:
                     or buf[bend] != _C_FRAME_END
                 ):
                     break
-                body = buf[bpos + 7 : bend]
+                body = _cut(buf, bpos + 7, bend)
                 after = bend + 1
             else:
                 body = b""
@@ -849,7 +860,7 @@ class Connection:
                         redelivered == 1,
                         buf[q + 10 : r].decode(),
                         buf[r + 1 : end].decode(),
-                        buf[hpos + 7 : hend],
+                        _cut(buf, hpos + 7, hend),
                         body,
                     )
                 )
@@ -944,7 +955,7 @@ class Connection:
                 return -1
             if buf[bend] != _C_FRAME_END:
                 return 0
-            body = buf[bpos + 7 : bend]
+            body = _cut(buf, bpos + 7, bend)
             after = bend + 1
         else:
             body = b""
@@ -972,7 +983,7 @@ class Connection:
                         redelivered == 1,
                         buf[q + 10 : r].decode(),
                         buf[r + 1 : end].decode(),
-                        buf[hpos + 7 : hend],
+                        _cut(buf, hpos + 7, hend),
                         body,
                     )
                 )
@@ -997,8 +1008,8 @@ class Connection:
                         buf[q + 1 : r].decode(),
                         bits & 1 == 1,
                         bits & 2 == 2,
-                        buf[p:r],
-                        buf[hpos + 7 : hend],
+                        _cut(buf, p, r),
+                        _cut(buf, hpos + 7, hend),
                         body,
                     )
                 )
