@@ -37,4 +37,6 @@ cdef class PublishMethods(ModelMethods):
 
     @cython.locals(flags=Py_ssize_t, delivery_mode=Py_ssize_t)
     cpdef on_publish(self, Publish event)
+    # (An annotation alone does not type `queue`: the .py imports the name too.)
+    @cython.locals(queue=Queue)
     cpdef _route(self, exchange, Message message, bint mandatory, barrier=*)

@@ -3,6 +3,8 @@
 # type built on the classic one (quorum) subclasses these in Python; what it may
 # override is cpdef.
 
+cimport cython
+
 from leveret.broker.consumer cimport Consumer
 from leveret.broker.durability cimport DurabilityHooks
 from leveret.broker.message cimport Message
@@ -61,3 +63,6 @@ cdef class ClassicQueue(Queue):
     cdef public object _idle_timer
 
     cpdef _paged_one(self, ReadyMessages ready)
+    # The chosen consumer as a C type: can_take() a C call, its flags C fields.
+    @cython.locals(best=Consumer, c=Consumer)
+    cpdef dispatch(self, bint check_expiry=*)
