@@ -656,8 +656,9 @@ class Connection:
             self._buf = buf
         n = len(buf)
         pos = 0
-        head = _FRAME_HEAD.unpack_from
-        u32 = _U32.unpack_from
+        if not cython.compiled:  # (compiled, fields are read in place: _be16, _be32)
+            head = _FRAME_HEAD.unpack_from
+            u32 = _U32.unpack_from
         channels = self._channels
         fast_content = _C_BASIC_DELIVER if self.client else _C_BASIC_PUBLISH
         frame_max = self.reader.frame_max
