@@ -219,14 +219,25 @@ def _failed(exc: ManyFailed, opts: WriteOptions) -> PublishFailed:
     return PublishFailed(f"publishing to {opts.exchange!r} failed: {exc}")
 
 
+# URIs this driver process has reached. Spark builds a streaming query's writer again
+# as the query goes on; once a broker has answered, a later check waits out a restart
+# or a cluster failover (up to the timeout) instead of ending the query, while the
+# first check still fails fast on a wrong address (as the reader's tails do).
+_REACHED: set[str] = set()
+
+
 def check_target(opts: WriteOptions) -> None:
     """On the driver: the broker answers, the login works and the exchange exists."""
+    patience = opts.timeout if opts.uri in _REACHED else 0.0
     with TaskLoop() as tl:
-        tl.run(_check_target(opts))
+        tl.run(_check_target(opts, patience))
+    _REACHED.add(opts.uri)
 
 
-async def _check_target(opts: WriteOptions) -> None:
-    conn = await open_connection(opts.uri, opts.timeout, "leveret-spark driver", recovery=False)
+async def _check_target(opts: WriteOptions, patience: float = 0.0) -> None:
+    conn = await open_connection(
+        opts.uri, opts.timeout, "leveret-spark driver", patience=patience, recovery=False
+    )
     try:
         if opts.exchange:
             channel = await conn.channel(confirms=False)
