@@ -33,17 +33,25 @@ def _params(urls: list[str]) -> list[pika.URLParameters]:
     return params
 
 
-def _drain(urls: list[str], queue: str) -> list[int]:
-    conn = _connect(urls)
-    ch = conn.channel()
-    got = []
+def _drain(urls: list[str], queue: str, deadline: float = 60.0) -> list[int]:
+    """Everything in `queue`. A node that steps down (or hands over) right after a
+    failover disconnects its clients, as designed: the drain reconnects and goes on."""
+    end = time.monotonic() + deadline
+    got: list[int] = []
     while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        got.append(int(body))
-    conn.close()
-    return got
+        conn = _connect(urls)
+        try:
+            ch = conn.channel()
+            while True:
+                method, _props, body = ch.basic_get(queue, auto_ack=True)
+                if method is None:
+                    conn.close()
+                    return got
+                got.append(int(body))
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.5)
 
 
 def _connect(urls: list[str], deadline: float = 30.0) -> pika.BlockingConnection:
