@@ -48,6 +48,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.server.model_methods",
     "leveret.server.publishing",
     "leveret.server.channel",
+    "leveret.server.connection_io",
 )
 MANIFEST = "_compiled.json"
 PURE_ENV = "LEVERET_PURE_PYTHON"

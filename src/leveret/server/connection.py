@@ -31,16 +31,13 @@ from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     ACCESS_REFUSED,
-    BASIC_ACK,
     BASIC_NACK,
-    BASIC_PUBLISH,
     BASIC_QOS,
     CLASS_BASIC,
     CLASS_CONNECTION,
     CLASS_QUEUE,
     COMMAND_INVALID,
     CONNECTION_FORCED,
-    INTERNAL_ERROR,
     NOT_ALLOWED,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
@@ -48,6 +45,7 @@ from leveret.protocol.frames import HEARTBEAT_FRAME
 from leveret.server.amqp_errors import amqp_error
 from leveret.server.authorization import Guard
 from leveret.server.channel import Channel
+from leveret.server.connection_io import OUTPUT_HIGH_WATER, ConnectionIO
 from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 from leveret.server.reading import ReadSizer
@@ -58,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leveret.connection")
 
-OUTPUT_HIGH_WATER = 1024 * 1024  # stop delivering to a connection above this backlog
 CLOSE_OK_TIMEOUT = 3.0
 # After the close handshake the socket stays open, read and discarded, until the
 # client's FIN or this many seconds: closing with unread input makes the kernel
@@ -100,20 +97,10 @@ SERVER_CAPABILITIES = {
 }
 
 
-class _AtReadEnd:
-    """The pending flush of a connection whose output waits for the end of the read
-    being handled (AMQPConnection._flush_soon); cancelling it is forgetting it."""
+class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
+    """One client connection (see the module's docstring); its per-read and output
+    methods are ConnectionIO's (server/connection_io.py, compiled)."""
 
-    __slots__ = ()
-
-    def cancel(self) -> None:
-        pass
-
-
-_AT_READ_END = _AtReadEnd()
-
-
-class AMQPConnection(asyncio.BufferedProtocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.broker = server.broker
@@ -228,106 +215,7 @@ class AMQPConnection(asyncio.BufferedProtocol):
         self.server.connections.add(self)
         log.debug("accepting AMQP connection %s", self.peer)
 
-    # --- input (hot path) -----------------------------------------------------
-    #
-    # The kernel writes into the server's shared read buffer, behind the bytes the
-    # core had not parsed yet (server/reading.py); the core gets one copy of both.
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server.read_buffer.place(self.core.pending, self._sizer.offer)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._last_recv = self.loop.time()
-        self.recv_oct += nbytes
-        self.recv_cnt += 1
-        if self.state == "closed":
-            return
-        self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
-        self._sizer.update(nbytes, self.core.contents_parsed)
-
-    def data_received(self, data: bytes) -> None:
-        """Bytes handed over as they are (the TLS listener's first bytes)."""
-        self._last_recv = self.loop.time()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.state == "closed":
-            return
-        self._received(self.core.receive_data(data))
-
-    def _received(self, events: Iterator[pc.Event]) -> None:
-        """Handle one read's events; then write what it queued for any connection.
-
-        (One function, not three: it runs once a read, and at S3's one message a
-        read each Python call is a measurable share of the broker's work.)"""
-        server = self.server
-        outer = server.read_output is None  # (reads do not nest; this is a guard)
-        if outer:
-            server.read_output = written = []
-        try:
-            if self._gated:  # the broker is still reading its stored messages back
-                events = self._until_recovered(events)
-            self._process(events)
-            # The store's writer thread is far behind (persistent messages, or
-            # transient ones a long queue pages out): read no more until it catches
-            # up. Once a read, not once a message: this read's publishes are routed.
-            vhost = self.vhost
-            if vhost is not None and vhost.hooks.disk_backlogged():
-                self.pause_for_disk()
-        finally:
-            if outer:
-                server.read_output = None
-                # Each connection the read queued output for, once (a flush done in
-                # the meantime, e.g. before a close, left nothing to do).
-                for conn in written:
-                    if conn._flush_handle is _AT_READ_END:
-                        try:
-                            conn._flush()
-                        except Exception:  # one connection's failure is not the reader's
-                            log.exception("flushing connection %s failed", conn.peer)
-
-    def _process(self, events: Iterator[pc.Event]) -> None:
-        """Act on the events one by one, in order (the core's contract)."""
-        channels = self.channels
-        try:
-            for event in events:
-                kind = type(event)
-                if kind is pc.Publish:  # the hot path
-                    ch = channels.get(event.channel)
-                    if ch is not None and not ch.closing:
-                        try:
-                            ch.on_publish(event)
-                        except (AMQPError, ModelError) as exc:
-                            self._channel_exception(ch, exc, BASIC_PUBLISH)
-                elif kind is pc.Ack:
-                    ch = channels.get(event.channel)
-                    if ch is not None and not ch.closing:
-                        try:
-                            ch.ack(event.delivery_tag, event.multiple)
-                        except (AMQPError, ModelError) as exc:
-                            self._channel_exception(ch, exc, BASIC_ACK)
-                elif replica.TAP is None:
-                    self._event(event)
-                else:
-                    self._event_replicated(event)
-                if self.state == "closed":
-                    break
-        except AMQPError as exc:
-            events.close()
-            self.close_with_error(exc)
-        except ModelError as exc:
-            events.close()
-            self.close_with_error(amqp_error(exc))
-        except Exception:
-            events.close()
-            log.exception("internal error on connection %s", self.peer)
-            self.close_with_error(
-                ConnectionError_(INTERNAL_ERROR, "internal error; see the broker log")
-            )
-        core_state = self.core.state
-        if core_state == pc.CLOSED and self.state != "closed":
-            self._linger()  # the close handshake is over (or the stream was unusable)
-        elif self._out and self._flush_handle is None:
-            self._flush_soon()
+    # --- input: the hot path is ConnectionIO's (buffer_updated, _process) ----
 
     # --- holding operations while the broker recovers ---------------------------
     #
@@ -530,54 +418,6 @@ class AMQPConnection(asyncio.BufferedProtocol):
 
     # --- output -------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
-        """Queue bytes for the socket; everything queued in one loop turn is one write."""
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if self._flush_handle is None:
-            self._flush_soon()
-        if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
-            self._set_writable(False)
-
-    def write_parts(self, parts: tuple[bytes, ...], size: int) -> None:
-        """Like write() for several pieces; they are joined once, at flush time."""
-        self._out.extend(parts)
-        self._out_bytes += size
-        if self._flush_handle is None:
-            self._flush_soon()
-        if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
-            self._set_writable(False)
-
-    def write_large(self, head: bytes, body: bytes, size: int) -> None:
-        """Like write_parts() for the frames before a large body and the body: the
-        body is written as it is (writev), not copied into the loop turn's join."""
-        out = self._out
-        out.append(head)
-        out.append(body)
-        out.append(b"\xce")
-        self._out_large = True
-        self._out_bytes += size
-        if self._flush_handle is None:
-            self._flush_soon()
-        if self._out_bytes > OUTPUT_HIGH_WATER and self.writable:
-            self._set_writable(False)
-
-    def _flush_soon(self) -> None:
-        """Output is queued and no flush is due yet: flush it when the read being
-        handled is done, or, outside a read (timers, the store's callbacks), at the
-        next loop turn.
-
-        At the end of the read, not at the next turn: a delivery to a consumer leaves
-        in the same loop callback as the publish that made it (S3's latency: one loop
-        turn and one scheduled callback less a read). Everything one read queued for
-        a connection is still one write, as before."""
-        written = self.server.read_output
-        if written is not None:
-            written.append(self)
-            self._flush_handle = _AT_READ_END
-        else:
-            self._flush_handle = self.loop.call_soon(self._flush)
-
     def confirms_due(self, channel: Channel) -> None:
         self._confirm_channels.add(channel)
         if self._flush_handle is None:
@@ -623,33 +463,6 @@ class AMQPConnection(asyncio.BufferedProtocol):
     def _hold_over(self) -> None:
         self._hold_waiting = False
         self._flush()
-
-    def _flush(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if self._hold and self._hold_for_followers():
-            return
-        if self._confirm_channels:
-            self._flush_confirms()
-        out = self._out
-        if out and self.transport is not None and self.state != "closed":
-            self.send_cnt += 1
-            if self._out_large:
-                # Large bodies were queued as they are: one writev, no copy of them
-                # into a joined buffer.
-                self._out_large = False
-                self.send_oct += sum(map(len, out))
-                self.transport.writelines(out)
-            else:
-                data = out[0] if len(out) == 1 else b"".join(out)
-                self.send_oct += len(data)
-                self.transport.write(data)
-            out.clear()
-            self._out_bytes = 0
-            self._last_send = self.loop.time()
-            if not self.writable and not self._transport_paused:
-                self._set_writable(True)
 
     def _set_writable(self, writable: bool) -> None:
         if self.writable == writable:

@@ -9,6 +9,7 @@ from leveret.broker.queues.base cimport Queue
 from leveret.protocol.events cimport Publish
 from leveret.protocol.properties cimport publish_flags
 from leveret.broker.stats cimport MessageStats
+from leveret.server.connection_io cimport ConnectionIO
 from leveret.server.model_methods cimport ModelMethods
 
 
@@ -17,7 +18,7 @@ cdef Py_ssize_t _C_SPECIAL
 
 
 cdef class PublishMethods(ModelMethods):
-    cdef public object conn
+    cdef public ConnectionIO conn
     cdef public Py_ssize_t number
     cdef public object vhost
     cdef public dict exchanges
