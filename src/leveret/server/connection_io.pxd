@@ -4,7 +4,10 @@
 # by name from Python (the management API, the tests). write() is cpdef: a compiled
 # Channel's delivery calls it in C.
 
+cimport cython
+
 from leveret.protocol.connection cimport Connection
+from leveret.protocol.events cimport Publish
 
 
 cdef class ConnectionIO:
@@ -31,7 +34,12 @@ cdef class ConnectionIO:
     cdef public bint _transport_paused
     cdef public object _hold
     cdef public set _confirm_channels
+    # read by every publish (server/publishing.py's on_publish)
+    cdef public object alarm_reason
+    cdef public object guard
 
+    @cython.locals(pub=Publish)
+    cpdef _process(self, events)
     cpdef write(self, bytes data)
     cpdef _flush_soon(self)
     cpdef _flush(self)

@@ -116,10 +116,11 @@ class ConnectionIO:
             for event in events:
                 kind = type(event)
                 if kind is Publish:  # the hot path
-                    ch = channels.get(event.channel)
+                    pub = event  # (compiled: a C type, connection_io.pxd)
+                    ch = channels.get(pub.channel)
                     if ch is not None and not ch.closing:
                         try:
-                            ch.on_publish(event)
+                            ch.on_publish(pub)
                         except (AMQPError, ModelError) as exc:
                             self._channel_exception(ch, exc, BASIC_PUBLISH)
                 elif kind is _Ack:
