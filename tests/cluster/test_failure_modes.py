@@ -99,6 +99,79 @@ def test_leader_with_a_full_disk_hands_over(cluster_dir: str) -> None:
             cluster.close()
 
 
+def test_follower_with_a_full_disk_leaves_and_rejoins(cluster_dir: str) -> None:
+    """n2's data dir is a 24 MB tmpfs and n2 follows; publishing fills it. n2 stops
+    acknowledging and leaves the in-sync set; the leader goes on confirming with the
+    other follower. Once the tmpfs grows (the operator freed space), n2 catches up and
+    rejoins the set, and its copy holds every confirmed message: it leads afterwards
+    and serves them."""
+    path = os.path.join(cluster_dir, "n2")
+    with small_disk(path, "24m"):
+        cluster = Cluster(cluster_dir)
+        try:
+            cluster.wait_leader()
+            cluster.wait_in_sync({n.name for n in cluster.nodes})
+            small = cluster.node("n2")
+            leader = cluster.wait_leader()
+            if leader is small:
+                out = _ctl(leader, "transfer_leadership", "n0")
+                assert out.returncode == 0, out.stderr + cluster.logs()
+                cluster.wait_in_sync({n.name for n in cluster.nodes})
+                leader = cluster.wait_leader()
+            assert leader is not small
+            others = {n.name for n in cluster.nodes if n is not small}
+            body = os.urandom(64 * 1024)
+            total = 600  # 38 MB: more than n2 holds
+
+            async def publish(first: int, count: int) -> set[int]:
+                # To the leader only: a failover would be another test. Each publish
+                # must be confirmed (not nacked, not stuck) while n2 cannot keep up.
+                conn = await connect([leader.url], recovery=False)
+                ch = await conn.channel()
+                await ch.declare_queue("fdisk", durable=True)
+                confirmed: set[int] = set()
+                for i in range(first, first + count):
+                    await ch.publish(
+                        str(i).encode() + b":" + body, "fdisk", persistent=True, timeout=60
+                    )
+                    confirmed.add(i)
+                await conn.close()
+                return confirmed
+
+            confirmed = asyncio.run(publish(0, total))
+            cluster.wait_in_sync(others, timeout=60)
+            assert "No space left on device" in small.log_text(), small.log_text()[-3000:]
+            assert "n2" not in cluster.in_sync()
+            assert cluster.leader_name() == leader.name
+            assert small.running, "a full disk is not a crash: the follower keeps running"
+            confirmed |= asyncio.run(publish(total, 50))  # still confirming without n2
+            # It keeps trying, each time after a longer pause (0.2, 0.4, 0.8 s, ...).
+            deadline = time.monotonic() + 60
+            while "retries following in 0.8 s" not in small.log_text():
+                assert time.monotonic() < deadline, small.log_text()[-3000:]
+                time.sleep(0.2)
+            assert "could not write its copy of the data dir" in small.log_text()
+            # Space comes back: n2 syncs and rejoins the in-sync set.
+            grown = subprocess.run(
+                ["mount", "-o", "remount,size=512m", path], capture_output=True, text=True
+            )
+            assert grown.returncode == 0, grown.stderr
+            cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=90)
+            assert cluster.leader_name() == leader.name
+            # Its copy holds every confirmed message: let it lead and read them there.
+            out = _ctl(leader, "transfer_leadership", small.name)
+            assert out.returncode == 0, out.stderr + cluster.logs()
+            assert cluster.wait_leader(other_than=leader.name).name == small.name
+            got = [int(v) for v in _drain_keys(cluster.urls(small), "fdisk")]
+            check_delivery(got, confirmed, set(range(total + 50)))
+            assert len(got) == len(confirmed)
+        except AssertionError:
+            print(cluster.logs())
+            raise
+        finally:
+            cluster.close()
+
+
 def _drain_keys(urls: list[str], queue: str) -> list[str]:
     """The `N` of every `N:...` body left in `queue`."""
     conn = _connect(urls)

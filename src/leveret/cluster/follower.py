@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +30,11 @@ log = logging.getLogger("leveret.cluster")
 
 class Refused(Exception):
     pass
+
+
+class CopyFailed(Exception):
+    """This node could not write its own copy (a full disk, an I/O error): not the
+    link's fault, and no reason to trust the next attempt more than this one."""
 
 
 class Follower:
@@ -50,6 +56,8 @@ class Follower:
         self.applier = datadir.Applier(root, fsync)
         self.position = -1  # acknowledged
         self.synced = False
+        self.synced_at = -1  # the position the snapshot brought this copy to
+        self.streamed = False  # it applied and acknowledged live writes after the sync
         self._status = status  # () -> dict: this node's figures for /api/nodes
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="leveret-follower")
         self._writer: asyncio.StreamWriter | None = None
@@ -114,9 +122,13 @@ class Follower:
                     batch.append(queue.get_nowait())
                 done = [b for b in batch if b is not None]
                 if done:
-                    acked = await loop.run_in_executor(self._pool, self._apply, done)
+                    try:
+                        acked = await loop.run_in_executor(self._pool, self._apply, done)
+                    except (OSError, sqlite3.Error) as exc:
+                        raise CopyFailed(f"{exc.__class__.__name__}: {exc}") from exc
                     if acked is not None:
                         self.position = acked
+                        self.streamed = self.streamed or (self.synced and acked > self.synced_at)
                         writer.write(wire.frame(wire.ACK, wire.U64.pack(acked)))
                 if len(done) < len(batch):
                     break  # the leader went away
@@ -148,6 +160,7 @@ class Follower:
                 a.sync()
                 self._clear_syncing()
                 self.synced = True
+                self.synced_at = ack
             elif kind == wire.REFUSE:
                 raise Refused(json.loads(payload).get("reason", "refused"))
         if ack is not None:

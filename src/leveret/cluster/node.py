@@ -32,7 +32,7 @@ from typing import Any
 from leveret.cluster import datadir, nodestate, wire
 from leveret.cluster import etcd as E
 from leveret.cluster.etcd import Etcd, EtcdError
-from leveret.cluster.follower import Follower, Refused, syncing
+from leveret.cluster.follower import CopyFailed, Follower, Refused, syncing
 from leveret.cluster.keys import Keys
 from leveret.cluster.leader import LAG_TIMEOUT_FRACTION, FollowerLink, Tap
 from leveret.cluster.proxy import Proxy
@@ -510,10 +510,14 @@ class ClusterNode:
         self._follow_task = asyncio.ensure_future(self._run_follower(self.follower))
 
     async def _run_follower(self, follower: Follower) -> None:
+        copy_failed = False
         try:
             await follower.run()
         except Refused as exc:
             log.info("cluster: %s", exc)
+        except CopyFailed as exc:
+            copy_failed = True
+            log.warning("cluster: %s could not write its copy of the data dir: %s", self.name, exc)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             log.info("cluster: link to leader %s: %s", follower.leader.get("node"), exc)
         except asyncio.CancelledError:
@@ -521,9 +525,20 @@ class ClusterNode:
         except Exception:
             log.exception("cluster: following %s failed", follower.leader.get("node"))
         # A follower that keeps failing (its own disk full, say) backs off rather than
-        # asking the leader for a snapshot five times a second.
-        self._follow_failures = 0 if follower.synced else self._follow_failures + 1
-        await asyncio.sleep(min(0.2 * 2 ** max(0, self._follow_failures - 1), 5.0))
+        # asking the leader for a snapshot five times a second. Only streaming resets
+        # the count: a nearly full disk may take a small snapshot and fail at its next
+        # write, and each time it went live it would hold the leader's confirms again
+        # (and restart the leader's clock for taking it out of the in-sync set).
+        if follower.streamed:
+            self._follow_failures = 0  # it streamed: whatever ended it is a first failure
+        if copy_failed or not follower.synced:
+            self._follow_failures += 1
+        elif not follower.streamed:
+            self._follow_failures = 0  # synced, then the link ended (a new leader, say)
+        pause = min(0.2 * 2 ** max(0, self._follow_failures - 1), 5.0)
+        if copy_failed:
+            log.warning("cluster: %s retries following in %.1f s", self.name, pause)
+        await asyncio.sleep(pause)
         self._changed.set()
         if self.follower is follower:
             self._follow_task = None  # the next step starts again
