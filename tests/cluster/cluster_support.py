@@ -43,18 +43,34 @@ class Cluster:
         size: int = 3,
         lease: float = LEASE,
         partitionable: bool = False,
+        etcd_members: int = 1,
         **kwargs: Any,
     ) -> None:
         self.directory = directory
-        self.etcd = EtcdProcess(os.path.join(directory, "etcd-data"))
-        os.makedirs(self.etcd.directory, exist_ok=True)
-        self.etcd.start()
+        # etcd_members > 1: an etcd cluster of that many members, every node given
+        # every member's URL (self.etcd is the first)
+        if etcd_members == 1:
+            self.etcds = [EtcdProcess(os.path.join(directory, "etcd-data"))]
+        else:
+            self.etcds = [
+                EtcdProcess(os.path.join(directory, f"etcd-data-{i}"), name=f"e{i}")
+                for i in range(etcd_members)
+            ]
+            members = ",".join(f"{e.name}={e.peer_url}" for e in self.etcds)
+            for e in self.etcds:
+                e.initial_cluster = members
+        for e in self.etcds:
+            os.makedirs(e.directory, exist_ok=True)
+            e.start(wait=False)
+        for e in self.etcds:
+            e.wait_healthy()
+        self.etcd = self.etcds[0]
         self.name = "test"
         # partitionable: each node reaches etcd through a TcpProxy of its own, to cut
         self.etcd_proxies: dict[str, TcpProxy] = {}
         self.nodes = []
         for i in range(size):
-            url = self.etcd.url
+            url = ",".join(e.url for e in self.etcds)
             if partitionable:
                 proxy = TcpProxy("127.0.0.1", self.etcd.port)
                 self.etcd_proxies[f"n{i}"] = proxy
@@ -65,6 +81,21 @@ class Cluster:
         for node in self.nodes:
             node.start()
 
+    def etcd_leader(self) -> EtcdProcess:
+        """The member that leads the etcd cluster (raft's leader) now."""
+        for e in self.etcds:
+            if not e.running:
+                continue
+            req = urllib.request.Request(e.url + "/v3/maintenance/status", data=b"{}")
+            try:
+                with urllib.request.urlopen(req, timeout=2) as res:
+                    status = json.loads(res.read())
+            except OSError:
+                continue
+            if status.get("leader") and status["leader"] == status["header"]["member_id"]:
+                return e
+        raise AssertionError("no etcd member leads")
+
     def node(self, name: str) -> NodeProcess:
         return next(n for n in self.nodes if n.name == name)
 
@@ -73,7 +104,14 @@ class Cluster:
         return [n.url for n in nodes]
 
     def _get(self, key: str) -> Any:
-        return etcd_get(self.etcd.url, f"leveret/{self.name}/{key}")
+        """From the first etcd member that answers (several: a member may be down)."""
+        running = [e for e in self.etcds if e.running] or self.etcds
+        for e in running[:-1]:
+            try:
+                return etcd_get(e.url, f"leveret/{self.name}/{key}")
+            except OSError:
+                continue
+        return etcd_get(running[-1].url, f"leveret/{self.name}/{key}")
 
     def leader_name(self) -> str | None:
         try:
@@ -123,7 +161,8 @@ class Cluster:
             node.kill()
         for proxy in self.etcd_proxies.values():
             proxy.close()
-        self.etcd.stop()
+        for e in self.etcds:
+            e.stop()
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ v3 API (same messages as gRPC, as JSON; bytes are base64) and aiohttp is already
 a dependency for the management API.
 
 Every call takes the endpoints in turn until one answers, so a node survives the
-loss of one etcd member of several. Errors are `EtcdError` (etcd answered with an
-error) or `EtcdUnavailable` (no endpoint answered in time).
+loss of one etcd member of several; a member that answers "unavailable" (gRPC code
+14: it has no leader, its leader changed, it lost its quorum) counts as not
+answering. Errors are `EtcdError` (etcd answered with an error) or
+`EtcdUnavailable` (no endpoint answered in time, or none could serve).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from typing import Any
 import aiohttp
 
 log = logging.getLogger("leveret.cluster")
+
+
+UNAVAILABLE = 14  # gRPC's code for "this member cannot serve now" (no leader, ...)
 
 
 class EtcdError(Exception):
@@ -148,14 +153,20 @@ class Etcd:
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 errors.append(f"{self.endpoints[index]}: {exc.__class__.__name__} {exc}")
                 continue
-            self._preferred = index
             try:
                 data = json.loads(text) if text else {}
             except json.JSONDecodeError:
                 raise EtcdError(f"etcd {url}: not JSON: {text[:200]!r}") from None
             if res.status != 200 or "error" in data and "result" not in data:
                 message = data.get("message") or data.get("error") or text[:200]
+                if res.status == 503 or data.get("code") == UNAVAILABLE:
+                    # This member cannot serve now (no leader, leader changed, cut off
+                    # from the others): another may, as etcd's own clients retry.
+                    errors.append(f"{self.endpoints[index]}: {message}")
+                    continue
+                self._preferred = index
                 raise EtcdError(f"etcd {path}: {message}")
+            self._preferred = index
             return data
         raise EtcdUnavailable("etcd unreachable: " + "; ".join(errors))
 

@@ -59,13 +59,16 @@ def etcd_binary() -> str | None:
 
 
 class EtcdProcess:
-    """A one-member etcd on loopback, with a data dir of its own.
+    """An etcd member on loopback, with a data dir of its own: alone (the default), or
+    one of several (`etcd_members`).
 
     Elections and lease checks are tuned short (50 ms heartbeats) so that a lease of
     one second is allowed: etcd refuses TTLs under 1.5 election timeouts.
     """
 
-    def __init__(self, directory: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, directory: str | None = None, port: int | None = None, name: str = "default"
+    ) -> None:
         binary = etcd_binary()
         if binary is None:
             raise FileNotFoundError("etcd not found: run scripts/install-test-deps.sh")
@@ -74,18 +77,26 @@ class EtcdProcess:
         self.directory = directory or tempfile.mkdtemp(prefix="leveret-etcd-")
         self.port = port or free_port()
         self.peer_port = free_port()
+        self.name = name
+        self.initial_cluster = f"{name}=http://127.0.0.1:{self.peer_port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> EtcdProcess:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def start(self, timeout: float = 20.0, wait: bool = True) -> EtcdProcess:
+        """Start the member; with `wait`, until it answers healthy (a member of several
+        is healthy only once a quorum of them runs: start them all, then wait)."""
+        peer = self.peer_url
         argv = [
             self.binary,
             "--name",
-            "default",
+            self.name,
             "--data-dir",
             os.path.join(self.directory, "etcd"),
             "--listen-client-urls",
@@ -97,7 +108,7 @@ class EtcdProcess:
             "--initial-advertise-peer-urls",
             peer,
             "--initial-cluster",
-            f"default={peer}",
+            self.initial_cluster,
             "--heartbeat-interval",
             "50",
             "--election-timeout",
@@ -107,6 +118,12 @@ class EtcdProcess:
         ]
         self.log = open(os.path.join(self.directory, "etcd.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -114,12 +131,25 @@ class EtcdProcess:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as res:
                     if b"true" in res.read():
-                        return self
+                        return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.05)
         self.stop()
         raise RuntimeError("etcd did not become healthy")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or a lost machine: no goodbye to the other members."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

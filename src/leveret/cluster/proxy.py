@@ -98,8 +98,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 break
             writer.write(data)
             await writer.drain()
-    except (OSError, asyncio.IncompleteReadError):
-        pass
+    except (OSError, RuntimeError, asyncio.IncompleteReadError):
+        pass  # (RuntimeError: uvloop's write to a transport the other pipe aborted)
     finally:
         try:
             if not writer.is_closing() and writer.can_write_eof():
