@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from typing import Any, Protocol
@@ -11,6 +12,7 @@ from leveret.auth.users import AccessControl
 from leveret.broker.admin import Admin
 from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.durability import DurabilityHooks
+from leveret.broker.global_parameters import CLUSTER_NAME, GlobalParameters
 from leveret.broker.parameters import RuntimeParameters
 from leveret.broker.stats import NodeCounters
 from leveret.broker.vhost import VirtualHost
@@ -53,8 +55,26 @@ class Broker:
         self.parameters = RuntimeParameters(self)
         links.register(self)
         self.parameters.load(records)
-        self.cluster_name = config.cluster_name or self._cluster_name(records)
+        # RabbitMQ's global parameters: cluster_name (once set), internal_cluster_id.
+        self.global_parameters = GlobalParameters(self.hooks, records)
+        self.default_cluster_name = config.cluster_name or self._cluster_name(records)
+        # Made once from the name the broker had when it was first made (what
+        # Prometheus showed before it was stored), so upgrades keep their id.
+        digest = hashlib.sha256(self.cluster_name.encode()).hexdigest()[:22]
+        self.global_parameters.cluster_id(f"leveret-cluster-id-{digest}")
         self.links: Any = None  # the server's leveret.links.manager.LinkManager, once running
+
+    @property
+    def cluster_name(self) -> str:
+        """RabbitMQ's cluster_name: the global parameter once set (PUT /api/cluster-name),
+        else the default. Read when it is used (a new connection's server properties,
+        a scrape, a federation hop), so a change applies from then on."""
+        return self.global_parameters.values.get(CLUSTER_NAME, self.default_cluster_name)
+
+    @property
+    def cluster_id(self) -> str:
+        """RabbitMQ's internal_cluster_id (Prometheus' rabbitmq_cluster_permanent_id)."""
+        return self.global_parameters.cluster_id()
 
     def _cluster_name(self, records: dict[str, Any]) -> str:
         """Made once and kept: other brokers tell this one apart by it (federation)."""

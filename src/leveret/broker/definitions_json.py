@@ -2,7 +2,7 @@
 
 Export writes what RabbitMQ 3.10 writes (users with their hashes, vhosts,
 permissions, topic permissions, parameters (vhost limits, shovels, federation
-upstreams and sets), queues, exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
+upstreams and sets), global parameters, queues, exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
 way round. Import checks the whole document before it changes anything, and
 refuses unknown keys (RabbitMQ ignores them; a typo then silently loses a
 setting) and bad password hashes, naming the place: `users[2].tags`.
@@ -16,6 +16,7 @@ import leveret
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, check_user_limits, parse_tags
 from leveret.broker.errors import InvalidValue, ModelError, NotFound
+from leveret.broker.global_parameters import check_value
 from leveret.broker.policies import Policy
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> dict[str, An
         for p in sorted(v.operator_policies.values(), key=_name)
     ]
     if vhost is None:
-        doc["global_parameters"] = []
+        doc["global_parameters"] = broker.global_parameters.list()
     doc["policies"] = []
     for v in sorted(vhosts, key=_name):
         for policy in sorted(v.policies.values(), key=_name):
@@ -272,6 +273,11 @@ def _check(doc: Any, vhost: str | None) -> None:
             )
         except InvalidValue as exc:
             raise InvalidValue(f"policies[{i}]: {exc}") from None
+    for i, param in enumerate(doc.get("global_parameters", [])):
+        try:
+            check_value(param["name"], param["value"])
+        except InvalidValue as exc:
+            raise InvalidValue(f"global_parameters[{i}]: {exc}") from None
     for i, param in enumerate(doc.get("parameters", [])):
         if param["component"] == "vhost-limits" and not isinstance(param["value"], dict):
             raise InvalidValue(f"parameters[{i}].value must be an object")
@@ -326,6 +332,10 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
             )
         if "limits" in item:  # RabbitMQ keeps per-user limits in the user's record
             admin.set_user_limits(item["name"], item["limits"] or {}, replace=True)
+    # As RabbitMQ: internal_cluster_id and cluster_name too (an export of another
+    # broker gives this one its name and id); a vhost's import leaves them alone.
+    for item in doc.get("global_parameters", []) if vhost is None else []:
+        broker.global_parameters.set(item["name"], item["value"])
     for item in doc.get("permissions", []):
         admin.set_permissions(
             item["user"],

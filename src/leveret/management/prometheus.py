@@ -22,7 +22,6 @@ commit sizes, and message bodies paged out to disk.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import platform
@@ -900,13 +899,6 @@ def _global(s: Scrape) -> Iterator[Family]:
         yield family
 
 
-def _permanent_id(cluster_name: str) -> str:
-    """RabbitMQ's internal_cluster_id, made from the stored cluster name: stable across
-    restarts, different for each broker."""
-    digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:22]
-    return f"leveret-cluster-id-{digest}"
-
-
 def _info(s: Scrape) -> Iterator[Rendered]:
     cluster = s.broker.cluster_name
     yield _rendered(
@@ -914,7 +906,7 @@ def _info(s: Scrape) -> Iterator[Rendered]:
             1,
             rabbitmq_node=NODE,
             rabbitmq_cluster=cluster,
-            rabbitmq_cluster_permanent_id=_permanent_id(cluster),
+            rabbitmq_cluster_permanent_id=s.broker.cluster_id,
         )
     )
     yield _rendered(

@@ -1568,6 +1568,232 @@ def federation_links() -> list[Case]:
     return cases
 
 
+def global_parameters() -> list[Case]:
+    """Global parameters and the cluster name. RabbitMQ keeps internal_cluster_id (made
+    at its first start: the variable {cluster_id}) and cluster_name once one is set;
+    every case that sets the name clears the parameter after, which brings the default
+    name back."""
+    gp = "/api/global-parameters"
+    cases = [
+        Case("global_parameters.list", "GET", gp),
+        Case("global_parameters.list.columns", "GET", gp, query={"columns": "name"}),
+        Case("global_parameters.list.sort", "GET", gp, query={"sort": "name"}),
+        Case("global_parameters.post", "POST", gp, {}),
+    ]
+    for suffix, user in (
+        ("as_management", "compat-mgmt"),
+        ("as_monitoring", "compat-monitor"),
+        ("as_policymaker", "compat-policy"),
+        ("as_no_tag", "compat-notag"),
+    ):
+        cases.append(Case(f"global_parameters.list.{suffix}", "GET", gp, user=user))
+    cases += get("global_parameters", f"{gp}/internal_cluster_id", missing=f"{gp}/compat-nope")
+    cases.append(
+        Case(
+            "global_parameters.get.as_policymaker",
+            "GET",
+            f"{gp}/internal_cluster_id",
+            user="compat-policy",
+        )
+    )
+    mine = f"{gp}/compat-gp"
+    gone = [Req("DELETE", mine)]
+    cases += body_cases(
+        "global_parameters.put",
+        "PUT",
+        mine,
+        {"value": {"a": [1, "b"], "c": {"d": None}}},
+        required=("value",),
+        cleanup=gone,
+        users=("compat-mgmt", "compat-monitor", "compat-policy", "compat-notag"),
+    )
+    cases += [
+        Case(
+            "global_parameters.put.existing",
+            "PUT",
+            mine,
+            {"value": 2},
+            setup=[Req("PUT", mine, {"value": 1})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.put.array_body",
+            "PUT",
+            mine,
+            [{"value": 1}],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.put.extra_key",
+            "PUT",
+            mine,
+            {"value": 1, "other": 2},
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    # What a PUT stores, read back, for each JSON type of value.
+    for suffix, value in (
+        ("string", "text"),
+        ("number", 3.5),
+        ("boolean", True),
+        ("null", None),
+        ("array", [1, "two", {"three": 3}]),
+        ("object", {"a": {"b": [1, 2]}, "c": "d"}),
+        ("empty_object", {}),
+        ("empty_array", []),
+    ):
+        cases.append(
+            Case(
+                f"global_parameters.put.{suffix}.then_get",
+                "GET",
+                mine,
+                setup=[Req("PUT", mine, {"value": value})],
+                cleanup=gone,
+                writes=True,
+            )
+        )
+    cases.append(
+        Case(
+            "global_parameters.put.then_list",
+            "GET",
+            gp,
+            setup=[Req("PUT", mine, {"value": "listed"})],
+            cleanup=gone,
+            writes=True,
+            unordered=("",),
+        )
+    )
+    cases += delete(
+        "global_parameters",
+        mine,
+        setup=[Req("PUT", mine, {"value": 1})],
+        missing=f"{gp}/compat-nope",
+        cleanup=gone,
+        users=("compat-mgmt", "compat-policy", "compat-notag"),
+    )
+    # cluster_name through the global parameters, and what it does to the cluster name
+    name_param = f"{gp}/cluster_name"
+    unset = [Req("DELETE", name_param)]
+    set_gp = [Req("PUT", name_param, {"value": "compat-gp-cluster"})]
+    cases += [
+        Case("global_parameters.get.cluster_name_unset", "GET", name_param),
+        Case(
+            "global_parameters.put.cluster_name",
+            "PUT",
+            name_param,
+            {"value": "compat-gp-cluster"},
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.put.cluster_name.then_cluster_name",
+            "GET",
+            "/api/cluster-name",
+            setup=set_gp,
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.put.cluster_name.then_overview",
+            "GET",
+            "/api/overview",
+            query={"columns": "cluster_name"},
+            setup=set_gp,
+            cleanup=unset,
+            writes=True,
+            stable=("cluster_name",),
+        ),
+        Case(
+            "global_parameters.put.cluster_name_number",
+            "PUT",
+            name_param,
+            {"value": 5},
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.delete.cluster_name",
+            "DELETE",
+            name_param,
+            setup=set_gp,
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "global_parameters.delete.cluster_name.then_get",
+            "GET",
+            name_param,
+            setup=[*set_gp, *unset],
+            writes=True,
+        ),
+    ]
+    # PUT /api/cluster-name (GET is in overview())
+    cn = "/api/cluster-name"
+    cases += body_cases(
+        "cluster_name.put",
+        "PUT",
+        cn,
+        {"name": "compat-cluster"},
+        required=("name",),
+        types={"name": "string"},
+        cleanup=unset,
+        users=("compat-mgmt", "compat-monitor", "compat-policy"),
+    )
+    set_cn = [Req("PUT", cn, {"name": "compat-cluster"})]
+    cases += [
+        Case(
+            "cluster_name.put.name_object",
+            "PUT",
+            cn,
+            {"name": {"a": 1}},
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "cluster_name.put.name_list",
+            "PUT",
+            cn,
+            {"name": ["a", "b"]},
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "cluster_name.put.again",
+            "PUT",
+            cn,
+            {"name": "compat-cluster"},
+            setup=set_cn,
+            cleanup=unset,
+            writes=True,
+        ),
+        Case("cluster_name.put.then_get", "GET", cn, setup=set_cn, cleanup=unset, writes=True),
+        Case(
+            "cluster_name.put.then_global_parameter",
+            "GET",
+            name_param,
+            setup=set_cn,
+            cleanup=unset,
+            writes=True,
+        ),
+        Case(
+            "cluster_name.put.then_overview",
+            "GET",
+            "/api/overview",
+            query={"columns": "cluster_name"},
+            setup=set_cn,
+            cleanup=unset,
+            writes=True,
+            stable=("cluster_name",),
+        ),
+        Case("cluster_name.delete", "DELETE", cn),
+        Case("cluster_name.post", "POST", cn, {"name": "x"}),
+    ]
+    return cases
+
+
 GROUPS = [
     overview,
     nodes,
@@ -1589,6 +1815,7 @@ GROUPS = [
     parameters,
     shovels,
     federation_links,
+    global_parameters,
 ]
 
 

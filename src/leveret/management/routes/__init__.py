@@ -10,6 +10,7 @@ from aiohttp import web
 
 from leveret.management.routes import (
     access,
+    global_parameters,
     links,
     messages,
     overview,
@@ -21,5 +22,15 @@ from leveret.management.routes import (
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (overview, access, topology, messages, runtime, policies, links, user_limits):
+    for module in (
+        overview,
+        access,
+        topology,
+        messages,
+        runtime,
+        policies,
+        links,
+        user_limits,
+        global_parameters,
+    ):
         module.add_routes(app.router)

@@ -20,6 +20,7 @@ from leveret.management.routes.common import (
     RABBITMQ_VERSION,
     _access_check,
     _broker,
+    _columns,
     _ok,
     _permission_guard,
     _require_admin,
@@ -102,7 +103,8 @@ async def overview(request: web.Request) -> web.Response:
         body["node"] = NODE
         body["listeners"] = _listeners(server)
         body["contexts"] = node_info.contexts(server, NODE)
-    return web.json_response(body)
+    columns = [c for c in request.query.get("columns", "").split(",") if c]
+    return web.json_response(_columns(body, columns) if columns else body)
 
 
 def _disk_stats(server: Any) -> dict[str, Any]:
@@ -371,10 +373,6 @@ def _certificate_expiries(server: Any) -> list[tuple[dict[str, Any], float | Non
     ]
 
 
-async def cluster_name(request: web.Request) -> web.Response:
-    return web.json_response({"name": "leveret"})
-
-
 async def aliveness(request: web.Request) -> web.Response:
     """RabbitMQ declares a queue and publishes to it; the model is in this process, so
     a vhost that exists and answers here is alive."""
@@ -409,5 +407,4 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/health/checks/node-is-mirror-sync-critical", single_node_ok)
     r.add_get("/api/health/checks/protocol-listener/{protocol}", protocol_listener)
     r.add_get("/api/health/checks/certificate-expiration/{within}/{unit}", certificate_expiration)
-    r.add_get("/api/cluster-name", cluster_name)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)
