@@ -485,6 +485,33 @@ def test_user_limits_travel_in_definitions(server):
     server.ctl("delete_user", "limdef")
 
 
+def test_global_parameters_travel_in_definitions(server):
+    """A RabbitMQ export's global parameters (its cluster name, any other) are imported,
+    and exported again; a cluster name that is not a string refuses the file."""
+    doc = {
+        "global_parameters": [
+            {"name": "cluster_name", "value": "ctl-imported"},
+            {"name": "ctl-setting", "value": {"a": [1, 2]}},
+        ]
+    }
+    result = server.ctl("import_definitions", "-", stdin=json.dumps(doc))
+    assert result.returncode == 0, result.stderr
+    export = json.loads(server.ctl("export_definitions", "-").stdout)
+    params = {p["name"]: p["value"] for p in export["global_parameters"]}
+    assert params["cluster_name"] == "ctl-imported"
+    assert params["ctl-setting"] == {"a": [1, 2]}
+    assert "internal_cluster_id" in params
+    conn = _login(server.port, "guest", "guest", "/")
+    assert conn._impl.server_properties["cluster_name"] in ("ctl-imported", b"ctl-imported")
+    conn.close()
+    bad = {"global_parameters": [{"name": "cluster_name", "value": ["a"]}]}
+    result = server.ctl("import_definitions", "-", stdin=json.dumps(bad))
+    assert result.returncode == 1
+    assert 'global_parameters[0]: cluster_name must be a string, got ["a"]' in result.stderr
+    export = json.loads(server.ctl("export_definitions", "-").stdout)
+    assert {"name": "cluster_name", "value": "ctl-imported"} in export["global_parameters"]
+
+
 # --- only with --url ----------------------------------------------------------
 
 

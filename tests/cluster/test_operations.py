@@ -19,9 +19,11 @@ from .test_failover import _connect
 pytestmark = [needs_etcd, pytest.mark.slow]
 
 
-def _http(port: int, path: str) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+def _http(port: int, path: str, method: str = "GET", body=None) -> tuple[int, str]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(req, timeout=10) as res:
         return res.status, res.read().decode()
 
@@ -98,6 +100,11 @@ def test_transfer_leadership_and_sigterm_handover(ops_cluster: Cluster) -> None:
     for i in range(100):
         ch.basic_publish("", "moved", str(i).encode(), pika.BasicProperties(delivery_mode=2))
     conn.close()
+    # Global parameters are catalog rows: the next leaders have them (set through a
+    # follower's proxy, answered once the followers hold them).
+    assert _http(target.management_port, "/api/cluster-name", "PUT", {"name": "ops"})[0] == 204
+    gp = "/api/global-parameters/ops-setting"
+    assert _http(leader.management_port, gp, "PUT", {"value": {"a": 1}})[0] == 201
     out = _ctl(leader, "transfer_leadership", target.name)
     assert out.returncode == 0, out.stderr + c.logs()
     assert f"{target.name} now leads" in out.stdout
@@ -110,4 +117,10 @@ def test_transfer_leadership_and_sigterm_handover(ops_cluster: Cluster) -> None:
     conn = _connect([new.url])  # its broker may still be starting over its copy
     ch = conn.channel()
     assert ch.queue_declare("moved", durable=True, passive=True).method.message_count == 100
+    assert conn._impl.server_properties["cluster_name"] in ("ops", b"ops")
     conn.close()
+    assert json.loads(_http(new.management_port, "/api/cluster-name")[1]) == {"name": "ops"}
+    assert json.loads(_http(new.management_port, gp)[1]) == {
+        "name": "ops-setting",
+        "value": {"a": 1},
+    }
