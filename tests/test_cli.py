@@ -138,6 +138,7 @@ def test_data_dir_is_created(server, tmp_path):
         (["--cluster-lease-seconds", "0.5"], "must be at least 1 second"),
         (["--cluster-lease-seconds", "soon"], "expected a number of seconds"),
         (["--cluster-port", "abc"], "expected a whole number"),
+        (["--cluster-advertise", "proxy"], "expected HOST:PORT, got 'proxy'"),
     ],
 )
 def test_bad_server_flags_name_the_problem(args, fragment, tmp_path):

@@ -70,6 +70,12 @@ def _listen(text: str) -> Listener:
     return Listener(listener.host, listener.port, kind)
 
 
+def _advertise(text: str) -> str:
+    """--cluster-advertise: HOST:PORT as --listen takes it, kept as text."""
+    _host_port(text)
+    return text
+
+
 def _host_port(text: str) -> Listener:
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
@@ -112,6 +118,13 @@ def _add_cluster_arguments(server: argparse.ArgumentParser) -> None:
         type=_port,
         default=5679,
         help="the replication listener on --host (default %(default)s)",
+    )
+    cluster.add_argument(
+        "--cluster-advertise",
+        type=_advertise,
+        metavar="HOST:PORT",
+        help="where the other nodes reach this node's replication listener, when not at "
+        "--host and --cluster-port (NAT, a Kubernetes Service, a proxy)",
     )
     cluster.add_argument(
         "--cluster-min-replicas",
@@ -459,6 +472,7 @@ def run_server(args: argparse.Namespace) -> int:
         **({"cluster_name": args.cluster_name} if args.cluster_name else {}),
         node_name=args.node_name,
         cluster_port=args.cluster_port,
+        cluster_advertise=args.cluster_advertise,
         cluster_min_replicas=args.cluster_min_replicas,
         cluster_lease_seconds=args.cluster_lease_seconds,
         **args.extra_settings,

@@ -103,6 +103,9 @@ class ServerConfig:
     node_name: str | None = None  # None: the host name
     # (cluster_name above names the cluster too: "leveret" when clustering and unset)
     cluster_port: int = 5679  # the replication listener, on host
+    # HOST:PORT the other nodes reach that listener at, when not host:cluster_port
+    # (NAT, a Kubernetes Service, a proxy); None: host and cluster_port
+    cluster_advertise: str | None = None
     cluster_min_replicas: int = 0  # 0: a majority of the cluster's nodes
     cluster_lease_seconds: float = 5.0
 

@@ -65,7 +65,9 @@ class Follower:
     async def run(self) -> None:
         """Follow until the link ends (returns or raises); the node decides what next."""
         loop = asyncio.get_running_loop()
-        host, port = self.leader["host"], self.leader["cluster"]
+        # (cluster_host: the leader's --cluster-advertise; older nodes had only host)
+        host = self.leader.get("cluster_host") or self.leader["host"]
+        port = self.leader["cluster"]
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
         self._writer = writer
         try:

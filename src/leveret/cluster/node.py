@@ -92,6 +92,7 @@ class ClusterNode:
         self._stopping = False
         self.started_at = time.monotonic()
         self.host = _advertised(config.host)
+        self.replication_address()  # a bad cluster_advertise (config file) fails here
         # What this node last knew of the cluster (cluster/nodestate.py): guards against
         # an etcd that lost its data.
         self.local = nodestate.load(config.data_dir, config.cluster_name)
@@ -103,15 +104,28 @@ class ClusterNode:
 
     def info(self) -> dict[str, Any]:
         c = self.config
+        cluster_host, cluster_port = self.replication_address()
         return {
             "node": self.name,
             "host": self.host,
             "amqp": [[lst.kind, lst.port] for lst in c.effective_listeners()],
             "management": c.management_port or 0,
             "prometheus": c.prometheus_port or 0,
-            "cluster": c.cluster_port,
+            "cluster": cluster_port,
+            "cluster_host": cluster_host,
             "known_term": self.local.term,
         }
+
+    def replication_address(self) -> tuple[str, int]:
+        """Where the other nodes reach this node's replication listener: the host and
+        --cluster-port, or --cluster-advertise (NAT, a Kubernetes Service, a proxy)."""
+        given = self.config.cluster_advertise
+        if not given:
+            return self.host, self.config.cluster_port
+        host, sep, port = given.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster_advertise: expected HOST:PORT, got {given!r}")
+        return host.strip("[]"), int(port)
 
     def min_replicas(self) -> int:
         if self.config.cluster_min_replicas:
@@ -143,11 +157,12 @@ class ClusterNode:
             self._ctl_server = await asyncio.start_unix_server(self._serve_ctl, path)
             os.chmod(path, 0o600)
         log.info(
-            "cluster node %s of %s: replication on %s:%d, etcd %s",
+            "cluster node %s of %s: replication on %s:%d (reached at %s:%d), etcd %s",
             self.name,
             self.config.cluster_name,
             self.config.host,
             self.config.cluster_port,
+            *self.replication_address(),
             self.config.cluster_etcd,
         )
         try:
