@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from leveret.cluster import wire
 from leveret.cluster.local import EtcdProcess, NodeProcess, etcd_binary
 
 LEASE = 1.0
@@ -44,6 +45,7 @@ class Cluster:
         lease: float = LEASE,
         partitionable: bool = False,
         etcd_members: int = 1,
+        replication_proxies: bool = False,
         **kwargs: Any,
     ) -> None:
         self.directory = directory
@@ -78,6 +80,14 @@ class Cluster:
             self.nodes.append(
                 NodeProcess(f"n{i}", url, directory, cluster=self.name, lease=lease, **kwargs)
             )
+        # replication_proxies: each node's replication listener is reached through a
+        # ReplicationProxy of its own, which the node advertises (--cluster-advertise)
+        self.replication_proxies: dict[str, ReplicationProxy] = {}
+        if replication_proxies:
+            for node in self.nodes:
+                proxy = ReplicationProxy("127.0.0.1", node.cluster_port)
+                self.replication_proxies[node.name] = proxy
+                node.extra = (*node.extra, "--cluster-advertise", f"127.0.0.1:{proxy.port}")
         for node in self.nodes:
             node.start()
 
@@ -159,7 +169,7 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.kill()
-        for proxy in self.etcd_proxies.values():
+        for proxy in [*self.etcd_proxies.values(), *self.replication_proxies.values()]:
             proxy.close()
         for e in self.etcds:
             e.stop()
@@ -197,6 +207,7 @@ class TcpProxy:
         self.loop = asyncio.new_event_loop()
         self.cut_off = False
         self._writers: set[Any] = set()
+        self._who: dict[Any, str | None] = {}  # each connection's owner (_identify)
         self._ready = threading.Event()
         self.port = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -212,22 +223,36 @@ class TcpProxy:
         self._ready.set()
         self.loop.run_forever()
 
+    async def _identify(self, reader: Any) -> tuple[bytes, str | None]:
+        """What a new connection sent first, and whose it is (a subclass may read a
+        greeting to tell connections apart); passed on unchanged."""
+        return b"", None
+
+    def _silent(self, who: str | None) -> bool:
+        return self.cut_off
+
     async def _serve(self, reader: Any, writer: Any) -> None:
         import asyncio
         import contextlib
 
         self._writers.add(writer)
+        who = None
         try:
-            if self.cut_off:
+            first, who = await self._identify(reader)
+            self._who[writer] = who
+            if self._silent(who):
                 await reader.read()  # a black hole: hold the connection, answer nothing
                 return
             up_reader, up_writer = await asyncio.open_connection(*self.target)
             self._writers.add(up_writer)
+            self._who[up_writer] = who
+            if first:
+                up_writer.write(first)
 
             async def pipe(src: Any, dst: Any) -> None:
                 with contextlib.suppress(Exception):
                     while data := await src.read(65536):
-                        if self.cut_off:
+                        if self._silent(who):
                             continue  # lost in the partition
                         dst.write(data)
                         await dst.drain()
@@ -235,10 +260,11 @@ class TcpProxy:
                     dst.close()
 
             await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        except OSError:
+        except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
             self._writers.discard(writer)
+            self._who.pop(writer, None)
             writer.close()
 
     def cut(self) -> None:
@@ -257,3 +283,38 @@ class TcpProxy:
         self.heal()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+
+
+class ReplicationProxy(TcpProxy):
+    """A TcpProxy in front of a node's replication listener (the node advertises it
+    with --cluster-advertise) that cuts the link of one follower only: it reads each
+    connection's HELLO frame to learn which follower it is."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.cut_nodes: set[str] = set()
+        super().__init__(target_host, target_port)
+
+    async def _identify(self, reader: Any) -> tuple[bytes, str | None]:
+        kind, payload = await wire.read_frame(reader)
+        who = json.loads(payload).get("node") if kind == wire.HELLO else None
+        return wire.frame(kind, payload), who
+
+    def _silent(self, who: str | None) -> bool:
+        return self.cut_off or who in self.cut_nodes
+
+    def cut_node(self, name: str) -> None:
+        """From now on `name`'s link through this proxy goes silent both ways."""
+        self.loop.call_soon_threadsafe(self.cut_nodes.add, name)
+
+    def heal_node(self, name: str) -> None:
+        """Drop `name`'s connections (they lost bytes) and let new ones through."""
+
+        def restore() -> None:
+            for w, who in list(self._who.items()):
+                if who == name:
+                    w.transport.abort()
+                    self._writers.discard(w)
+                    del self._who[w]
+            self.cut_nodes.discard(name)
+
+        self.loop.call_soon_threadsafe(restore)

@@ -338,3 +338,47 @@ def test_a_node_that_lost_its_disk_does_not_lead(cluster: Cluster) -> None:
     cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
     got = _drain(cluster.urls(other), "disk")
     check_delivery(got, publisher.confirmed, set(range(publisher.next)), publisher.retried)
+
+
+def test_follower_cut_from_the_leader_but_not_from_etcd(cluster_dir: str) -> None:
+    """Every node advertises its replication listener behind a proxy of its own
+    (--cluster-advertise); one follower's link through the leader's proxy goes silent
+    while it still reaches etcd. The leader takes it out of the in-sync set after the
+    lag timeout and confirms with the other follower; healed, it catches up, rejoins,
+    and its copy holds every confirmed message (it leads, and serves them)."""
+    cluster = Cluster(cluster_dir, replication_proxies=True)
+    try:
+        leader = cluster.wait_leader()
+        cluster.wait_in_sync({n.name for n in cluster.nodes})
+        cut, other = [n for n in cluster.nodes if n is not leader]
+        assert f"reached at 127.0.0.1:{cluster.replication_proxies[leader.name].port}" in (
+            leader.log_text()
+        )
+        publisher = PikaPublisher(cluster.urls(leader), "cutlink")
+        for _ in range(100):
+            publisher.publish_one()
+        cluster.replication_proxies[leader.name].cut_node(cut.name)
+        for _ in range(300):
+            publisher.publish_one()  # confirmed: the leader and `other` hold them
+        cluster.wait_in_sync({leader.name, other.name})
+        assert cluster.leader_name() == leader.name
+        assert cut.running
+        assert cluster._get(f"nodes/{cut.name}") is not None, "cut from etcd too?"
+        for _ in range(100):
+            publisher.publish_one()
+        cluster.replication_proxies[leader.name].heal_node(cut.name)
+        cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
+        assert cluster.leader_name() == leader.name
+        assert publisher.retried == set(), "a publish failed: the leader was not to change"
+        publisher.close()
+        out = _ctl(leader, "transfer_leadership", cut.name)
+        assert out.returncode == 0, out.stderr + cluster.logs()
+        assert cluster.wait_leader(other_than=leader.name).name == cut.name
+        got = _drain(cluster.urls(cut), "cutlink")
+        check_delivery(got, publisher.confirmed, set(range(publisher.next)), set())
+        assert len(got) == publisher.next
+    except AssertionError:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()

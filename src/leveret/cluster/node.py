@@ -741,7 +741,8 @@ class ClusterNode:
                 link.acked_at = now
             if link.name in self.isr:
                 continue
-            if not link.required and link.acked >= getattr(link, "snapshot_at", 0):
+            recent = now - link.acked_at <= limit  # it acknowledges: not stuck or cut off
+            if not link.required and recent and link.acked >= getattr(link, "snapshot_at", 0):
                 link.required = True
                 link.join_at = position
             elif link.required and link.join_at is not None and link.acked >= link.join_at:
@@ -765,6 +766,13 @@ class ClusterNode:
                 link.join_at = None
         if worst is not None and len(self.isr) > self.min_replicas():
             log.warning("cluster: %s leaves the in-sync set (behind or gone)", worst)
+            link = self.links.get(worst)
+            if link is not None:
+                # Still connected but silent (a cut link, a hung disk): it must join
+                # again from scratch, not at once on its old join point, and not hold
+                # confirms as a joiner until it acknowledges again.
+                link.required = False
+                link.join_at = None
             await self._change_isr([n for n in self.isr if n != worst])
 
     async def _change_isr(self, members: list[str]) -> None:
