@@ -2,7 +2,8 @@
 # The parser reads a dozen of the connection's fields for every read and message;
 # as C fields (not attribute lookups by name on a Python object) they cost a load
 # each, and the content fast paths are C calls (cpdef: still callable from Python). Every field the class sets is here:
-# an instance has no __dict__.
+# an instance has no __dict__. handshake.py and lifecycle.py (plain Python) reach them
+# by name too, so they must stay `public`.
 
 cdef class _Channel:
     cdef public object number

@@ -25,6 +25,16 @@ the bad frame is processed.
 Hot frames (publish, deliver, ack, nack, content) are decoded with the
 hand-written codecs in protocol.methods and protocol.properties; everything
 else goes through pamqp.
+
+This module holds the `Connection` and `_Channel` classes (C types when compiled,
+laid out by connection.pxd), the parser and content assembly, and the sending of
+methods and messages: what runs per frame and per message. What runs once per
+connection or per channel is plain Python beside it, as functions of a
+`Connection` that its methods call: `handshake.py` (protocol header, start to
+open-ok, credentials, tuning) and `lifecycle.py` (channel open and close, the
+close handshakes, protocol errors, channel 0 after the handshake). `states.py`
+names the roles, states and limits all three share; this module re-exports them,
+and `parse_credentials`, so callers import everything from here.
 """
 
 from __future__ import annotations
@@ -33,14 +43,12 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pamqp import commands as cmd
-from pamqp import decode as pamqp_decode
-
 try:
     import cython
 except ImportError:  # no Cython installed: the annotations below are only comments
     from leveret import _cython_shim as cython
 
+from leveret.protocol import handshake, lifecycle
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     BASIC_ACK,
@@ -50,32 +58,17 @@ from leveret.protocol.constants import (
     BASIC_PUBLISH,
     BASIC_RETURN,
     CHANNEL_CLOSE,
-    CHANNEL_CLOSE_OK,
     CHANNEL_ERROR,
     CHANNEL_OPEN,
-    CHANNEL_OPEN_OK,
     CLASS_BASIC,
-    CLASS_CONNECTION,
     COMMAND_INVALID,
-    CONNECTION_BLOCKED,
-    CONNECTION_CLOSE,
-    CONNECTION_CLOSE_OK,
-    CONNECTION_OPEN,
-    CONNECTION_OPEN_OK,
-    CONNECTION_START,
-    CONNECTION_START_OK,
-    CONNECTION_TUNE,
-    CONNECTION_TUNE_OK,
-    CONNECTION_UNBLOCKED,
     FRAME_BODY,
     FRAME_ERROR,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     FRAME_MIN_SIZE,
-    NOT_ALLOWED,
     PRECONDITION_FAILED,
-    PROTOCOL_HEADER,
     REPLY_SUCCESS,
     UNEXPECTED_FRAME,
 )
@@ -113,12 +106,35 @@ from leveret.protocol.frames import (
     FrameReader,
     body_frames,
     header_frame,
-    method_frame,
 )
+from leveret.protocol.handshake import parse_credentials  # noqa: F401 (re-exported)
 from leveret.protocol.properties import content_header_frame, parse_header
 
-CLIENT = "client"
-SERVER = "server"
+# The roles, states and limits; re-exported (callers use pc.CLIENT, pc.CLOSED, ...).
+from leveret.protocol.states import (  # noqa: F401
+    AUTHENTICATING,
+    AWAITING_HEADER,
+    AWAITING_OPEN,
+    AWAITING_OPEN_OK,
+    AWAITING_START,
+    AWAITING_START_OK,
+    AWAITING_TUNE,
+    AWAITING_TUNE_OK,
+    CH_CLOSING,
+    CH_OPEN,
+    CH_OPENING,
+    CLIENT,
+    CLOSED,
+    CLOSING,
+    DEFAULT_CHANNEL_MAX,
+    DEFAULT_FRAME_MAX,
+    MAX_BODY_SIZE,
+    NEW,
+    OPEN,
+    OPENING,
+    SERVER,
+    UsageError,
+)
 
 _FRAME_HEAD = FRAME_HEAD
 _U32 = struct.Struct(">I")
@@ -174,33 +190,6 @@ def _cut(buf: bytes, start: cython.Py_ssize_t, end: cython.Py_ssize_t) -> bytes:
     return cython.cast(cython.p_char, buf)[start:end]
 
 
-DEFAULT_FRAME_MAX = 131072
-DEFAULT_CHANNEL_MAX = 2047
-
-# Connection states. Client: NEW → AWAITING_START → AWAITING_TUNE → AWAITING_OPEN_OK → OPEN.
-# Server: AWAITING_HEADER → AWAITING_START_OK → (caller accepts) → AWAITING_TUNE_OK
-#         → AWAITING_OPEN → (caller accepts) → OPEN. Either: OPEN → CLOSING → CLOSED.
-NEW = "new"
-AWAITING_HEADER = "awaiting-header"
-AWAITING_START = "awaiting-start"
-AWAITING_START_OK = "awaiting-start-ok"
-AUTHENTICATING = "authenticating"
-AWAITING_TUNE = "awaiting-tune"
-AWAITING_TUNE_OK = "awaiting-tune-ok"
-AWAITING_OPEN = "awaiting-open"
-OPENING = "opening"
-AWAITING_OPEN_OK = "awaiting-open-ok"
-OPEN = "open"
-CLOSING = "closing"
-CLOSED = "closed"
-
-# Channel states.
-CH_OPENING = 1
-CH_OPEN = 2
-CH_CLOSING = 3
-
-MAX_BODY_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
-
 # The hot loops' constants as C values when compiled (cython.declare; plain ints in
 # Python): comparing a C int with a module global would box the int every time.
 _C_FRAME_END = cython.declare(cython.int, 0xCE)
@@ -212,18 +201,6 @@ _C_BASIC_PUBLISH = cython.declare(cython.Py_ssize_t, 0x003C0028)
 _C_BASIC_DELIVER = cython.declare(cython.Py_ssize_t, 0x003C003C)
 _C_BASIC_ACK = cython.declare(cython.Py_ssize_t, 0x003C0050)
 _C_CH_OPEN = cython.declare(cython.int, 2)
-
-
-# channel.open-ok as RabbitMQ sends it: an empty channel-id (pamqp only writes "0").
-_CHANNEL_OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
-
-
-class UsageError(Exception):
-    """The local program asked for something the connection's state does not allow.
-
-    For example publishing on a channel that is closed, or opening a channel
-    before the handshake finished. Nothing was sent.
-    """
 
 
 # --- per-channel state ----------------------------------------------------------
@@ -262,27 +239,6 @@ _CONTENT_DECODERS = {
     BASIC_PUBLISH: wire.decode_publish,
 }
 _CLIENT_CONTENT = frozenset({BASIC_DELIVER, BASIC_GET_OK, BASIC_RETURN})
-
-
-def parse_credentials(mechanism: str, response: bytes | str) -> tuple[str | None, str | None]:
-    """(username, password) from a PLAIN or AMQPLAIN response; (None, None) if unreadable."""
-    if isinstance(response, str):
-        response = response.encode("utf-8", "surrogateescape")
-    if mechanism == "PLAIN":
-        parts = response.split(b"\x00")
-        if len(parts) == 3:
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        return None, None
-    if mechanism == "AMQPLAIN":
-        try:
-            table = pamqp_decode.field_table(len(response).to_bytes(4, "big") + response)[1]
-        except Exception:  # pamqp raises several types for a bad table
-            return None, None
-        login, password = table.get("LOGIN"), table.get("PASSWORD")
-        if login is None:
-            return None, None
-        return str(login), str(password)
-    return None, None
 
 
 class Connection:
@@ -412,186 +368,19 @@ class Connection:
     def open_channels(self) -> list[int]:
         return [n for n, ch in self._channels.items() if ch.state == CH_OPEN]
 
-    # --- handshake, client role -----------------------------------------------------
+    # --- handshake (handshake.py) --------------------------------------------------------
 
     def initiate(self) -> None:
         """Client role: queue the protocol header; the server answers with connection.start."""
-        if not self.client or self.state != NEW:
-            raise UsageError("initiate() is for a new client-role connection")
-        self._out.append(PROTOCOL_HEADER)
-        self.state = AWAITING_START
-
-    def _client_handshake(self, index: int, payload: bytes) -> None:
-        method = wire.decode_method(payload)
-        if index == CONNECTION_CLOSE:
-            self._peer_closed(method)
-            return
-        expected = {
-            AWAITING_START: CONNECTION_START,
-            AWAITING_TUNE: CONNECTION_TUNE,
-            AWAITING_OPEN_OK: CONNECTION_OPEN_OK,
-        }[self.state]
-        if index != expected:
-            raise ConnectionError_(
-                COMMAND_INVALID,
-                f"expected {wire.method_name(expected)}, got {method.name} during the handshake",
-                index >> 16,
-                index & 0xFFFF,
-            )
-        if index == CONNECTION_START:
-            self.server_properties = dict(method.server_properties or {})
-            offered = (method.mechanisms or "").split()
-            mechanism = "PLAIN" if "PLAIN" in offered else "AMQPLAIN"
-            if mechanism not in offered:
-                raise ConnectionError_(
-                    NOT_ALLOWED,
-                    f"the server offers no mechanism this client speaks ({method.mechanisms!r})",
-                )
-            if mechanism == "PLAIN":
-                response: Any = f"\0{self.username}\0{self.password}"
-            else:
-                from pamqp import encode
-
-                response = encode.field_table({"LOGIN": self.username, "PASSWORD": self.password})[
-                    4:
-                ].decode("utf-8", "surrogateescape")
-            self._method(
-                0,
-                cmd.Connection.StartOk(
-                    client_properties=self.client_properties,
-                    mechanism=mechanism,
-                    response=response,
-                    locale=self.locale,
-                ),
-            )
-            self.state = AWAITING_TUNE
-        elif index == CONNECTION_TUNE:
-            self.channel_max = _negotiate(self.channel_max, method.channel_max) or 65535
-            self.frame_max = _negotiate(self.frame_max, method.frame_max) or DEFAULT_FRAME_MAX
-            if self._wanted_heartbeat is None:
-                self.heartbeat = method.heartbeat
-            else:
-                self.heartbeat = self._wanted_heartbeat
-            self.reader.frame_max = self.frame_max
-            self._method(
-                0,
-                cmd.Connection.TuneOk(
-                    channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
-                ),
-            )
-            self._method(0, cmd.Connection.Open(virtual_host=self.vhost))
-            self.state = AWAITING_OPEN_OK
-        else:
-            self.state = OPEN
-            self._events.append(
-                ConnectionOpened(
-                    self.server_properties, self.channel_max, self.frame_max, self.heartbeat
-                )
-            )
-
-    # --- handshake, server role -------------------------------------------------------
-
-    def _check_protocol_header(self, data: bytes) -> bytes:
-        buf = self._header_buf + data
-        if len(buf) < 8 and PROTOCOL_HEADER.startswith(buf):
-            self._header_buf = buf
-            return b""
-        self._header_buf = b""
-        if buf[:8] != PROTOCOL_HEADER:
-            # Spec 4.2.2: answer with the version we speak, then close.
-            self._out.append(PROTOCOL_HEADER)
-            self.state = CLOSED
-            self._events.append(BadProtocolHeader(bytes(buf[:8])))
-            return b""
-        self.state = AWAITING_START_OK
-        self._method(
-            0,
-            cmd.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties=self.server_properties,
-                mechanisms=self.mechanisms,
-                locales=self.locale,
-            ),
-        )
-        return buf[8:]
-
-    def _server_handshake(self, index: int, payload: bytes) -> None:
-        method = wire.decode_method(payload)
-        if index == CONNECTION_CLOSE:
-            self._peer_closed(method)
-            return
-        expected = {
-            AWAITING_START_OK: CONNECTION_START_OK,
-            AWAITING_TUNE_OK: CONNECTION_TUNE_OK,
-            AWAITING_OPEN: CONNECTION_OPEN,
-        }.get(self.state)
-        if expected is None or index != expected:
-            wanted = wire.method_name(expected) if expected else "nothing"
-            raise ConnectionError_(
-                COMMAND_INVALID,
-                f"expected {wanted}, got {method.name} during the handshake",
-                index >> 16,
-                index & 0xFFFF,
-            )
-        if index == CONNECTION_START_OK:
-            props = dict(method.client_properties or {})
-            self.client_properties = props
-            username, password = parse_credentials(method.mechanism, method.response)
-            self.state = AUTHENTICATING
-            self._events.append(
-                StartOkReceived(method.mechanism, username, password, props, method.locale)
-            )
-        elif index == CONNECTION_TUNE_OK:
-            channel_max = method.channel_max or self.channel_max
-            frame_max = method.frame_max or self.frame_max
-            for what, value, limit in (
-                ("channel_max", channel_max, self.channel_max),
-                ("frame_max", frame_max, self.frame_max),
-            ):
-                if value > limit:
-                    raise ConnectionError_(
-                        NOT_ALLOWED,
-                        f"negotiated {what} = {value} is higher than the maximum allowed "
-                        f"value ({limit})",
-                        10,
-                        31,
-                    )
-            if frame_max < FRAME_MIN_SIZE:
-                raise ConnectionError_(
-                    NOT_ALLOWED,
-                    f"negotiated frame_max = {frame_max} is lower than the minimum allowed "
-                    f"value ({FRAME_MIN_SIZE})",
-                    10,
-                    31,
-                )
-            self.channel_max = channel_max
-            self.frame_max = frame_max
-            self.reader.frame_max = frame_max
-            self.heartbeat = method.heartbeat
-            self.state = AWAITING_OPEN
-        else:
-            self.state = OPENING
-            self._events.append(OpenRequested(method.virtual_host))
+        handshake.initiate(self)
 
     def accept_login(self) -> None:
         """Server role: the credentials of StartOkReceived are good; queue connection.tune."""
-        if self.state != AUTHENTICATING:
-            raise UsageError(f"accept_login() in state {self.state}")
-        self.state = AWAITING_TUNE_OK
-        self._method(
-            0,
-            cmd.Connection.Tune(
-                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
-            ),
-        )
+        handshake.accept_login(self)
 
     def accept_open(self) -> None:
         """Server role: the vhost of OpenRequested is fine; queue open-ok."""
-        if self.state != OPENING:
-            raise UsageError(f"accept_open() in state {self.state}")
-        self.state = OPEN
-        self._method(0, cmd.Connection.OpenOk())
+        handshake.accept_open(self)
 
     # --- input --------------------------------------------------------------------------
 
@@ -647,7 +436,7 @@ class Connection:
         buf = self._buf
         if self.state == AWAITING_HEADER:
             self._buf = b""
-            buf = self._check_protocol_header(buf)
+            buf = handshake.check_protocol_header(self, buf)
             if events:
                 yield from events
                 events.clear()
@@ -720,7 +509,7 @@ class Connection:
                 if self.state == CLOSED:
                     break
         except AMQPError as exc:
-            self._protocol_error(exc)
+            lifecycle.protocol_error(self, exc)
             yield from events
             events.clear()
         finally:
@@ -1043,143 +832,13 @@ class Connection:
                     self.close_channel_with_error(number, exc)
                     self._events.append(ChannelProtocolError(number, exc))
             else:
-                self._frame_for_other_channel(frame_type, number, payload, ch)
+                lifecycle.frame_for_other_channel(self, frame_type, number, payload, ch)
         elif frame_type == FRAME_METHOD:
-            self._connection_method(payload)
+            lifecycle.connection_method(self, payload)
         elif frame_type != FRAME_HEARTBEAT:
             raise ConnectionError_(
                 UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
             )
-
-    def _protocol_error(self, exc: AMQPError) -> None:
-        drop = isinstance(exc, FrameError) or self.state in (AWAITING_HEADER, NEW)
-        if self.state not in (CLOSING, CLOSED):
-            self._method(
-                0, cmd.Connection.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id)
-            )
-            handshake_done = self.state == OPEN
-            self.state = CLOSING if handshake_done and not drop else CLOSED
-            drop = drop or not handshake_done
-        self._channels.clear()
-        self._events.append(ProtocolError(exc, drop))
-
-    def _connection_method(self, payload: bytes) -> None:
-        index = wire.method_index(payload)
-        state = self.state
-        if state == OPEN:
-            method = wire.decode_method(payload)
-            if index == CONNECTION_CLOSE:
-                self._peer_closed(method)
-            elif index == CONNECTION_BLOCKED:
-                self._events.append(ConnectionBlocked(method.reason))
-            elif index == CONNECTION_UNBLOCKED:
-                self._events.append(ConnectionUnblocked())
-            elif index >> 16 == CLASS_CONNECTION:
-                self._events.append(MethodReceived(0, method))
-            else:
-                raise ConnectionError_(
-                    CHANNEL_ERROR,
-                    f"method {method.name} is not valid on channel 0",
-                    index >> 16,
-                    index & 0xFFFF,
-                )
-        elif state == CLOSING:
-            # After connection.close only close and close-ok matter.
-            if index == CONNECTION_CLOSE_OK:
-                self.state = CLOSED
-                self._events.append(ConnectionCloseOk())
-            elif index == CONNECTION_CLOSE:
-                self._reply(0, cmd.Connection.CloseOk())
-                self.state = CLOSED
-                self._events.append(ConnectionCloseOk())
-        elif self.client:
-            self._client_handshake(index, payload)
-        else:
-            self._server_handshake(index, payload)
-
-    def _peer_closed(self, method: Any) -> None:
-        self._reply(0, cmd.Connection.CloseOk())
-        self.state = CLOSED
-        self._channels.clear()
-        self._events.append(
-            ConnectionClosed(
-                method.reply_code, method.reply_text, method.class_id, method.method_id
-            )
-        )
-
-    def _frame_for_other_channel(
-        self, frame_type: int, number: int, payload: bytes, ch: _Channel | None
-    ) -> None:
-        """A frame for a channel that is not open, or before/after the connection is."""
-        if self.state == CLOSING:
-            return  # after connection.close everything but close/close-ok is dropped
-        if self.state != OPEN:
-            raise ConnectionError_(
-                UNEXPECTED_FRAME if frame_type != FRAME_METHOD else COMMAND_INVALID,
-                f"frame on channel {number} before the connection was opened",
-            )
-        index = wire.method_index(payload) if frame_type == FRAME_METHOD else 0
-        if ch is not None:
-            if ch.state == CH_CLOSING:
-                # Waiting for close-ok: only close and close-ok matter (spec 2.3.5.2).
-                if index == CHANNEL_CLOSE_OK:
-                    del self._channels[number]
-                    self._events.append(ChannelCloseOk(number))
-                elif index == CHANNEL_CLOSE:
-                    self._reply(number, cmd.Channel.CloseOk())
-                return
-            # CH_OPENING (client role): expect open-ok, or a close.
-            if index == CHANNEL_OPEN_OK:
-                ch.state = CH_OPEN
-                self._events.append(ChannelOpened(number))
-                return
-            if index == CHANNEL_CLOSE:
-                self._channel_closed_by_peer(ch, wire.decode_method(payload))
-                return
-            raise ConnectionError_(
-                CHANNEL_ERROR,
-                f"expected 'channel.open-ok' on channel {number}, got "
-                + (wire.method_name(index) if index else f"a frame of type {frame_type}"),
-            )
-        if frame_type == FRAME_METHOD and index == CHANNEL_OPEN and not self.client:
-            if number > self.channel_max:
-                raise ConnectionError_(
-                    NOT_ALLOWED,
-                    f"channel {number} is above the negotiated channel_max ({self.channel_max})",
-                    20,
-                    10,
-                )
-            if self.channel_guard is not None:
-                self.channel_guard(number)  # may refuse it with a connection error
-            self._channels[number] = _Channel(number, CH_OPEN)
-            self._deferred.append(method_frame(number, _CHANNEL_OPEN_OK_PAYLOAD))
-            self._events.append(ChannelOpened(number))
-            return
-        if frame_type == FRAME_METHOD:
-            if index == CHANNEL_CLOSE_OK:  # stray close-ok for a channel already gone
-                return
-            if self.client and index == CHANNEL_CLOSE:
-                # A close for a channel we already forgot: answer it, or the peer waits.
-                self._reply(number, cmd.Channel.CloseOk())
-                return
-            raise ConnectionError_(
-                CHANNEL_ERROR,
-                "expected 'channel.open'",  # RabbitMQ's text (it names neither)
-                index >> 16,
-                index & 0xFFFF,
-            )
-        raise ConnectionError_(
-            CHANNEL_ERROR, f"content frame on channel {number}, which is not open"
-        )
-
-    def _channel_closed_by_peer(self, ch: _Channel, method: Any) -> None:
-        self._reply(ch.number, cmd.Channel.CloseOk())
-        del self._channels[ch.number]
-        self._events.append(
-            ChannelClosed(
-                ch.number, method.reply_code, method.reply_text, method.class_id, method.method_id
-            )
-        )
 
     def _channel_method(self, ch: _Channel, payload: bytes) -> None:
         index = wire.method_index(payload)
@@ -1221,7 +880,7 @@ class Connection:
             return
         method = wire.decode_method(payload)
         if index == CHANNEL_CLOSE:
-            self._channel_closed_by_peer(ch, method)
+            lifecycle.channel_closed_by_peer(self, ch, method)
         elif index == CHANNEL_OPEN:
             raise ConnectionError_(
                 CHANNEL_ERROR,
@@ -1287,35 +946,17 @@ class Connection:
         ch.header = None
         self._events.append(_content_event(ch.number, index, fields, header, payload))
 
-    # --- channels -------------------------------------------------------------------------
+    # --- channels and closing (lifecycle.py) -----------------------------------------------
 
     def open_channel(self, number: int | None = None) -> int:
         """Client role: queue channel.open; ChannelOpened follows. Returns the number."""
-        if not self.client:
-            raise UsageError("only the client opens channels")
-        if self.state != OPEN:
-            raise UsageError(f"cannot open a channel: the connection is {self.state}")
-        if number is None:
-            number = self._free_channel()
-        elif number in self._channels:
-            raise UsageError(f"channel {number} is already in use")
-        elif not 1 <= number <= self.channel_max:
-            raise UsageError(f"channel number {number} is outside 1..{self.channel_max}")
-        self._channels[number] = _Channel(number, CH_OPENING)
-        self._method(number, cmd.Channel.Open())
-        return number
+        return lifecycle.open_channel(self, number)
 
-    def _free_channel(self) -> int:
-        limit = self.channel_max
-        n = self._next_channel
-        for _ in range(limit):
-            if n > limit:
-                n = 1
-            if n not in self._channels:
-                self._next_channel = n + 1
-                return n
-            n += 1
-        raise UsageError(f"all {limit} channels are in use")
+    def _add_channel(self, number: int, state: int) -> None:
+        """A new channel's record, for lifecycle.py. Made here: lifecycle.py cannot
+        import this module (it imports lifecycle.py), and the compiled parser takes
+        only this module's `_Channel`, a C type, out of `_channels`."""
+        self._channels[number] = _Channel(number, state)
 
     def close_channel(
         self,
@@ -1326,15 +967,10 @@ class Connection:
         method_id: int = 0,
     ) -> None:
         """Queue channel.close; ChannelCloseOk follows. Frames until then are dropped."""
-        ch = self._channels.get(number)
-        if ch is None or ch.state == CH_CLOSING:
-            return
-        ch.state = CH_CLOSING
-        ch.content = None
-        self._method(number, cmd.Channel.Close(code, text[:255], class_id, method_id))
+        lifecycle.close_channel(self, number, code, text, class_id, method_id)
 
     def close_channel_with_error(self, number: int, exc: AMQPError) -> None:
-        self.close_channel(number, exc.code, exc.reply_text, exc.class_id, exc.method_id)
+        lifecycle.close_channel(self, number, exc.code, exc.reply_text, exc.class_id, exc.method_id)
 
     def close(
         self, code: int = REPLY_SUCCESS, text: str = "", class_id: int = 0, method_id: int = 0
@@ -1344,16 +980,7 @@ class Connection:
         Before the handshake finished there is nobody to wait for: the state is
         CLOSED at once and the caller should drop the connection after writing.
         """
-        if self.state in (CLOSING, CLOSED):
-            return
-        if self.state in (NEW, AWAITING_HEADER):
-            self.state = CLOSED
-            return
-        handshake_done = self.state == OPEN
-        self._method(0, cmd.Connection.Close(code, text[:255], class_id, method_id))
-        self.state = CLOSING if handshake_done else CLOSED
-        for ch in self._channels.values():
-            ch.content = None
+        lifecycle.close(self, code, text, class_id, method_id)
 
     # --- sending on channels ------------------------------------------------------------------
 
@@ -1431,12 +1058,3 @@ class Connection:
     def send_heartbeat(self) -> None:
         if self.state not in (CLOSED, NEW, AWAITING_HEADER):
             self._out.append(HEARTBEAT_FRAME)
-
-
-def _negotiate(ours: int, theirs: int) -> int:
-    """Tuning rule: the smaller of two limits, where 0 means 'no limit'."""
-    if not ours:
-        return theirs
-    if not theirs:
-        return ours
-    return min(ours, theirs)
