@@ -37,7 +37,9 @@ Calls = list[tuple[Callable[..., None], BaseException | None]]
 # A follower that has not acknowledged a write the leader waits on for this long
 # (or whose link is down that long) leaves the in-sync set, if enough remain.
 LAG_TIMEOUT_FRACTION = 0.4
-MAX_BACKLOG_BYTES = 256 * 1024 * 1024  # a snapshotting follower's queued live ops
+# A snapshotting follower's queued live ops, and a live follower's unsent bytes: past
+# this it is dropped (and syncs again when it comes back).
+MAX_BACKLOG_BYTES = 256 * 1024 * 1024
 
 
 class Tap:
@@ -227,6 +229,15 @@ class FollowerLink:
                     "follower %s: snapshot too slow for the live stream; dropped", self.name
                 )
                 self.close()
+            return
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > MAX_BACKLOG_BYTES:
+            # Open but taking nothing (a network that drops packets without a reset:
+            # TCP may take many minutes to give up): the leader would hold every write
+            # for it in memory meanwhile. Dropped, it syncs again when it reconnects.
+            log.warning("follower %s: its link takes nothing; dropped", self.name)
+            self.closed = True
+            transport.abort()  # close() would wait to send what it cannot
             return
         self.writer.write(frame)
 
