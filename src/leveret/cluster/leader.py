@@ -56,6 +56,10 @@ class Tap:
         self.links: list[FollowerLink] = []
         self.pending: deque[tuple[int, Calls]] = deque()
         self.safe: Callable[[], int] = lambda: -1  # the position confirms may go up to
+        # Runs the release of held confirms and writes what it queued at once
+        # (listener.Server.output_batch, set once the broker exists): a confirm leaves
+        # in the callback that found the lease valid, not a loop turn later.
+        self.output_batch: Callable[[Callable[[], None]], None] = lambda fn: fn()
         self.stopped = False
         # Definition changes (SQL) are answered (declare-ok, HTTP 201/204) only once
         # the followers hold them: `sql_position` is where the last one ends.
@@ -175,6 +179,9 @@ class Tap:
         """Run every held batch of callbacks that is now safe to confirm."""
         if self.stopped or not (self.pending or self._waiters):
             return
+        self.output_batch(self._release_safe)
+
+    def _release_safe(self) -> None:
         safe = self.safe()
         pending = self.pending
         while pending and pending[0][0] <= safe:

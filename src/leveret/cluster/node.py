@@ -588,6 +588,7 @@ class ClusterNode:
         replica.TAP = tap
         server = Server(self.config, loop=self.loop)
         server.cluster = self
+        tap.output_batch = server.output_batch
         self.server = server
         reason = "stopped"
         try:

@@ -10,6 +10,9 @@ from leveret.protocol.connection cimport Connection
 from leveret.protocol.events cimport Publish
 
 
+cpdef flush_written(list written)
+
+
 cdef class ConnectionIO:
     cdef public object server
     cdef public object loop

@@ -51,6 +51,18 @@ class _AtReadEnd:
 _AT_READ_END = _AtReadEnd()
 
 
+def flush_written(written: list[Any]) -> None:
+    """Flush each connection a read (or an output batch, listener.Server.output_batch)
+    queued output for, once (a flush done in the meantime, e.g. before a close, left
+    nothing to do)."""
+    for conn in written:
+        if conn._flush_handle is _AT_READ_END:
+            try:
+                conn._flush()
+            except Exception:  # one connection's failure is not the others'
+                log.exception("flushing connection %s failed", conn.peer)
+
+
 class ConnectionIO:
     """Reads in, writes out: the per-read half of AMQPConnection (see the module's
     docstring). It has no __init__: AMQPConnection sets every field."""
@@ -100,14 +112,7 @@ class ConnectionIO:
         finally:
             if outer:
                 server.read_output = None
-                # Each connection the read queued output for, once (a flush done in
-                # the meantime, e.g. before a close, left nothing to do).
-                for conn in written:
-                    if conn._flush_handle is _AT_READ_END:
-                        try:
-                            conn._flush()
-                        except Exception:  # one connection's failure is not the reader's
-                            log.exception("flushing connection %s failed", conn.peer)
+                flush_written(written)
 
     def _process(self, events: Iterator[Any]) -> None:
         """Act on the events one by one, in order (the core's contract)."""

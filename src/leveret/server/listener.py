@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from leveret.broker.errors import InvalidValue, ModelError
 from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
 from leveret.server.connection import AMQPConnection
+from leveret.server.connection_io import flush_written
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.reading import SharedReadBuffer
 from leveret.server.tls import TLSAcceptor, server_context
@@ -188,6 +190,24 @@ class Server:
         """Return once stored messages are back (at once when there was nothing to do)."""
         if self.recovery is not None:
             await asyncio.shield(self.recovery)
+
+    def output_batch(self, fn: Callable[[], None]) -> None:
+        """Run `fn` and write what it queued for any connection before returning, as a
+        read's output is written at the end of the read, not at the next loop turn.
+
+        A cluster leader releases held confirms through this (cluster/leader.py's
+        Tap.check): they go out in the same callback that checked its etcd lease is
+        still valid, not a loop turn later, when the process may have been paused
+        past the lease in between."""
+        if self.read_output is not None:  # inside a read: its end writes it all
+            fn()
+            return
+        self.read_output = written = []
+        try:
+            fn()
+        finally:
+            self.read_output = None
+            flush_written(written)
 
     def load_definitions(self, path: str) -> None:
         """Import a RabbitMQ definitions file at boot; InvalidValue names the file and problem."""
