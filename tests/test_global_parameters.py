@@ -8,8 +8,6 @@ global_parameters.)
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 import urllib.error
 import urllib.request
@@ -20,6 +18,7 @@ import pytest
 
 from leveret.config import ServerConfig
 from leveret.testing import embedded_broker
+from test_management_api import call  # the HTTP helper, with RabbitMQ's auth header
 
 pytestmark = pytest.mark.leveret_only
 
@@ -41,18 +40,7 @@ class Api:
         self.metrics = f"http://127.0.0.1:{broker.server.prometheus.port}/metrics"
 
     def __call__(self, method, path, body=None, user="guest", password="guest", raw=None):
-        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("content-type", "application/json")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                text = response.read()
-                return response.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as exc:
-            text = exc.read()
-            return exc.code, json.loads(text) if text else None
+        return call((self.base, None), method, path, body, user, password, raw)
 
     def identity(self) -> dict[str, str]:
         with urllib.request.urlopen(self.metrics, timeout=10) as response:
