@@ -9,11 +9,12 @@ in one process) writes `time.monotonic_ns()` into each body and measures publish
 receipt. CLOCK_MONOTONIC is the same clock in every process, so a broker that reads
 that stamp can say how much of the latency is before it, in it and after it. This
 script starts `leveret server` from this tree with timing wrappers around three
-pure-Python methods (nothing compiled is touched, so the compiled build runs as
-usual):
+methods, set on the Python class `AMQPConnection` (its compiled base, ConnectionIO,
+finds them as overrides; the compiled code itself runs as usual):
 
-- `SharedReadBuffer.take` (server/reading.py): the bytes of one read, scanned for body
-  frames; the stamp of each is paired with the time the read began;
+- `AMQPConnection.get_buffer` (server/connection.py): where the read lands; the bytes
+  read are scanned for body frames and the stamp of each is paired with the time the
+  read began;
 - `AMQPConnection.buffer_updated` (server/connection.py): when the read began and when
   everything it held was parsed, routed and queued for the consumer's socket;
 - `AMQPConnection._flush`: when the delivery's write began and when the write call
@@ -62,7 +63,7 @@ AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
 # Run inside the broker process: wrap the methods, then `leveret server` as usual.
 BOOTSTRAP = r"""
 import atexit, json, os, struct, sys, time
-from leveret.server import connection as sc, reading
+from leveret.server import connection as sc
 
 OUT = os.environ["LATENCY_SPLIT_OUT"]
 PAT = b"\x03\x00\x01\x00\x00\x00\x10"  # a body frame on channel 1, 16 bytes: amqbench's
@@ -81,17 +82,18 @@ def stamps_in(data):
         i = data.find(PAT, i + 15)
     return found
 
-take = reading.SharedReadBuffer.take
-def timed_take(self, nbytes):
-    data = take(self, nbytes)
-    state["stamps"] += stamps_in(data)
-    return data
-reading.SharedReadBuffer.take = timed_take
+get_buffer = sc.AMQPConnection.get_buffer
+def kept_get_buffer(self, sizehint):
+    state["placed"] = view = get_buffer(self, sizehint)
+    return view
+sc.AMQPConnection.get_buffer = kept_get_buffer
 
 buffer_updated = sc.AMQPConnection.buffer_updated
 def timed_buffer_updated(self, nbytes):
     began = now()
-    state["stamps"] = []
+    # The bytes just read (SharedReadBuffer is a C type when compiled, so its take
+    # cannot be wrapped: the view get_buffer handed out is read instead).
+    state["stamps"] = stamps_in(bytes(state["placed"][:nbytes]))
     state["read_at"] = began
     buffer_updated(self, nbytes)
     if state["stamps"]:

@@ -49,6 +49,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.server.publishing",
     "leveret.server.channel",
     "leveret.server.connection_io",
+    "leveret.server.reading",
 )
 MANIFEST = "_compiled.json"
 PURE_ENV = "LEVERET_PURE_PYTHON"

@@ -157,6 +157,7 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._hold = 0  # a cluster leader's output waits for this stream position
         self._hold_waiting = False
         self._sizer = ReadSizer()
+        self._read_buffer = server.read_buffer
         self._flush_handle: asyncio.Handle | None = None
         self._transport_paused = False
         self._confirm_channels: set[Channel] = set()

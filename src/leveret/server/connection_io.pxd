@@ -8,6 +8,7 @@ cimport cython
 
 from leveret.protocol.connection cimport Connection
 from leveret.protocol.events cimport Publish
+from leveret.server.reading cimport ReadSizer, SharedReadBuffer
 
 
 cpdef flush_written(list written)
@@ -22,7 +23,8 @@ cdef class ConnectionIO:
     cdef public dict channels
     cdef public object vhost
     cdef public bint _gated
-    cdef public object _sizer
+    cdef public ReadSizer _sizer
+    cdef public SharedReadBuffer _read_buffer  # the server's (one for all connections)
     cdef public long long recv_oct
     cdef public long long send_oct
     cdef public Py_ssize_t recv_cnt

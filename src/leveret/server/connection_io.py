@@ -73,7 +73,7 @@ class ConnectionIO:
     # core had not parsed yet (server/reading.py); the core gets one copy of both.
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server.read_buffer.place(self.core.pending, self._sizer.offer)
+        return self._read_buffer.place(self.core.pending, self._sizer.offer)
 
     def buffer_updated(self, nbytes: int) -> None:
         self._last_recv = self.loop.time()
@@ -81,7 +81,7 @@ class ConnectionIO:
         self.recv_cnt += 1
         if self.state == "closed":
             return
-        self._received(self.core.receive_after_pending(self.server.read_buffer.take(nbytes)))
+        self._received(self.core.receive_after_pending(self._read_buffer.take(nbytes)))
         self._sizer.update(nbytes, self.core.contents_parsed)
 
     def data_received(self, data: bytes) -> None:

@@ -22,6 +22,11 @@ from __future__ import annotations
 
 import mmap
 
+try:
+    import cython
+except ImportError:  # no Cython installed: the annotations below are only comments
+    from leveret import _cython_shim as cython
+
 READ_MIN = 64 * 1024
 READ_MAX = 4 * 1024 * 1024
 READ_START = 256 * 1024  # what uvloop's own reads take; the first reads of a connection
@@ -48,7 +53,7 @@ class SharedReadBuffer:
         self._placed = self._view
         self._start = 0
 
-    def place(self, pending: bytes, want: int) -> memoryview:
+    def place(self, pending: bytes, want: cython.Py_ssize_t) -> memoryview:
         """Where a read of up to `want` bytes goes: behind a copy of `pending`."""
         k = len(pending)
         view = self._view
@@ -60,7 +65,7 @@ class SharedReadBuffer:
         self._placed, self._start = view, k
         return view[k : k + want]
 
-    def take(self, nbytes: int) -> bytes:
+    def take(self, nbytes: cython.Py_ssize_t) -> bytes:
         """The pending bytes and the `nbytes` just read, as one bytes object."""
         return bytes(self._placed[: self._start + nbytes])
 
@@ -73,7 +78,7 @@ class ReadSizer:
     def __init__(self) -> None:
         self.offer = READ_START
 
-    def update(self, nbytes: int, messages: int) -> None:
+    def update(self, nbytes: cython.Py_ssize_t, messages: cython.Py_ssize_t) -> None:
         """The last read brought `nbytes`, of which the core parsed `messages` whole
         content messages (publishes) on its fast path."""
         if messages:

@@ -99,7 +99,10 @@ class GroupCommitter:
         self._work = threading.Condition(self._lock)
         self._progress = threading.Condition(self._lock)
         self._pending: list[tuple[int, object, object]] = []
-        self._pending_records = 0
+        # Records queued but not yet taken by the writer thread (approximate: read
+        # without the lock). A plain attribute, not a property: every connection
+        # reads it once a read (store/durable_state.py's disk_backlogged).
+        self.backlog = 0
         self._closing = False
         self._written: dict[int, int] = {}
         self._fds: dict[int, int] = {}
@@ -130,7 +133,7 @@ class GroupCommitter:
                 if replica.TAP is not None:  # a cluster leader: the followers get them too
                     _tap_writes(self.directory, records)
                 self._pending.append((_WRITE, records, on_durable))
-                self._pending_records += len(records)
+                self.backlog += len(records)
                 if len(self._pending) == 1:
                     self._work.notify()
                 return True
@@ -138,11 +141,6 @@ class GroupCommitter:
             err = StoreWriteError("an earlier store write failed; this write was not made")
             self._deliver([(on_durable, err)])
         return False
-
-    @property
-    def backlog(self) -> int:
-        """Records queued but not yet taken by the writer thread (approximate)."""
-        return self._pending_records
 
     def submit_sync(self, fds: Sequence[int], on_durable: OnDurable) -> None:
         """fsync descriptors that another log (a stream) wrote to, in the next batch.
@@ -229,7 +227,7 @@ class GroupCommitter:
                     return
                 batch = self._pending
                 self._pending = []
-                self._pending_records = 0
+                self.backlog = 0
                 # A cluster leader confirms this batch once the followers hold everything
                 # reported to the tap so far (which includes the whole batch).
                 tap = replica.TAP
@@ -431,7 +429,7 @@ class GroupCommitter:
         with self._lock:
             rest = self._pending
             self._pending = []
-            self._pending_records = 0
+            self.backlog = 0
             self.generation += 1
             self.failed_from = min(firsts.items()) if firsts else None
             failed = batch[durable:] + rest
