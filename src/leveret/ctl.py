@@ -81,6 +81,15 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     ),
     "clear_parameter": ("remove a runtime parameter", ("component", "name"), True),
     "list_parameters": ("list runtime parameters in a vhost", (), True),
+    # Global runtime parameters (broker.global_parameters), as rabbitmqctl's.
+    "set_cluster_name": ("set the cluster's name (RabbitMQ's cluster_name)", ("name",), False),
+    "set_global_parameter": (
+        "set a global runtime parameter to a JSON value, e.g. NAME '{\"a\": 1}'",
+        ("name", "value"),
+        False,
+    ),
+    "clear_global_parameter": ("remove a global runtime parameter", ("name",), False),
+    "list_global_parameters": ("list global runtime parameters", (), False),
     "shovel_status": ("the state of every shovel", (), False),
     "restart_shovel": ("restart a shovel", ("name",), True),
     "delete_shovel": ("delete a dynamic shovel", ("name",), True),
@@ -209,6 +218,36 @@ def call(socket_path: str, op: str, args: dict[str, Any], timeout: float = 60.0)
     return reply["ok"]
 
 
+def _call_socket(path: str, op: str, params: dict[str, Any]) -> Any:
+    """One command over the control socket.
+
+    The socket (server/ctl_socket.py) has no operations of its own for global
+    parameters yet. Setting one (or the cluster name, which is the global parameter
+    `cluster_name`) goes through its definitions import of a one-entry
+    `global_parameters` list, and listing through its export: the same model calls
+    (broker.global_parameters), checks and storage as PUT /api/global-parameters.
+    Clearing has no such path: it needs --url until the socket has the operation.
+    """
+    if op == "list_global_parameters":
+        return call(path, "export_definitions", {"vhost": None})["global_parameters"]
+    if op == "clear_global_parameter":
+        raise CtlError(
+            "clear_global_parameter is not available over the control socket yet: "
+            "use --url (the management API, as an administrator or policymaker)",
+            EXIT_REFUSED,
+        )
+    if op in ("set_cluster_name", "set_global_parameter"):
+        name = "cluster_name" if op == "set_cluster_name" else params["name"]
+        value = params["name"] if op == "set_cluster_name" else params["value"]
+        doc = {"global_parameters": [{"name": name, "value": value}]}
+        try:
+            call(path, "import_definitions", {"definitions": doc})
+        except CtlError as exc:  # the import names the entry; there is only one
+            raise CtlError(str(exc).removeprefix("global_parameters[0]: "), exc.status) from None
+        return None
+    return call(path, op, params)
+
+
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The control-socket operation and arguments for a command line."""
     c = args.ctl_command
@@ -284,6 +323,11 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return c, {"vhost": vhost, "component": args.component, "name": args.name}
     if c == "list_parameters":
         return c, {"vhost": vhost}
+    if c in ("set_cluster_name", "clear_global_parameter"):
+        return c, {"name": args.name}
+    if c == "set_global_parameter":
+        value = _json_arg(args.value, f"the value of global parameter '{args.name}'")
+        return c, {"name": args.name, "value": value}
     if c in ("restart_shovel", "delete_shovel"):
         return c, {"vhost": vhost, "name": args.name}
     if c == "export_definitions":
@@ -300,6 +344,10 @@ def _json_arg(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise CtlError(f"{what} is not valid JSON: {exc}", EXIT_USAGE) from None
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _read_definitions(path: str) -> Any:
@@ -385,10 +433,14 @@ def run(args: argparse.Namespace) -> int:
 
             result = HttpControl(args.url, args.api_username, args.api_password).call(op, params)
         else:
-            result = call(args.socket or os.path.join(args.data_dir, SOCKET_NAME), op, params)
+            path = args.socket or os.path.join(args.data_dir, SOCKET_NAME)
+            result = _call_socket(path, op, params)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.status
+    if args.ctl_command == "list_global_parameters":
+        # Values as JSON text in both formats, as rabbitmqctl prints them ("str", 42, {"a":1}).
+        result = [{"name": r["name"], "value": _json_text(r["value"])} for r in result]
     if args.ctl_command == "export_definitions" and args.file != "-":
         with open(args.file, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -462,6 +462,30 @@ class HttpControl:
             if p["vhost"] == vhost
         ]
 
+    # --- global runtime parameters and the cluster name ------------------------
+
+    def op_set_cluster_name(self, name: str) -> None:
+        self.request("PUT", "/cluster-name", {"name": name})
+
+    def _global_path(self, name: str) -> str:
+        if not name:  # /api/global-parameters/ is the listing, not a parameter
+            raise ApiError(400, "a global parameter's name cannot be empty over --url")
+        return f"/global-parameters/{_q(name)}"
+
+    def op_set_global_parameter(self, name: str, value: Any) -> None:
+        self.request("PUT", self._global_path(name), {"value": value})
+
+    def op_clear_global_parameter(self, name: str) -> None:
+        self._delete(self._global_path(name), lambda: f"no global parameter '{name}'")
+
+    def op_list_global_parameters(self) -> list[dict[str, Any]]:
+        # RabbitMQ's API shows the name "" (rabbitmqctl can set it) as null.
+        rows = [
+            {"name": p["name"] or "", "value": p["value"]}
+            for p in self.request("GET", "/global-parameters") or []
+        ]
+        return sorted(rows, key=lambda p: p["name"])
+
     def op_shovel_status(self) -> list[dict[str, Any]]:
         return self.request("GET", "/shovels")
 
