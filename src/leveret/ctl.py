@@ -347,7 +347,8 @@ def _json_arg(text: str, what: str) -> Any:
 
 
 def _json_text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact, keys sorted: rabbitmqctl's text for a value (it keeps objects as Erlang maps)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
 def _read_definitions(path: str) -> Any:
