@@ -39,6 +39,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.protocol.properties",
     "leveret.protocol.methods",
     "leveret.broker.message",
+    "leveret.broker.exchange",
     "leveret.broker.stats",
     "leveret.broker.consumer",
     "leveret.broker.queues.base",

@@ -8,6 +8,7 @@ cimport cython
 
 from leveret.protocol.connection cimport Connection
 from leveret.protocol.events cimport Publish
+from leveret.server.model_methods cimport ModelMethods
 from leveret.server.reading cimport ReadSizer, SharedReadBuffer
 
 
@@ -43,7 +44,9 @@ cdef class ConnectionIO:
     cdef public object alarm_reason
     cdef public object guard
 
-    @cython.locals(pub=Publish)
+    # ch: a channel as its base layer, so `closing` and on_publish are C (the
+    # Channel itself cannot be cimported here: model_methods.pxd says why).
+    @cython.locals(pub=Publish, ch=ModelMethods)
     cpdef _process(self, events)
     cpdef write(self, bytes data)
     cpdef _flush_soon(self)

@@ -17,7 +17,7 @@ from leveret.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
 from leveret.protocol.errors import ChannelError
 
 if TYPE_CHECKING:
-    pass
+    from leveret.protocol.events import Publish
 
 
 def _args(table: Any) -> dict[str, Any]:
@@ -29,6 +29,11 @@ class ModelMethods:
     `vhost`, `conn` and `last_queue_name` are what these read)."""
 
     def send_method(self, method: Any) -> None:  # provided by Channel
+        raise NotImplementedError
+
+    def on_publish(self, event: Publish) -> None:  # provided by PublishMethods
+        """Declared on this base so that the connection's read loop, which may only
+        know this layer (server/connection_io.pxd), calls it as a C method."""
         raise NotImplementedError
 
     # --- exchange -----------------------------------------------------------

@@ -4,6 +4,7 @@
 
 cimport cython
 
+from leveret.broker.exchange cimport Exchange
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue
 from leveret.protocol.events cimport Publish
@@ -24,7 +25,7 @@ cdef class PublishMethods(ModelMethods):
     cdef public dict exchanges
     cdef public dict queues
     cdef public object default_exchange
-    cdef public bint closing
+    # (`closing`: model_methods.pxd)
     cdef public MessageStats stats
     cdef public bint confirm_mode
     cdef public Py_ssize_t publish_seq
@@ -36,8 +37,9 @@ cdef class PublishMethods(ModelMethods):
     cdef public object reply_token
     cdef public object reply_consumer_tag
 
-    @cython.locals(flags=Py_ssize_t, delivery_mode=Py_ssize_t)
+    @cython.locals(flags=Py_ssize_t, delivery_mode=Py_ssize_t, exchange=Exchange)
     cpdef on_publish(self, Publish event)
     # (An annotation alone does not type `queue`: the .py imports the name too.)
-    @cython.locals(queue=Queue)
-    cpdef _route(self, exchange, Message message, bint mandatory, barrier=*)
+    # routing_key: a str, so startswith() is a C call, not a method lookup.
+    @cython.locals(queue=Queue, routing_key=str)
+    cpdef _route(self, Exchange exchange, Message message, bint mandatory, barrier=*)

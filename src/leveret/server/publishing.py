@@ -20,7 +20,6 @@ from leveret.broker.exchange import Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
 from leveret.broker.queues.base import Queue
-from leveret.broker.queues.classic import FLOW_LIMIT
 from leveret.broker.stats import MessageStats
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -235,7 +234,7 @@ class PublishMethods(ModelMethods):
                     queue = target
                     if not queue.enqueue(message, barrier):
                         accepted = False
-                    if queue.consumers and queue.ready.n > FLOW_LIMIT:
+                    if queue.consumers_behind():
                         self.conn.maybe_throttle(queue)
             finally:
                 if shared:

@@ -8,6 +8,9 @@ cimport cython
 from leveret.broker.durability cimport DurabilityHooks
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue, QueueEntry
+from leveret.broker.queues.classic cimport ClassicQueue
+
+cdef Py_ssize_t _C_HEADS_CHECK_FROM  # HEADS_CHECK_FROM as a C integer
 
 
 cdef class DurableState(DurabilityHooks):
@@ -38,7 +41,9 @@ cdef class DurableState(DurabilityHooks):
     cdef object __weakref__
 
     # C locals: the budget arithmetic of every enqueue without Python ints.
-    @cython.locals(size=Py_ssize_t, ready_n=Py_ssize_t, over_budget=bint, persistent=bint)
+    # `classic`: the queue as the C type that calls this (its fields, not lookups).
+    @cython.locals(size=Py_ssize_t, ready_n=Py_ssize_t, over_budget=bint, persistent=bint,
+                   classic=ClassicQueue)
     cpdef bint message_enqueued(
         self, Queue queue, QueueEntry entry, barrier, bint may_page=*
     ) except -1

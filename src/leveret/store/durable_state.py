@@ -56,6 +56,7 @@ ENTRY_OVERHEAD = 400
 # (a short queue's fast path pays nothing), so every queue may keep this many
 # entries beyond the budget.
 HEADS_CHECK_FROM = 64
+_C_HEADS_CHECK_FROM = HEADS_CHECK_FROM  # a C integer when compiled (durable_state.pxd)
 
 
 def _key(queue: Queue) -> tuple[str, str]:
@@ -313,10 +314,13 @@ class DurableState(DurabilityHooks):
     ) -> bool:
         message = entry.message
         size = message.size
+        # Only a classic queue (or a quorum queue, built on it) calls this: compiled,
+        # `classic` is that C type, so its fields below are read without lookups.
+        classic = queue
         # A quorum queue stores transient messages too (persists_all): asked only of a
         # transient message to a queue that stores messages, so neither a persistent
         # message nor a non-durable queue pays for it.
-        persistent = queue.stores_messages and (message.persistent or queue.persists_all)
+        persistent = classic.stores_messages and (message.persistent or queue.persists_all)
         over_budget = self.memory_used + size > self.memory_budget and size
         shared = self._slot(queue, message) if self._sharing is not None else None
         # A long queue keeps new messages as disk positions only: its own length
@@ -325,12 +329,12 @@ class DurableState(DurabilityHooks):
         # The shared budget is asked about a queue at every 64th ready message while
         # it is not spent (a queue's figure lags by 64 entries at most; the ask
         # costs about 3,000 instructions), and at every message once it is.
-        ready_n = queue.ready.n
+        ready_n = classic.ready.n
         if may_page and (
             over_budget
             or ready_n >= self.queue_ram_messages
             or (
-                ready_n >= HEADS_CHECK_FROM
+                ready_n >= _C_HEADS_CHECK_FROM
                 and (self.heads_full or not ready_n & 63)
                 and self._heads_full(queue)
             )

@@ -31,3 +31,4 @@ cdef class Queue:
     cpdef settle(self, QueueEntry entry)
     cpdef removed(self, QueueEntry entry)
     cpdef bytes delivery_body(self, QueueEntry entry)
+    cpdef bint consumers_behind(self) except -1

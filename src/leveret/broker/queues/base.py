@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from leveret.broker.message import Message
 
 
+# Ready messages behind a queue's consumers before its publishers are paused
+# (server/publisher_pause.py; ClassicQueue resumes them at half).
+FLOW_LIMIT = 4096
+
+
 class QueueEntry:
     """One message's place in one queue (of any type: the classic queue, the stream
     and the types built on them; broker.queues.classic re-exports it)."""
@@ -91,6 +96,13 @@ class Queue:
         dropped): the vhost's bookkeeping (vhost.on_message_removed). The classic
         queue does the same in place, typed (compiled, the channel's call is a C call)."""
         self.vhost.on_message_removed(self, entry)
+
+    def consumers_behind(self) -> bool:
+        """Whether publishers into this queue should pause: it has consumers and they
+        are FLOW_LIMIT ready messages behind. Asked after every routed publish; a
+        type whose ready list has no `n` overrides it (the classic queue does, to
+        answer from C fields when compiled)."""
+        return bool(self.consumers) and self.ready.n > FLOW_LIMIT  # type: ignore[attr-defined]
 
     def reject(self, entry: QueueEntry) -> None:
         """A reject or nack without requeue."""

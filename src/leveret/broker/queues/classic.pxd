@@ -10,6 +10,10 @@ from leveret.broker.durability cimport DurabilityHooks
 from leveret.broker.message cimport Message
 from leveret.broker.queues.base cimport Queue, QueueEntry
 
+# C copies of FLOW_LIMIT and FLOW_RESUME: compared with a C count, no int is boxed.
+cdef Py_ssize_t _C_FLOW_LIMIT
+cdef Py_ssize_t _C_FLOW_RESUME
+
 
 cdef class ReadyMessages:
     cdef public object _fresh
@@ -27,6 +31,8 @@ cdef class ReadyMessages:
     cpdef put_back(self, QueueEntry entry)
     cpdef _refill(self)
     cpdef QueueEntry peek(self)
+    # entry typed: its message's size is C fields, not two lookups by name
+    @cython.locals(entry=QueueEntry)
     cpdef QueueEntry popleft(self)
     cpdef list clear(self)
 
@@ -66,3 +72,4 @@ cdef class ClassicQueue(Queue):
     # The chosen consumer as a C type: can_take() a C call, its flags C fields.
     @cython.locals(best=Consumer, c=Consumer)
     cpdef dispatch(self, bint check_expiry=*)
+    cpdef bint consumers_behind(self) except -1

@@ -26,7 +26,7 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.broker.queue_args import QueueOptions
 from leveret.broker.queue_dedup import PresentIds, message_dedup_id
-from leveret.broker.queues.base import Queue, QueueEntry
+from leveret.broker.queues.base import FLOW_LIMIT, Queue, QueueEntry
 from leveret.broker.stats import MessageStats
 
 # Every queue type's entry (it moved to base.py) is imported from here too. Compiled,
@@ -36,8 +36,9 @@ globals()["QueueEntry"] = QueueEntry
 # Tail items read back from disk at a time when a paged queue's head runs dry.
 REFILL_BATCH = 256
 EXPIRE_BATCH = 2048  # expired messages the expiry timer drops per loop turn
-FLOW_LIMIT = 4096  # ready messages behind consumers before publishers are paused
-FLOW_RESUME = FLOW_LIMIT // 2
+FLOW_RESUME = FLOW_LIMIT // 2  # (FLOW_LIMIT: base.py) ready messages when they resume
+_C_FLOW_LIMIT = FLOW_LIMIT  # C integers when compiled (classic.pxd)
+_C_FLOW_RESUME = FLOW_RESUME
 
 if TYPE_CHECKING:
     from leveret.broker.ports import PagedTail, Publisher
@@ -490,7 +491,7 @@ class ClassicQueue(Queue):
             if not best.no_ack:
                 self.unacked += 1
             best.channel.deliver(best, self, entry)
-        if self.throttled and ready.n <= FLOW_RESUME:
+        if self.throttled and ready.n <= _C_FLOW_RESUME:
             self.release_publishers()
 
     # --- publisher flow control ---------------------------------------------
@@ -500,6 +501,10 @@ class ClassicQueue(Queue):
     # CPU. Like RabbitMQ's credit flow, a connection publishing into a queue
     # whose consumers are FLOW_LIMIT messages behind stops being read until the
     # backlog halves. Queues without consumers never throttle: they just fill.
+
+    def consumers_behind(self) -> bool:
+        # (Queue.consumers_behind, with `ready` a C field when compiled.)
+        return bool(self.consumers) and self.ready.n > _C_FLOW_LIMIT
 
     def throttle(self, publisher: Publisher) -> None:
         """Remember a publisher that paused itself for this queue (it decided, in
