@@ -171,3 +171,21 @@ def test_global_parameters_over_url_on_rabbitmq():
         assert _url_ctl(base, "clear_global_parameter", name).returncode == 0
     result = _url_ctl(base, "clear_global_parameter", name)
     assert (result.returncode, result.stderr) == (1, f"Error: no global parameter '{name}'\n")
+
+
+def test_rabbitmqctl_output_options_before_or_after_the_command(broker):
+    """-q (no `done`), -s (no header row either) and --formatter, where rabbitmqctl
+    takes them: before the command or after it."""
+    for argv in (("-q", "set_global_parameter", "g-q", "1"),
+                 ("set_global_parameter", "g-q", "2", "--quiet"),
+                 ("set_global_parameter", "g-q", "3", "-s")):  # fmt: skip
+        result = broker.ctl(*argv)
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), argv
+    silent = broker.ctl("list_global_parameters", "-s").stdout.splitlines()
+    assert "g-q\t3" in silent and "name\tvalue" not in silent
+    assert broker.ctl("-q", "list_global_parameters").stdout.startswith("name\tvalue\n")
+    after = broker.ctl("list_global_parameters", "--formatter", "json")
+    assert {"name": "g-q", "value": "3"} in json.loads(after.stdout)
+    # Given twice, the one after the command wins.
+    both = broker.ctl("--formatter", "json", "list_users", "--formatter", "table")
+    assert both.stdout.startswith("name\ttags\n")

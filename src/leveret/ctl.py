@@ -4,7 +4,9 @@ It talks to the running broker over the control socket in its data directory
 (server.ctl_socket), so only the account that runs the broker can use it.
 With `--url` it talks to a broker elsewhere through the management HTTP API
 instead, as a user with the administrator tag (ctl_http).
-Output is a table for people, or JSON with `--formatter json` for scripts.
+Output is a table for people, or JSON with `--formatter json` for scripts; `-q`
+leaves out the `done` after a change and `-s` a table's header row too. As with
+rabbitmqctl, these may come before or after the command.
 Exit status: 0 done, 1 refused (the broker's message is printed), 2 usage,
 69 no broker to talk to (as rabbitmqctl's "unable to perform an operation"),
 77 the API refused the credentials (as rabbitmqctl's "no permission").
@@ -130,15 +132,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --url: its password (default $LEVERET_CTL_PASSWORD, which keeps it out of "
         "the process list, or guest)",
     )
-    parser.add_argument(
-        "--formatter",
-        choices=["table", "json"],
-        default="table",
-        help="output for people (table) or scripts (json)",
-    )
+    _add_output_options(parser, default=None)
     sub = parser.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
     for name, (text, positionals, per_vhost) in COMMANDS.items():
         cmd = sub.add_parser(name, help=text, description=text)
+        # rabbitmqctl takes these after the command too (`list_queues -q --formatter json`).
+        _add_output_options(cmd, default=argparse.SUPPRESS)
         if per_vhost:
             cmd.add_argument("-p", "--vhost", default="/", help="the vhost (default /)")
         for arg in positionals:
@@ -163,6 +162,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             cmd.add_argument("--tags", default="", help="comma-separated tags")
         if name == "export_definitions":
             cmd.add_argument("--only-vhost", help="export one vhost only")
+
+
+def _add_output_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """--formatter, -q and -s, as rabbitmqctl's. On a command's parser their default is
+    SUPPRESS, so that one given before the command is not reset by the command."""
+    parser.add_argument(
+        "--formatter",
+        choices=["table", "json"],
+        default="table" if default is None else default,
+        help="output for people (table) or scripts (json)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if default is None else default,
+        help="no 'done' after a change (listings print as ever)",
+    )
+    parser.add_argument(
+        "-s",
+        "--silent",
+        action="store_true",
+        default=False if default is None else default,
+        help="as --quiet, and tables without their header row",
+    )
 
 
 class CtlError(Exception):
@@ -362,12 +386,12 @@ def _read_definitions(path: str) -> Any:
         raise CtlError(f"{path} is not JSON: {exc}", EXIT_USAGE) from None
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """Tab-separated columns with a header row, as rabbitmqctl prints them."""
+def format_table(rows: list[dict[str, Any]], header: bool = True) -> str:
+    """Tab-separated columns with a header row (not with -s), as rabbitmqctl prints them."""
     if not rows:
         return ""
     columns = list(rows[0])
-    lines = ["\t".join(columns)]
+    lines = ["\t".join(columns)] if header else []
     for row in rows:
         lines.append("\t".join(_cell(row.get(c)) for c in columns))
     return "\n".join(lines)
@@ -406,7 +430,7 @@ def _print_cluster(args: argparse.Namespace, result: Any) -> int:
             for n in result.get("nodes", [])
         ]
         if rows:
-            print(format_table(rows))
+            print(format_table(rows, header=not args.silent))
     return 0
 
 
@@ -450,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
     if args.formatter == "json" or args.ctl_command == "export_definitions":
         print(json.dumps(result, indent=2 if args.ctl_command == "export_definitions" else None))
     elif isinstance(result, list):
-        text = format_table(result)
+        text = format_table(result, header=not args.silent)
         if text:
             print(text)
     elif args.ctl_command == "authenticate_user":
@@ -460,6 +484,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"Success: user '{args.username}' authenticated")
     elif args.ctl_command == "import_definitions":
         print("Imported definitions: " + ", ".join(f"{n} {k}" for k, n in result.items() if n))
-    else:
+    elif not (args.quiet or args.silent):
         print("done")
     return 0

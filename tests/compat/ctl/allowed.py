@@ -14,11 +14,4 @@ ALLOWED: list[Allowed] = [
         reason="both fail; leveret ctl gives each status one meaning across its commands "
         "(2 usage, a bad JSON value included; 1 refused; 69 only when no broker answers)",
     ),
-    Allowed(
-        case="global_parameters.*",
-        kind="stdout",
-        path="*",
-        anchor="differences.md#ctl-exit-status",
-        reason="a change prints `done` where `rabbitmqctl -q` prints nothing",
-    ),
 ]

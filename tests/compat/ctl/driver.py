@@ -1,7 +1,8 @@
 """Runs a case's steps with some operator command and keeps what a script sees.
 
-`run(args, formatter)` is the command line for one step: rabbitmqctl's for the
-recording, `leveret ctl`'s for the replay. Kept per step: the exit status (`exit`),
+`run(argv)` runs one step's arguments, the same for both: `rabbitmqctl ARGV` for the
+recording, `leveret ctl --data-dir D ARGV` (or `--url U`) for the replay. ARGV is
+`-q COMMAND ARGS...`, and `--formatter json` after them for a listing's JSON. Kept per step: the exit status (`exit`),
 whether it failed (`failed`), the standard output of a change (`stdout`), and for a
 listing, table and JSON, the rows the cases made (cases.PREFIX, cluster_name) plus
 internal_cluster_id with its value masked, sorted (rabbitmqctl lists in its table's
@@ -18,7 +19,7 @@ from typing import Any
 from ..common import VOLATILE
 from .cases import PREFIX
 
-Runner = Callable[[list[str], str | None], subprocess.CompletedProcess]
+Runner = Callable[[list[str]], subprocess.CompletedProcess]
 
 
 def _kept(name: str) -> bool:
@@ -36,7 +37,7 @@ def observe(steps: list[tuple[str, ...]], run: Runner) -> list[dict[str, Any]]:
     for step in steps:
         command, *args = step
         if not command.startswith("list_"):
-            done = run([command, *args], None)
+            done = run(["-q", command, *args])
             records.append(
                 {
                     "step": " ".join(step),
@@ -46,7 +47,7 @@ def observe(steps: list[tuple[str, ...]], run: Runner) -> list[dict[str, Any]]:
                 }
             )
             continue
-        table = run([command, *args], None)
+        table = run(["-q", command, *args])
         lines = table.stdout.splitlines()
         rows = []
         for line in lines[1:]:
@@ -62,7 +63,7 @@ def observe(steps: list[tuple[str, ...]], run: Runner) -> list[dict[str, Any]]:
                 "rows": sorted(rows),
             }
         )
-        js = run([command, *args], "json")
+        js = run(["-q", command, *args, "--formatter", "json"])
         items = json.loads(js.stdout) if js.returncode == 0 else []
         records.append(
             {

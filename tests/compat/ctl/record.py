@@ -45,21 +45,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("the ctl cases run in order on one broker: record them all (no --only)")
     env = _env(args.rabbitmq)
 
-    def run(cmd: list[str], formatter: str | None) -> subprocess.CompletedProcess:
-        extra = ["--formatter", formatter] if formatter else []
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["rabbitmqctl", "-q", *cmd, *extra], capture_output=True, text=True, env=env,
-            timeout=120,
-        )  # fmt: skip
+            ["rabbitmqctl", *argv], capture_output=True, text=True, env=env, timeout=120
+        )
 
     def clean() -> None:
-        listing = run(["list_global_parameters"], "json")
+        listing = run(["-q", "list_global_parameters", "--formatter", "json"])
         if listing.returncode != 0:
             raise SystemExit(f"rabbitmqctl cannot reach {env['RABBITMQ_NODENAME']}: "
                              f"{listing.stderr.strip()}")  # fmt: skip
         for item in json.loads(listing.stdout):
             if item["name"].startswith(PREFIX) or item["name"] == "cluster_name":
-                run(["clear_global_parameter", item["name"]], None)
+                run(["-q", "clear_global_parameter", item["name"]])
 
     clean()
     recorded = {}

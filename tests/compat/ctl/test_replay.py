@@ -1,5 +1,6 @@
 """Replays the ctl cases with `leveret ctl` against a `leveret server` process, over its
-control socket and with --url, and compares with what rabbitmqctl 3.10.8 did
+control socket and with --url, with rabbitmqctl's own arguments (`-q`, `--formatter json`
+after the command), and compares with what rabbitmqctl 3.10.8 did
 (recordings/rabbitmqctl.json; `python -m tests.compat.ctl.record` records it)."""
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ def test_leveret_ctl_as_rabbitmqctl(tmp_path, transport):
     assert set(recorded) == set(CASES), "record again: the cases changed"
     srv = Server(tmp_path / "data", transport=transport).wait()
 
-    def run(cmd: list[str], formatter: str | None) -> subprocess.CompletedProcess:
-        extra = ["--formatter", formatter] if formatter else []
-        if cmd[0] == "clear_global_parameter" and transport == "socket":
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        if "clear_global_parameter" in argv and transport == "socket":
             # The control socket has no clear operation yet (docs/security.md#leveret-ctl).
-            return _url_ctl(srv.url, *extra, *cmd)
-        return srv.ctl(*extra, *cmd)
+            return _url_ctl(srv.url, *argv)
+        return srv.ctl(*argv)
 
     used: set[Allowed] = set()
     left = []
