@@ -55,15 +55,6 @@ def test_set_list_and_clear(broker):
     assert _rows(broker)["g-num"] == "[7]"
 
     result = broker.ctl("clear_global_parameter", "g-num")
-    if broker.transport == "socket":
-        # The control socket has no clear operation yet (server/ctl_socket.py).
-        assert result.returncode == 1
-        assert result.stderr == (
-            "Error: clear_global_parameter is not available over the control socket yet: "
-            "use --url (the management API, as an administrator or policymaker)\n"
-        )
-        assert "g-num" in _rows(broker)
-        result = _url_ctl(broker.url, "clear_global_parameter", "g-num")
     assert (result.returncode, result.stdout, result.stderr) == (0, "done\n", "")
     assert "g-num" not in _rows(broker)
 
@@ -101,9 +92,8 @@ def test_bad_input_is_refused_with_a_message(broker):
         result = broker.ctl(*args)
         assert result.returncode == 2, args
         assert f"leveret ctl {args[0]}" in result.stderr or "unrecognized" in result.stderr
-    if broker.transport == "url":
-        result = broker.ctl("clear_global_parameter", "g-nope")
-        assert (result.returncode, result.stderr) == (1, "Error: no global parameter 'g-nope'\n")
+    result = broker.ctl("clear_global_parameter", "g-nope")
+    assert (result.returncode, result.stderr) == (1, "Error: no global parameter 'g-nope'\n")
 
 
 def test_only_administrators_and_policymakers(tmp_path):

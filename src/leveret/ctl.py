@@ -242,36 +242,6 @@ def call(socket_path: str, op: str, args: dict[str, Any], timeout: float = 60.0)
     return reply["ok"]
 
 
-def _call_socket(path: str, op: str, params: dict[str, Any]) -> Any:
-    """One command over the control socket.
-
-    The socket (server/ctl_socket.py) has no operations of its own for global
-    parameters yet. Setting one (or the cluster name, which is the global parameter
-    `cluster_name`) goes through its definitions import of a one-entry
-    `global_parameters` list, and listing through its export: the same model calls
-    (broker.global_parameters), checks and storage as PUT /api/global-parameters.
-    Clearing has no such path: it needs --url until the socket has the operation.
-    """
-    if op == "list_global_parameters":
-        return call(path, "export_definitions", {"vhost": None})["global_parameters"]
-    if op == "clear_global_parameter":
-        raise CtlError(
-            "clear_global_parameter is not available over the control socket yet: "
-            "use --url (the management API, as an administrator or policymaker)",
-            EXIT_REFUSED,
-        )
-    if op in ("set_cluster_name", "set_global_parameter"):
-        name = "cluster_name" if op == "set_cluster_name" else params["name"]
-        value = params["name"] if op == "set_cluster_name" else params["value"]
-        doc = {"global_parameters": [{"name": name, "value": value}]}
-        try:
-            call(path, "import_definitions", {"definitions": doc})
-        except CtlError as exc:  # the import names the entry; there is only one
-            raise CtlError(str(exc).removeprefix("global_parameters[0]: "), exc.status) from None
-        return None
-    return call(path, op, params)
-
-
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The control-socket operation and arguments for a command line."""
     c = args.ctl_command
@@ -459,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
             result = HttpControl(args.url, args.api_username, args.api_password).call(op, params)
         else:
             path = args.socket or os.path.join(args.data_dir, SOCKET_NAME)
-            result = _call_socket(path, op, params)
+            result = call(path, op, params)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.status

@@ -30,6 +30,7 @@ from leveret.broker.errors import (
     ModelError,
     NotFound,
 )
+from leveret.broker.global_parameters import CLUSTER_NAME
 from leveret.server.unix_path import short_path
 
 if TYPE_CHECKING:
@@ -103,6 +104,11 @@ OTHER_OPERATIONS: dict[str, Callable[..., Any]] = {
         {"component": p["component"], "name": p["name"], "value": p["value"]}
         for p in broker.parameters.list(broker.admin.vhost(vhost).name)
     ],
+    # Global runtime parameters; the cluster name is the one called cluster_name.
+    "set_cluster_name": lambda broker, name: _set_global(broker, CLUSTER_NAME, name),
+    "set_global_parameter": lambda broker, name, value: _set_global(broker, name, value),
+    "clear_global_parameter": lambda broker, name: broker.global_parameters.clear(name),
+    "list_global_parameters": lambda broker: broker.global_parameters.list(),
     "shovel_status": lambda broker: _links(broker).shovel_status(),
     "restart_shovel": lambda broker, vhost, name: _links(broker).restart_shovel_now(vhost, name),
     "delete_shovel": lambda broker, vhost, name: _links(broker).delete_shovel(vhost, name),
@@ -112,6 +118,10 @@ OTHER_OPERATIONS: dict[str, Callable[..., Any]] = {
         definitions_json.import_definitions(broker, definitions, vhost)
     ),
 }
+
+
+def _set_global(broker: Broker, name: str, value: Any) -> None:
+    broker.global_parameters.set(name, value)
 
 
 def _links(broker: Broker) -> Any:

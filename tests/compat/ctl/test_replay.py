@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from test_ctl import Server, _url_ctl
+from test_ctl import Server
 
 from ..common import Allowed, compare, read_json, split_allowed
 from .allowed import ALLOWED
@@ -27,9 +27,6 @@ def test_leveret_ctl_as_rabbitmqctl(tmp_path, transport):
     srv = Server(tmp_path / "data", transport=transport).wait()
 
     def run(argv: list[str]) -> subprocess.CompletedProcess:
-        if "clear_global_parameter" in argv and transport == "socket":
-            # The control socket has no clear operation yet (docs/security.md#leveret-ctl).
-            return _url_ctl(srv.url, *argv)
         return srv.ctl(*argv)
 
     used: set[Allowed] = set()
