@@ -148,10 +148,14 @@ class Cluster:
             f"no leader (other than {other_than}) within {timeout} s\n{self.logs()}"
         )
 
-    def wait_in_sync(self, names: set[str], timeout: float = 30) -> None:
-        """Until exactly `names` are in sync and each follower among them is caught up."""
+    def wait_in_sync(self, names: set[str], timeout: float = 30, caught_up: bool = True) -> None:
+        """Until exactly `names` are in sync and each follower among them is caught up
+        (`caught_up=False`: the set only, as while a publisher keeps them a write behind
+        now and then)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if not caught_up and set(self.in_sync()) == names:
+                return
             status = self.status()
             if set(self.in_sync()) == names and status.get("leader") == self.leader_name():
                 nodes = status.get("nodes", [])
@@ -228,7 +232,9 @@ class TcpProxy:
         greeting to tell connections apart); passed on unchanged."""
         return b"", None
 
-    def _silent(self, who: str | None) -> bool:
+    def _silent(self, who: str | None, way: str) -> bool:
+        """Whether bytes of `who`'s connection going `way` ("up": to the target; "down":
+        back from it) are lost."""
         return self.cut_off
 
     async def _serve(self, reader: Any, writer: Any) -> None:
@@ -240,7 +246,7 @@ class TcpProxy:
         try:
             first, who = await self._identify(reader)
             self._who[writer] = who
-            if self._silent(who):
+            if self._silent(who, "up"):
                 await reader.read()  # a black hole: hold the connection, answer nothing
                 return
             up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -249,17 +255,17 @@ class TcpProxy:
             if first:
                 up_writer.write(first)
 
-            async def pipe(src: Any, dst: Any) -> None:
+            async def pipe(src: Any, dst: Any, way: str) -> None:
                 with contextlib.suppress(Exception):
                     while data := await src.read(65536):
-                        if self._silent(who):
+                        if self._silent(who, way):
                             continue  # lost in the partition
                         dst.write(data)
                         await dst.drain()
                 with contextlib.suppress(Exception):
                     dst.close()
 
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer, "up"), pipe(up_reader, writer, "down"))
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -292,6 +298,7 @@ class ReplicationProxy(TcpProxy):
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.cut_nodes: set[str] = set()
+        self.cut_to_nodes: set[str] = set()  # only the leader → follower direction
         super().__init__(target_host, target_port)
 
     async def _identify(self, reader: Any) -> tuple[bytes, str | None]:
@@ -299,12 +306,14 @@ class ReplicationProxy(TcpProxy):
         who = json.loads(payload).get("node") if kind == wire.HELLO else None
         return wire.frame(kind, payload), who
 
-    def _silent(self, who: str | None) -> bool:
-        return self.cut_off or who in self.cut_nodes
+    def _silent(self, who: str | None, way: str) -> bool:
+        return self.cut_off or who in self.cut_nodes or (way == "down" and who in self.cut_to_nodes)
 
-    def cut_node(self, name: str) -> None:
-        """From now on `name`'s link through this proxy goes silent both ways."""
-        self.loop.call_soon_threadsafe(self.cut_nodes.add, name)
+    def cut_node(self, name: str, one_way: bool = False) -> None:
+        """From now on `name`'s link through this proxy goes silent both ways, or with
+        `one_way` only from the leader to `name` (an asymmetric partition: `name`'s
+        frames, its acknowledgements among them, still reach the leader)."""
+        self.loop.call_soon_threadsafe((self.cut_to_nodes if one_way else self.cut_nodes).add, name)
 
     def heal_node(self, name: str) -> None:
         """Drop `name`'s connections (they lost bytes) and let new ones through."""
@@ -316,5 +325,6 @@ class ReplicationProxy(TcpProxy):
                     self._writers.discard(w)
                     del self._who[w]
             self.cut_nodes.discard(name)
+            self.cut_to_nodes.discard(name)
 
         self.loop.call_soon_threadsafe(restore)

@@ -382,3 +382,125 @@ def test_follower_cut_from_the_leader_but_not_from_etcd(cluster_dir: str) -> Non
         raise
     finally:
         cluster.close()
+
+
+def _wait_log(node: NodeProcess, text: str, count: int, cluster: Cluster, timeout: float = 60):  # noqa: ANN202
+    """Until `node`'s log holds `text` `count` times; returns the last line holding it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [line for line in node.log_text().splitlines() if text in line]
+        if len(lines) >= count:
+            return lines[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"{node.name} did not log {text!r} {count} time(s)\n{cluster.logs()}")
+
+
+def _print_noticed(what: str, cut_at: float, line: str) -> None:
+    """How long after the cut the follower's log line came (a figure for the docs, not
+    an assertion: the machine is shared)."""
+    import datetime
+
+    logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    print(f"cut ({what}) noticed after {logged - cut_at:.2f} s: {line[24:]}")
+
+
+def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir: str) -> None:
+    """An asymmetric partition: the leader's side of one follower's replication link
+    goes silent (its advertised proxy drops leader → follower bytes) while the
+    follower's own frames, acknowledgements included, still reach the leader, and
+    TCP never gives up on the connection. The leader's keepalives let the follower tell
+    this from an idle leader: an idle healthy cluster keeps every link for several
+    bounds, and a follower cut this way (idle, then under confirmed publishing) logs
+    why, drops the link and connects again; the leader confirms with the other
+    follower throughout; healed, the follower rejoins the in-sync set, and its copy
+    holds every confirmed message (it leads, and serves them)."""
+    from leveret.cluster.follower import SILENT_INTERVALS
+    from leveret.cluster.leader import keepalive_interval
+
+    cluster = Cluster(cluster_dir, replication_proxies=True)
+    dead = "the link is dead"
+    interval = keepalive_interval(LEASE)
+    try:
+        leader = cluster.wait_leader()
+        everyone = {n.name for n in cluster.nodes}
+        cluster.wait_in_sync(everyone)
+        cut, other = [n for n in cluster.nodes if n is not leader]
+        proxy = cluster.replication_proxies[leader.name]
+        publisher = PikaPublisher(cluster.urls(leader), "oneway")
+        for _ in range(100):
+            publisher.publish_one()
+        cluster.wait_in_sync(everyone)
+
+        # Idle and healthy: nothing but keepalives on the links, for three bounds.
+        def drops() -> list[int]:
+            return [
+                leader.log_text().count("disconnected"),
+                *(n.log_text().count(dead) for n in cluster.nodes),
+            ]
+
+        before = drops()
+        time.sleep(3 * SILENT_INTERVALS * interval)
+        assert drops() == before, cluster.logs()
+        assert set(cluster.in_sync()) == everyone
+
+        # Idle, cut one way: only the keepalives' absence tells the follower.
+        seen = cut.log_text().count(dead)
+        cut_at = time.time()
+        proxy.cut_node(cut.name, one_way=True)
+        line = _wait_log(cut, dead, seen + 1, cluster)
+        assert f"{SILENT_INTERVALS} keepalive intervals of {interval:g} s" in line, line
+        _print_noticed("idle", cut_at, line)
+        cluster.wait_in_sync({leader.name, other.name})
+        proxy.heal_node(cut.name)
+        cluster.wait_in_sync(everyone, timeout=60)
+
+        # Cut one way again, under confirmed publishing that never stops.
+        stop = threading.Event()
+
+        def publish() -> None:
+            while not stop.is_set():
+                publisher.publish_one()
+
+        def confirmed_more(n: int = 20) -> None:
+            want = len(publisher.confirmed) + n
+            deadline = time.monotonic() + 30
+            while len(publisher.confirmed) < want:
+                assert thread.is_alive() and time.monotonic() < deadline, cluster.logs()
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        try:
+            confirmed_more()
+            seen = cut.log_text().count(dead)
+            cut_at = time.time()
+            proxy.cut_node(cut.name, one_way=True)
+            confirmed_more()
+            line = _wait_log(cut, dead, seen + 1, cluster)
+            _print_noticed("publishing", cut_at, line)
+            cluster.wait_in_sync({leader.name, other.name}, caught_up=False)
+            confirmed_more()
+            assert cut.running and cluster.leader_name() == leader.name
+            assert cluster._get(f"nodes/{cut.name}") is not None, "cut from etcd too?"
+            proxy.heal_node(cut.name)
+            cluster.wait_in_sync(everyone, timeout=60, caught_up=False)
+            confirmed_more()
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not thread.is_alive()
+        cluster.wait_in_sync(everyone, timeout=60)
+        assert cluster.leader_name() == leader.name
+        assert publisher.retried == set(), "a publish failed: the leader was not to change"
+        publisher.close()
+        out = _ctl(leader, "transfer_leadership", cut.name)
+        assert out.returncode == 0, out.stderr + cluster.logs()
+        assert cluster.wait_leader(other_than=leader.name).name == cut.name
+        got = _drain(cluster.urls(cut), "oneway")
+        check_delivery(got, publisher.confirmed, set(range(publisher.next)), set())
+        assert len(got) == publisher.next
+    except AssertionError:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()

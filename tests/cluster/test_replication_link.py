@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
+
 from leveret.cluster import leader, wire
 from leveret.cluster.leader import FollowerLink
 
@@ -46,3 +48,171 @@ def test_a_link_that_takes_nothing_is_dropped_past_the_bound(monkeypatch) -> Non
         return sent
 
     assert asyncio.run(run()) < 64 << 20
+
+
+# ---- liveness: the leader's keepalives and the follower's watch ----------------------
+#
+# A leader on real sockets, scripted here (the handshake, then silence, keepalives or a
+# slow large frame), and a real `Follower` writing a real data dir.
+
+INTERVAL = 0.05  # the keepalive interval the scripted leader announces
+
+
+async def _follow(root: str, script, keepalive: float | None = INTERVAL):  # noqa: ANN001, ANN202
+    """Start a Follower against a scripted leader; returns (follower, its task, the
+    leader's writer once the follower's MANIFEST is in, the server)."""
+    from leveret.cluster.follower import Follower
+
+    ready: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def leader_side(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        kind, _ = await wire.read_frame(reader)
+        assert kind == wire.HELLO
+        welcome = {"epoch": 7, "leader": "l"}
+        if keepalive is not None:
+            welcome["keepalive"] = keepalive
+        writer.write(wire.json_frame(wire.WELCOME, welcome))
+        kind, _ = await wire.read_frame(reader)
+        assert kind == wire.MANIFEST
+        writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(0)))  # nothing to send
+        kind, _ = await wire.read_frame(reader)
+        assert kind == wire.ACK
+        ready.set_result(writer)
+        await script(reader, writer)
+
+    server = await asyncio.start_server(leader_side, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    follower = Follower(
+        root, "f", "c", {"node": "l", "host": "127.0.0.1", "cluster": port}, 7, False
+    )
+    task = asyncio.ensure_future(follower.run())
+    writer = await asyncio.wait_for(ready, 30)
+    return follower, task, writer, server
+
+
+async def _hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()  # says nothing, holds the connection open
+
+
+def test_a_follower_drops_a_leader_link_gone_silent(tmp_path) -> None:  # noqa: ANN001
+    """The leader announced keepalives, then its side of the link says nothing while
+    the connection stays open (a partition that drops packets without a reset, or
+    lets only the follower's writes through): the follower takes the link for dead
+    and ends it, saying why."""
+    from leveret.cluster.follower import SILENT_INTERVALS, Silent
+
+    async def run() -> None:
+        follower, task, _writer, server = await _follow(str(tmp_path), _hold)
+        try:
+            with pytest.raises(Silent, match=f"{SILENT_INTERVALS} keepalive intervals"):
+                await asyncio.wait_for(task, 60)
+            assert follower.synced  # it was a healthy link before it went silent
+        finally:
+            await follower.close()
+            server.close()
+
+    asyncio.run(run())
+
+
+def test_an_idle_link_with_keepalives_stays_up(tmp_path) -> None:  # noqa: ANN001
+    """An idle leader's `keepalive` keeps the link alive through many times the bound,
+    and the link still carries writes afterwards."""
+    from leveret.cluster.follower import SILENT_INTERVALS
+
+    async def run() -> None:
+        links: list[FollowerLink] = []
+        got_ack: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def idle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            link = FollowerLink("f", writer, state="live")
+            links.append(link)
+            beat = asyncio.ensure_future(leader.keepalive(writer, INTERVAL, lambda: link))
+            try:
+                kind, payload = await wire.read_frame(reader)
+                got_ack.set_result((kind, payload))
+                await reader.read()
+            finally:
+                beat.cancel()
+
+        follower, task, _writer, server = await _follow(str(tmp_path), idle)
+        try:
+            # Several times the bound, counted in the follower's own ticks' units.
+            for _ in range(4 * SILENT_INTERVALS):
+                await asyncio.sleep(INTERVAL)
+                assert not task.done(), task.exception()
+            ops = wire.op_write("q/seg", 0, [b"after the idle spell"])
+            position = sum(len(p) for p in ops)
+            links[0].send_ops(
+                wire.frame(wire.OPS, wire.U64.pack(position) + b"".join(ops)), position
+            )
+            kind, payload = await asyncio.wait_for(got_ack, 30)
+            assert kind == wire.ACK and wire.U64.unpack(payload)[0] == position
+            assert not task.done()
+            assert (tmp_path / "q" / "seg").read_bytes() == b"after the idle spell"
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            await follower.close()
+            server.close()
+
+    asyncio.run(run())
+
+
+def test_a_large_frame_arriving_slowly_is_not_silence(tmp_path) -> None:  # noqa: ANN001
+    """A frame that takes longer than the bound to arrive, but keeps arriving (a large
+    write over a slow link), is progress, not silence."""
+
+    data = bytes(range(256)) * (8 * 1024)  # 2 MB
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raw = wire.snap_file("big", 0, data, True)
+        piece = 16 * 1024
+        # 128 pieces at least 10 ms apart: the frame takes over 1.28 s to arrive, more
+        # than three times the follower's bound (8 intervals of 50 ms)
+        for i in range(0, len(raw), piece):
+            writer.write(raw[i : i + piece])
+            await asyncio.sleep(0.01)
+        writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(0)))
+        await reader.read()
+
+    async def run() -> None:
+        follower, task, _writer, server = await _follow(str(tmp_path), slow)
+        try:
+            path = tmp_path / "big"
+            while not (path.exists() and path.stat().st_size == len(data)):
+                assert not task.done(), task.exception()
+                await asyncio.sleep(INTERVAL)
+            assert path.read_bytes() == data
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            await follower.close()
+            server.close()
+
+    asyncio.run(run())
+
+
+def test_a_leader_that_announces_no_keepalive_is_not_watched(tmp_path) -> None:  # noqa: ANN001
+    """An older leader sends no keepalives and names no interval: its follower does not
+    drop an idle link (nodes of one cluster run one version; this keeps a rolling
+    upgrade from flapping every link)."""
+    from leveret.cluster.follower import SILENT_INTERVALS
+
+    async def run() -> None:
+        follower, task, _writer, server = await _follow(str(tmp_path), _hold, keepalive=None)
+        try:
+            assert follower.keepalive is None
+            for _ in range(4 * SILENT_INTERVALS):
+                await asyncio.sleep(INTERVAL)
+                assert not task.done(), task.exception()
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            await follower.close()
+            server.close()
+
+    asyncio.run(run())

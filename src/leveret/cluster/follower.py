@@ -11,6 +11,15 @@
 3. Then the live stream: each batch of OPS frames is written (and fsynced, but
    under `--fsync never`) by one writer thread and acknowledged with the
    position it reaches: a follower's group commit.
+
+Liveness: a leader sends KEEPALIVE on a link that carried nothing for an interval
+(it names the interval in WELCOME). A follower that hears nothing, not even a piece
+of a large frame, for SILENT_INTERVALS of them takes the link for dead (packets
+dropped without a reset, a half-open connection, a partition that lets only its own
+ACKs through), drops it and connects again, syncing what it lacks. Without this it
+would wait on such a link until TCP gave up (many minutes; never, where its own
+writes still get through). A leader that names no interval (an older version) is
+not watched.
 """
 
 from __future__ import annotations
@@ -30,6 +39,16 @@ log = logging.getLogger("leveret.cluster")
 
 class Refused(Exception):
     pass
+
+
+class Silent(Exception):
+    """The leader's side of the link has been silent for SILENT_INTERVALS keepalives."""
+
+
+# A follower that hears nothing for this many of the leader's keepalive intervals
+# drops the link: an idle link carries a keepalive at least every second interval,
+# so this leaves a wide margin for a busy machine.
+SILENT_INTERVALS = 8
 
 
 class CopyFailed(Exception):
@@ -61,6 +80,8 @@ class Follower:
         self._status = status  # () -> dict: this node's figures for /api/nodes
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="leveret-follower")
         self._writer: asyncio.StreamWriter | None = None
+        self.keepalive: float | None = None  # the leader's interval, from WELCOME
+        self._heard = 0  # frames (and pieces of large ones) read, for _watch
 
     async def run(self) -> None:
         """Follow until the link ends (returns or raises); the node decides what next."""
@@ -83,6 +104,9 @@ class Follower:
             welcome = json.loads(payload)
             if welcome.get("epoch") != self.epoch:
                 raise Refused(f"leader epoch {welcome.get('epoch')} is not {self.epoch}")
+            interval = welcome.get("keepalive")
+            if isinstance(interval, int | float) and interval > 0:
+                self.keepalive = float(interval)
             await loop.run_in_executor(self._pool, self._mark_syncing)
             manifest = await loop.run_in_executor(self._pool, datadir.manifest, self.root)
             writer.write(
@@ -108,14 +132,26 @@ class Follower:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
 
+        def heard() -> None:
+            self._heard += 1
+
         async def read() -> None:
             try:
                 while True:
-                    queue.put_nowait(await wire.read_frame(reader))
+                    kind, payload = await wire.read_frame(reader, heard)
+                    self._heard += 1
+                    if kind != wire.KEEPALIVE:
+                        queue.put_nowait((kind, payload))
             finally:
                 queue.put_nowait(None)
 
         reading = asyncio.ensure_future(read())
+        silent: list[str] = []  # why the watchdog dropped the link
+        watching = (
+            asyncio.ensure_future(self._watch(self.keepalive, writer, silent))
+            if self.keepalive is not None
+            else None
+        )
         try:
             while True:
                 item = await queue.get()
@@ -136,9 +172,42 @@ class Follower:
                     break  # the leader went away
         finally:
             reading.cancel()
+            if watching is not None:
+                watching.cancel()
+        if silent:
+            raise Silent(silent[0])
         exc = reading.exception() if reading.done() and not reading.cancelled() else None
         if exc is not None and not isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
             raise exc
+
+    async def _watch(
+        self, interval: float, writer: asyncio.StreamWriter, silent: list[str]
+    ) -> None:
+        """Drop the link once SILENT_INTERVALS ticks in a row heard nothing.
+
+        It counts ticks, not seconds since the last frame: after this process was
+        paused (or its loop held up) the frames that arrived meanwhile may not have
+        been read yet when the timer fires, and a pause counts as one tick."""
+        loop = asyncio.get_running_loop()
+        last = self._heard
+        last_at = loop.time()  # the tick that last saw something
+        quiet = 0
+        while True:
+            await asyncio.sleep(interval)
+            if self._heard != last:
+                last = self._heard
+                last_at = loop.time()
+                quiet = 0
+                continue
+            quiet += 1
+            if quiet >= SILENT_INTERVALS:
+                silent.append(
+                    f"nothing from leader {self.leader.get('node')} for at least "
+                    f"{loop.time() - last_at:.1f} s ({SILENT_INTERVALS} keepalive intervals "
+                    f"of {interval:g} s)"
+                )
+                writer.transport.abort()  # the reader ends, and with it the stream
+                return
 
     def _apply(self, frames: list[tuple[int, bytes]]) -> int | None:
         """Writer thread: apply frames in order, sync, return the position to ack."""

@@ -40,6 +40,17 @@ LAG_TIMEOUT_FRACTION = 0.4
 # A snapshotting follower's queued live ops, and a live follower's unsent bytes: past
 # this it is dropped (and syncs again when it comes back).
 MAX_BACKLOG_BYTES = 256 * 1024 * 1024
+# A link that carried nothing for this fraction of the lease (at least
+# KEEPALIVE_MIN_SECONDS) gets a KEEPALIVE frame, so that the follower can tell a dead
+# link (packets dropped without a reset, a half-open connection, a partition that
+# carries only follower → leader) from an idle leader (follower.SILENT_INTERVALS).
+KEEPALIVE_FRACTION = 0.1
+KEEPALIVE_MIN_SECONDS = 0.2
+
+
+def keepalive_interval(lease_seconds: float) -> float:
+    """The keepalive interval for a leader with this lease: 0.5 s at the default 5 s."""
+    return max(KEEPALIVE_MIN_SECONDS, KEEPALIVE_FRACTION * lease_seconds)
 
 
 class Tap:
@@ -259,3 +270,31 @@ class FollowerLink:
         if not self.closed:
             self.closed = True
             self.writer.close()
+
+
+async def keepalive(
+    writer: asyncio.StreamWriter,
+    interval: float,
+    link_of: Callable[[], FollowerLink | None],
+) -> None:
+    """Send KEEPALIVE on a follower's link each `interval` it carried no live OPS.
+
+    Timer-driven, so the publish path pays nothing: `FollowerLink.sent`, which
+    `send_ops` keeps anyway, tells whether OPS went out since the last tick. Before
+    the link is live (the follower's manifest being compared, a snapshot being read)
+    a keepalive goes out every tick: a snapshot's files may take longer than the
+    follower waits for a frame, and a frame every interval costs nothing."""
+    frame = wire.frame(wire.KEEPALIVE)
+    last = -1
+    while not writer.is_closing():
+        await asyncio.sleep(interval)
+        link = link_of()
+        if link is not None and link.state == "live":
+            if link.closed:
+                return
+            if link.sent != last:
+                last = link.sent  # it carried OPS this interval
+                continue
+        if writer.is_closing():
+            return
+        writer.write(frame)

@@ -32,9 +32,15 @@ from typing import Any
 from leveret.cluster import datadir, nodestate, wire
 from leveret.cluster import etcd as E
 from leveret.cluster.etcd import Etcd, EtcdError
-from leveret.cluster.follower import CopyFailed, Follower, Refused, syncing
+from leveret.cluster.follower import CopyFailed, Follower, Refused, Silent, syncing
 from leveret.cluster.keys import Keys
-from leveret.cluster.leader import LAG_TIMEOUT_FRACTION, FollowerLink, Tap
+from leveret.cluster.leader import (
+    LAG_TIMEOUT_FRACTION,
+    FollowerLink,
+    Tap,
+    keepalive,
+    keepalive_interval,
+)
 from leveret.cluster.proxy import Proxy
 from leveret.config import ServerConfig
 from leveret.server.unix_path import short_path
@@ -530,6 +536,13 @@ class ClusterNode:
             await follower.run()
         except Refused as exc:
             log.info("cluster: %s", exc)
+        except Silent as exc:
+            log.warning(
+                "cluster: %s heard %s: the link is dead; dropping it to connect again and "
+                "sync what it lacks",
+                self.name,
+                exc,
+            )
         except CopyFailed as exc:
             copy_failed = True
             log.warning("cluster: %s could not write its copy of the data dir: %s", self.name, exc)
@@ -874,6 +887,7 @@ class ClusterNode:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         link: FollowerLink | None = None
+        beat: asyncio.Future[None] | None = None
         try:
             kind, payload = await asyncio.wait_for(wire.read_frame(reader), 10)
             hello = json.loads(payload) if kind == wire.HELLO else {}
@@ -890,7 +904,13 @@ class ClusterNode:
                 writer.write(wire.json_frame(wire.REFUSE, {"reason": reason}))
                 await writer.drain()
                 return
-            writer.write(wire.json_frame(wire.WELCOME, {"epoch": self.epoch, "leader": self.name}))
+            interval = keepalive_interval(self.ttl)
+            writer.write(
+                wire.json_frame(
+                    wire.WELCOME, {"epoch": self.epoch, "leader": self.name, "keepalive": interval}
+                )
+            )
+            beat = asyncio.ensure_future(keepalive(writer, interval, lambda: link))
             kind, payload = await asyncio.wait_for(wire.read_frame(reader), 60)
             if kind != wire.MANIFEST:
                 return
@@ -914,6 +934,8 @@ class ClusterNode:
         except Exception:
             log.exception("cluster: replication link failed")
         finally:
+            if beat is not None:
+                beat.cancel()
             if link is not None:
                 link.close()
                 if self.links.get(link.name) is link:

@@ -4,7 +4,9 @@ A frame is `<u32 length><u8 type>` and its payload. The leader's live stream is
 OPS frames, each a run of file operations (below) and the stream position after
 them; a follower answers ACK with the position it has written (and fsynced).
 Positions count the bytes of encoded operations since the leader took the lead,
-so a follower's lag is in bytes. Nothing in a frame names a vhost: a per-vhost
+so a follower's lag is in bytes. On a link that carried nothing for an interval
+the leader sends KEEPALIVE (the interval is in WELCOME), so that a follower can
+tell a dead link from an idle leader. Nothing in a frame names a vhost: a per-vhost
 stream later is more of the same streams, one per vhost leader.
 
 A file operation is `<u8 kind><u16 path length><path>` then, by kind:
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 FRAME = struct.Struct("<IB")
 U64 = struct.Struct("<Q")
@@ -38,6 +40,7 @@ SNAP_END = 8  # leader → follower: <u64 position>
 OPS = 9  # leader → follower: <u64 position after> operations
 ACK = 10  # follower → leader: <u64 position>
 STATUS = 11  # follower → leader: JSON with the follower's node figures
+KEEPALIVE = 12  # leader → follower: empty; the link carried nothing for an interval
 
 # operation kinds
 WRITE = 1
@@ -151,9 +154,26 @@ def safe_path(path: str) -> str:
     return path
 
 
-async def read_frame(reader: object) -> tuple[int, bytes]:
-    """One frame from an asyncio.StreamReader: (type, payload)."""
+# A payload larger than this is read in pieces of this size when the reader wants to
+# hear of progress (a follower's liveness check: a 100 MB frame over a slow link is not
+# a silent one).
+PROGRESS_CHUNK = 64 * 1024
+
+
+async def read_frame(
+    reader: object, progress: Callable[[], None] | None = None
+) -> tuple[int, bytes | bytearray]:
+    """One frame from an asyncio.StreamReader: (type, payload). `progress` is called
+    before each piece of a payload over PROGRESS_CHUNK (not at all for smaller ones)."""
     head = await reader.readexactly(FRAME.size)  # type: ignore[attr-defined]
     length, kind = FRAME.unpack(head)
-    payload = await reader.readexactly(length - 1) if length > 1 else b""  # type: ignore[attr-defined]
+    n = length - 1
+    if n <= 0:
+        return kind, b""
+    if progress is None or n <= PROGRESS_CHUNK:
+        return kind, await reader.readexactly(n)  # type: ignore[attr-defined]
+    payload = bytearray()
+    while len(payload) < n:
+        progress()
+        payload += await reader.readexactly(min(PROGRESS_CHUNK, n - len(payload)))  # type: ignore[attr-defined]
     return kind, payload
