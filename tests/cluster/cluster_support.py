@@ -299,6 +299,7 @@ class ReplicationProxy(TcpProxy):
     def __init__(self, target_host: str, target_port: int) -> None:
         self.cut_nodes: set[str] = set()
         self.cut_to_nodes: set[str] = set()  # only the leader → follower direction
+        self.cut_from_nodes: set[str] = set()  # only the follower → leader direction
         super().__init__(target_host, target_port)
 
     async def _identify(self, reader: Any) -> tuple[bytes, str | None]:
@@ -307,13 +308,21 @@ class ReplicationProxy(TcpProxy):
         return wire.frame(kind, payload), who
 
     def _silent(self, who: str | None, way: str) -> bool:
-        return self.cut_off or who in self.cut_nodes or (way == "down" and who in self.cut_to_nodes)
+        return (
+            self.cut_off
+            or who in self.cut_nodes
+            or (way == "down" and who in self.cut_to_nodes)
+            or (way == "up" and who in self.cut_from_nodes)
+        )
 
-    def cut_node(self, name: str, one_way: bool = False) -> None:
-        """From now on `name`'s link through this proxy goes silent both ways, or with
-        `one_way` only from the leader to `name` (an asymmetric partition: `name`'s
-        frames, its acknowledgements among them, still reach the leader)."""
-        self.loop.call_soon_threadsafe((self.cut_to_nodes if one_way else self.cut_nodes).add, name)
+    def cut_node(self, name: str, way: str = "both") -> None:
+        """From now on `name`'s link through this proxy goes silent both ways, or one way
+        only (an asymmetric partition): "to_node" from the leader to `name` (whose
+        frames, its acknowledgements among them, still reach the leader), "from_node"
+        from `name` to the leader (whose frames still reach `name`)."""
+        cuts = {"both": self.cut_nodes, "to_node": self.cut_to_nodes}
+        cuts["from_node"] = self.cut_from_nodes
+        self.loop.call_soon_threadsafe(cuts[way].add, name)
 
     def heal_node(self, name: str) -> None:
         """Drop `name`'s connections (they lost bytes) and let new ones through."""
@@ -326,5 +335,6 @@ class ReplicationProxy(TcpProxy):
                     del self._who[w]
             self.cut_nodes.discard(name)
             self.cut_to_nodes.discard(name)
+            self.cut_from_nodes.discard(name)
 
         self.loop.call_soon_threadsafe(restore)

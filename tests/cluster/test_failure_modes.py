@@ -13,18 +13,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pika
 import pytest
 
 from leveret.client import MessageNacked, connect
+from leveret.cluster.leader import keepalive_interval
 from leveret.cluster.local import NodeProcess
+from leveret.cluster.wire import SILENT_INTERVALS
 
 from .cluster_support import LEASE, Cluster, needs_etcd
 from .test_failover import PikaPublisher, _connect, _drain, check_delivery
 
 pytestmark = [needs_etcd, pytest.mark.slow]
+
+LINK_DEAD = "the link is dead"  # what a node that drops a silent link logs
 
 
 def _ctl(node, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
@@ -395,13 +400,64 @@ def _wait_log(node: NodeProcess, text: str, count: int, cluster: Cluster, timeou
     raise AssertionError(f"{node.name} did not log {text!r} {count} time(s)\n{cluster.logs()}")
 
 
-def _print_noticed(what: str, cut_at: float, line: str) -> None:
-    """How long after the cut the follower's log line came (a figure for the docs, not
-    an assertion: the machine is shared)."""
+def _cut_until_noticed(
+    cluster: Cluster, node: NodeProcess, text: str, cut: Callable[[], None], what: str
+) -> str:
+    """Cut, then wait for `node` to log `text` once more; prints how long after the cut
+    (a figure for the docs, not an assertion: the machine is shared)."""
     import datetime
 
+    seen = node.log_text().count(text)
+    cut_at = time.time()
+    cut()
+    line = _wait_log(node, text, seen + 1, cluster)
     logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
     print(f"cut ({what}) noticed after {logged - cut_at:.2f} s: {line[24:]}")
+    return line
+
+
+@contextlib.contextmanager
+def _publishing_throughout(publisher: PikaPublisher, cluster: Cluster) -> Iterator[Any]:
+    """`publisher` publishes (confirmed, one at a time) in a thread until the block
+    ends; the block gets `confirmed_more()`, which waits for 20 more confirms."""
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            publisher.publish_one()
+
+    def confirmed_more(n: int = 20) -> None:
+        want = len(publisher.confirmed) + n
+        deadline = time.monotonic() + 30
+        while len(publisher.confirmed) < want:
+            assert thread.is_alive() and time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        yield confirmed_more
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+def _rejoined_with_everything(
+    cluster: Cluster, leader: NodeProcess, cut: NodeProcess, publisher: PikaPublisher
+) -> None:
+    """Healed, `cut` is in sync again under the same leader, no publish ever failed, and
+    its copy holds every confirmed message: it leads, and serves them."""
+    cluster.wait_in_sync({n.name for n in cluster.nodes}, timeout=60)
+    assert cluster.leader_name() == leader.name
+    assert publisher.retried == set(), "a publish failed: the leader was not to change"
+    publisher.close()
+    out = _ctl(leader, "transfer_leadership", cut.name)
+    assert out.returncode == 0, out.stderr + cluster.logs()
+    assert cluster.wait_leader(other_than=leader.name).name == cut.name
+    got = _drain(cluster.urls(cut), publisher.queue)
+    check_delivery(got, publisher.confirmed, set(range(publisher.next)), set())
+    assert len(got) == publisher.next
 
 
 def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir: str) -> None:
@@ -414,11 +470,7 @@ def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir:
     why, drops the link and connects again; the leader confirms with the other
     follower throughout; healed, the follower rejoins the in-sync set, and its copy
     holds every confirmed message (it leads, and serves them)."""
-    from leveret.cluster.follower import SILENT_INTERVALS
-    from leveret.cluster.leader import keepalive_interval
-
     cluster = Cluster(cluster_dir, replication_proxies=True)
-    dead = "the link is dead"
     interval = keepalive_interval(LEASE)
     try:
         leader = cluster.wait_leader()
@@ -435,7 +487,7 @@ def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir:
         def drops() -> list[int]:
             return [
                 leader.log_text().count("disconnected"),
-                *(n.log_text().count(dead) for n in cluster.nodes),
+                *(n.log_text().count(LINK_DEAD) for n in cluster.nodes),
             ]
 
         before = drops()
@@ -444,40 +496,21 @@ def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir:
         assert set(cluster.in_sync()) == everyone
 
         # Idle, cut one way: only the keepalives' absence tells the follower.
-        seen = cut.log_text().count(dead)
-        cut_at = time.time()
-        proxy.cut_node(cut.name, one_way=True)
-        line = _wait_log(cut, dead, seen + 1, cluster)
+        line = _cut_until_noticed(
+            cluster, cut, LINK_DEAD, lambda: proxy.cut_node(cut.name, "to_node"), "idle"
+        )
         assert f"{SILENT_INTERVALS} keepalive intervals of {interval:g} s" in line, line
-        _print_noticed("idle", cut_at, line)
         cluster.wait_in_sync({leader.name, other.name})
         proxy.heal_node(cut.name)
         cluster.wait_in_sync(everyone, timeout=60)
 
         # Cut one way again, under confirmed publishing that never stops.
-        stop = threading.Event()
-
-        def publish() -> None:
-            while not stop.is_set():
-                publisher.publish_one()
-
-        def confirmed_more(n: int = 20) -> None:
-            want = len(publisher.confirmed) + n
-            deadline = time.monotonic() + 30
-            while len(publisher.confirmed) < want:
-                assert thread.is_alive() and time.monotonic() < deadline, cluster.logs()
-                time.sleep(0.05)
-
-        thread = threading.Thread(target=publish, daemon=True)
-        thread.start()
-        try:
+        with _publishing_throughout(publisher, cluster) as confirmed_more:
             confirmed_more()
-            seen = cut.log_text().count(dead)
-            cut_at = time.time()
-            proxy.cut_node(cut.name, one_way=True)
+            _cut_until_noticed(
+                cluster, cut, LINK_DEAD, lambda: proxy.cut_node(cut.name, "to_node"), "busy"
+            )
             confirmed_more()
-            line = _wait_log(cut, dead, seen + 1, cluster)
-            _print_noticed("publishing", cut_at, line)
             cluster.wait_in_sync({leader.name, other.name}, caught_up=False)
             confirmed_more()
             assert cut.running and cluster.leader_name() == leader.name
@@ -485,20 +518,47 @@ def test_follower_that_hears_nothing_from_the_leader_drops_the_link(cluster_dir:
             proxy.heal_node(cut.name)
             cluster.wait_in_sync(everyone, timeout=60, caught_up=False)
             confirmed_more()
-        finally:
-            stop.set()
-            thread.join(60)
-        assert not thread.is_alive()
-        cluster.wait_in_sync(everyone, timeout=60)
-        assert cluster.leader_name() == leader.name
-        assert publisher.retried == set(), "a publish failed: the leader was not to change"
-        publisher.close()
-        out = _ctl(leader, "transfer_leadership", cut.name)
-        assert out.returncode == 0, out.stderr + cluster.logs()
-        assert cluster.wait_leader(other_than=leader.name).name == cut.name
-        got = _drain(cluster.urls(cut), "oneway")
-        check_delivery(got, publisher.confirmed, set(range(publisher.next)), set())
-        assert len(got) == publisher.next
+        _rejoined_with_everything(cluster, leader, cut, publisher)
+    except AssertionError:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()
+
+
+def test_leader_that_hears_nothing_from_a_follower_drops_the_link(cluster_dir: str) -> None:
+    """The other asymmetric partition: the follower's side of its replication link goes
+    silent (its acknowledgements and keepalives lost) while the leader's frames still
+    reach it. The leader takes it out of the in-sync set at the lag timeout and
+    confirms with the other follower throughout; with the follower's keepalives gone
+    too it logs why and drops the link (rather than streaming to a follower it cannot
+    hear until TCP gives up); healed, the follower rejoins with every confirmed
+    message."""
+    cluster = Cluster(cluster_dir, replication_proxies=True)
+    try:
+        leader = cluster.wait_leader()
+        everyone = {n.name for n in cluster.nodes}
+        cluster.wait_in_sync(everyone)
+        cut, other = [n for n in cluster.nodes if n is not leader]
+        proxy = cluster.replication_proxies[leader.name]
+        publisher = PikaPublisher(cluster.urls(leader), "oneway-back")
+        with _publishing_throughout(publisher, cluster) as confirmed_more:
+            confirmed_more()
+            line = _cut_until_noticed(
+                cluster,
+                leader,
+                f"nothing from follower {cut.name}",
+                lambda: proxy.cut_node(cut.name, "from_node"),
+                "follower to leader",
+            )
+            assert "the link is dead; dropping it" in line, line
+            confirmed_more()
+            cluster.wait_in_sync({leader.name, other.name}, caught_up=False)
+            confirmed_more()
+            proxy.heal_node(cut.name)
+            cluster.wait_in_sync(everyone, timeout=60, caught_up=False)
+            confirmed_more()
+        _rejoined_with_everything(cluster, leader, cut, publisher)
     except AssertionError:
         print(cluster.logs())
         raise

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 
 import pytest
 
@@ -66,8 +68,8 @@ async def _follow(root: str, script, keepalive: float | None = INTERVAL):  # noq
     ready: asyncio.Future = asyncio.get_running_loop().create_future()
 
     async def leader_side(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        kind, _ = await wire.read_frame(reader)
-        assert kind == wire.HELLO
+        kind, hello = await wire.read_frame(reader)
+        assert kind == wire.HELLO and json.loads(hello)["keepalive"] is True
         welcome = {"epoch": 7, "leader": "l"}
         if keepalive is not None:
             welcome["keepalive"] = keepalive
@@ -76,6 +78,8 @@ async def _follow(root: str, script, keepalive: float | None = INTERVAL):  # noq
         assert kind == wire.MANIFEST
         writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(0)))  # nothing to send
         kind, _ = await wire.read_frame(reader)
+        while kind == wire.KEEPALIVE:  # (the follower's, if its timer came first)
+            kind, _ = await wire.read_frame(reader)
         assert kind == wire.ACK
         ready.set_result(writer)
         await script(reader, writer)
@@ -115,22 +119,33 @@ def test_a_follower_drops_a_leader_link_gone_silent(tmp_path) -> None:  # noqa: 
 
 
 def test_an_idle_link_with_keepalives_stays_up(tmp_path) -> None:  # noqa: ANN001
-    """An idle leader's `keepalive` keeps the link alive through many times the bound,
-    and the link still carries writes afterwards."""
+    """On an idle link the leader's `keepalive` and the follower's keep each side
+    hearing the other through many times the bound: neither drops it, and it still
+    carries writes afterwards."""
     from leveret.cluster.follower import SILENT_INTERVALS
 
     async def run() -> None:
         links: list[FollowerLink] = []
+        beats: list[asyncio.Future] = []
         got_ack: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def idle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # what the node's replication listener does with a live link
             link = FollowerLink("f", writer, state="live")
             links.append(link)
-            beat = asyncio.ensure_future(leader.keepalive(writer, INTERVAL, lambda: link))
+            beat = asyncio.ensure_future(leader.keepalive(writer, INTERVAL, lambda: link, True))
+            beats.append(beat)
             try:
-                kind, payload = await wire.read_frame(reader)
-                got_ack.set_result((kind, payload))
-                await reader.read()
+                while True:
+                    kind, payload = await wire.read_frame(reader)
+                    if kind == wire.ACK:
+                        link.acked = wire.U64.unpack(payload)[0]
+                        if not got_ack.done():
+                            got_ack.set_result((kind, payload))
+                    elif kind == wire.KEEPALIVE:
+                        link.heard += 1
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
             finally:
                 beat.cancel()
 
@@ -140,6 +155,8 @@ def test_an_idle_link_with_keepalives_stays_up(tmp_path) -> None:  # noqa: ANN00
             for _ in range(4 * SILENT_INTERVALS):
                 await asyncio.sleep(INTERVAL)
                 assert not task.done(), task.exception()
+                assert not beats[0].done() and not links[0].closed
+            assert links[0].heard > 0  # the follower's keepalives
             ops = wire.op_write("q/seg", 0, [b"after the idle spell"])
             position = sum(len(p) for p in ops)
             links[0].send_ops(
@@ -216,3 +233,47 @@ def test_a_leader_that_announces_no_keepalive_is_not_watched(tmp_path) -> None: 
             server.close()
 
     asyncio.run(run())
+
+
+def test_the_leader_drops_a_live_link_whose_follower_went_silent(caplog) -> None:  # noqa: ANN001
+    """A follower that said it sends keepalives and then says nothing at all (the other
+    asymmetric partition: only the leader's frames get through) is dropped by the
+    leader's `keepalive`, which says why; an older follower (no keepalives promised)
+    is not watched."""
+    from leveret.cluster.follower import SILENT_INTERVALS
+
+    async def run() -> None:
+        peers: asyncio.Queue = asyncio.Queue()
+
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await peers.put(writer)
+            await reader.read()  # the follower's end: reads, says nothing
+
+        server = await asyncio.start_server(accepted, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            for watch in (True, False):
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                link = FollowerLink("f", writer, state="live")
+                beat = asyncio.ensure_future(
+                    leader.keepalive(writer, INTERVAL, lambda link=link: link, watch)
+                )
+                if watch:
+                    await asyncio.wait_for(beat, 60)
+                    assert link.closed and writer.is_closing()
+                else:
+                    for _ in range(4 * SILENT_INTERVALS):
+                        await asyncio.sleep(INTERVAL)
+                        assert not beat.done() and not link.closed
+                    beat.cancel()
+                    writer.close()
+                (await peers.get()).close()
+        finally:
+            server.close()
+
+    with caplog.at_level(logging.WARNING, logger="leveret.cluster"):
+        asyncio.run(run())
+    dropped = [
+        r.getMessage() for r in caplog.records if "nothing from follower f" in r.getMessage()
+    ]
+    assert len(dropped) == 1 and f"{SILENT_INTERVALS} keepalive intervals" in dropped[0]

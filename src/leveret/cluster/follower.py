@@ -19,7 +19,8 @@ dropped without a reset, a half-open connection, a partition that lets only its 
 ACKs through), drops it and connects again, syncing what it lacks. Without this it
 would wait on such a link until TCP gave up (many minutes; never, where its own
 writes still get through). A leader that names no interval (an older version) is
-not watched.
+not watched. The follower sends KEEPALIVE too, each interval it acknowledged
+nothing, so that the leader can watch its side the same way (it said so in HELLO).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from leveret.cluster import datadir, wire
+from leveret.cluster.wire import SILENT_INTERVALS
 
 log = logging.getLogger("leveret.cluster")
 
@@ -43,12 +45,6 @@ class Refused(Exception):
 
 class Silent(Exception):
     """The leader's side of the link has been silent for SILENT_INTERVALS keepalives."""
-
-
-# A follower that hears nothing for this many of the leader's keepalive intervals
-# drops the link: an idle link carries a keepalive at least every second interval,
-# so this leaves a wide margin for a busy machine.
-SILENT_INTERVALS = 8
 
 
 class CopyFailed(Exception):
@@ -94,7 +90,13 @@ class Follower:
         try:
             writer.write(
                 wire.json_frame(
-                    wire.HELLO, {"cluster": self.cluster, "node": self.node, "epoch": self.epoch}
+                    wire.HELLO,
+                    {
+                        "cluster": self.cluster,
+                        "node": self.node,
+                        "epoch": self.epoch,
+                        "keepalive": True,  # it sends them once WELCOME names an interval
+                    },
                 )
             )
             kind, payload = await asyncio.wait_for(wire.read_frame(reader), 10)
@@ -183,17 +185,23 @@ class Follower:
     async def _watch(
         self, interval: float, writer: asyncio.StreamWriter, silent: list[str]
     ) -> None:
-        """Drop the link once SILENT_INTERVALS ticks in a row heard nothing.
+        """Drop the link once SILENT_INTERVALS ticks in a row heard nothing; send a
+        keepalive at each tick that follows an interval without an acknowledgement.
 
         It counts ticks, not seconds since the last frame: after this process was
         paused (or its loop held up) the frames that arrived meanwhile may not have
         been read yet when the timer fires, and a pause counts as one tick."""
         loop = asyncio.get_running_loop()
+        keepalive = wire.frame(wire.KEEPALIVE)
         last = self._heard
         last_at = loop.time()  # the tick that last saw something
         quiet = 0
+        acked = self.position
         while True:
             await asyncio.sleep(interval)
+            if self.position == acked and not writer.is_closing():
+                writer.write(keepalive)
+            acked = self.position
             if self._heard != last:
                 last = self._heard
                 last_at = loop.time()

@@ -43,7 +43,8 @@ MAX_BACKLOG_BYTES = 256 * 1024 * 1024
 # A link that carried nothing for this fraction of the lease (at least
 # KEEPALIVE_MIN_SECONDS) gets a KEEPALIVE frame, so that the follower can tell a dead
 # link (packets dropped without a reset, a half-open connection, a partition that
-# carries only follower → leader) from an idle leader (follower.SILENT_INTERVALS).
+# carries only follower → leader) from an idle leader; and the follower sends them
+# the other way (wire.SILENT_INTERVALS).
 KEEPALIVE_FRACTION = 0.1
 KEEPALIVE_MIN_SECONDS = 0.2
 
@@ -233,6 +234,7 @@ class FollowerLink:
     join_at: int | None = None  # joins the in-sync set once it acknowledges this
     status: dict[str, Any] = field(default_factory=dict)
     acked_at: float = field(default_factory=time.monotonic)
+    heard: int = 0  # its frames other than ACK (STATUS, KEEPALIVE): for `keepalive`
     closed: bool = False
 
     def send_ops(self, frame: bytes, position: int) -> None:
@@ -276,22 +278,49 @@ async def keepalive(
     writer: asyncio.StreamWriter,
     interval: float,
     link_of: Callable[[], FollowerLink | None],
+    watch: bool = False,
 ) -> None:
-    """Send KEEPALIVE on a follower's link each `interval` it carried no live OPS.
+    """Send KEEPALIVE on a follower's link each `interval` it carried no live OPS;
+    with `watch` (the follower sends keepalives too), drop a live link on which the
+    follower was heard from for none of wire.SILENT_INTERVALS ticks in a row.
 
     Timer-driven, so the publish path pays nothing: `FollowerLink.sent`, which
-    `send_ops` keeps anyway, tells whether OPS went out since the last tick. Before
-    the link is live (the follower's manifest being compared, a snapshot being read)
-    a keepalive goes out every tick: a snapshot's files may take longer than the
-    follower waits for a frame, and a frame every interval costs nothing."""
+    `send_ops` keeps anyway, tells whether OPS went out since the last tick, and
+    `acked` and `heard` (its other frames) whether the follower spoke. Before the link
+    is live (the follower's manifest being compared, a snapshot being read) a
+    keepalive goes out every tick: a snapshot's files may take longer than the
+    follower waits for a frame, and a frame every interval costs nothing. Counting
+    ticks rather than seconds, a pause of this process counts as one tick."""
     frame = wire.frame(wire.KEEPALIVE)
+    loop = asyncio.get_running_loop()
     last = -1
+    heard = (-2, -1)
+    heard_at = loop.time()
+    quiet = 0
     while not writer.is_closing():
         await asyncio.sleep(interval)
         link = link_of()
         if link is not None and link.state == "live":
             if link.closed:
                 return
+            if watch:
+                now = (link.acked, link.heard)
+                if now != heard:
+                    heard, heard_at, quiet = now, loop.time(), 0
+                else:
+                    quiet += 1
+                    if quiet >= wire.SILENT_INTERVALS:
+                        log.warning(
+                            "cluster: nothing from follower %s for at least %.1f s (%d "
+                            "keepalive intervals of %g s): the link is dead; dropping it",
+                            link.name,
+                            loop.time() - heard_at,
+                            wire.SILENT_INTERVALS,
+                            interval,
+                        )
+                        link.closed = True
+                        writer.transport.abort()  # its reader ends, and with it the link
+                        return
             if link.sent != last:
                 last = link.sent  # it carried OPS this interval
                 continue

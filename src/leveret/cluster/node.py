@@ -910,7 +910,8 @@ class ClusterNode:
                     wire.WELCOME, {"epoch": self.epoch, "leader": self.name, "keepalive": interval}
                 )
             )
-            beat = asyncio.ensure_future(keepalive(writer, interval, lambda: link))
+            watch = hello.get("keepalive") is True  # (an older follower sends none)
+            beat = asyncio.ensure_future(keepalive(writer, interval, lambda: link, watch))
             kind, payload = await asyncio.wait_for(wire.read_frame(reader), 60)
             if kind != wire.MANIFEST:
                 return
@@ -927,7 +928,10 @@ class ClusterNode:
                     link.acked_at = time.monotonic()
                     if self.tap is not None:
                         self.tap.check()
+                elif kind == wire.KEEPALIVE:
+                    link.heard += 1
                 elif kind == wire.STATUS:
+                    link.heard += 1
                     link.status = json.loads(payload)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass

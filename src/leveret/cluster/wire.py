@@ -5,8 +5,9 @@ OPS frames, each a run of file operations (below) and the stream position after
 them; a follower answers ACK with the position it has written (and fsynced).
 Positions count the bytes of encoded operations since the leader took the lead,
 so a follower's lag is in bytes. On a link that carried nothing for an interval
-the leader sends KEEPALIVE (the interval is in WELCOME), so that a follower can
-tell a dead link from an idle leader. Nothing in a frame names a vhost: a per-vhost
+the leader sends KEEPALIVE (the interval is in WELCOME), and so does a follower
+that said in HELLO it would; a side that hears nothing for SILENT_INTERVALS of
+them takes the link for dead, so that neither mistakes a dead link for an idle peer. Nothing in a frame names a vhost: a per-vhost
 stream later is more of the same streams, one per vhost leader.
 
 A file operation is `<u8 kind><u16 path length><path>` then, by kind:
@@ -29,8 +30,8 @@ FRAME = struct.Struct("<IB")
 U64 = struct.Struct("<Q")
 
 # frame types
-HELLO = 1  # follower → leader: JSON {cluster, node, epoch}
-WELCOME = 2  # leader → follower: JSON {epoch, leader}
+HELLO = 1  # follower → leader: JSON {cluster, node, epoch, keepalive: true}
+WELCOME = 2  # leader → follower: JSON {epoch, leader, keepalive: interval in seconds}
 REFUSE = 3  # either way: JSON {reason}; the connection then closes
 MANIFEST = 4  # follower → leader: JSON [[path, size, crc32], ...]
 SNAP_FILE = 5  # leader → follower: <u8 fresh><u16 n><path><u64 offset> data
@@ -40,7 +41,12 @@ SNAP_END = 8  # leader → follower: <u64 position>
 OPS = 9  # leader → follower: <u64 position after> operations
 ACK = 10  # follower → leader: <u64 position>
 STATUS = 11  # follower → leader: JSON with the follower's node figures
-KEEPALIVE = 12  # leader → follower: empty; the link carried nothing for an interval
+KEEPALIVE = 12  # either way: empty; the link carried nothing for an interval
+
+# A side of a link that hears nothing for this many keepalive intervals takes it for
+# dead: an idle link carries a keepalive at least every second interval, so this
+# leaves a wide margin for a busy machine.
+SILENT_INTERVALS = 8
 
 # operation kinds
 WRITE = 1
