@@ -87,7 +87,7 @@ def failover(args: argparse.Namespace) -> None:
     ]
     figures: list[float] = []
     try:
-        wait_leader(etcd.url, "bench")
+        wait_leader(etcd.url, "bench", nodes)
         wait_all_in_sync(etcd.url, "bench", {n.name for n in nodes})
 
         async def run() -> None:
@@ -99,7 +99,7 @@ def failover(args: argparse.Namespace) -> None:
             for kill in range(args.kills):
                 for _ in range(200):
                     await ch.publish(b"x" * 16, "bench.failover", persistent=True)
-                name = wait_leader(etcd.url, "bench")
+                name = wait_leader(etcd.url, "bench", nodes)
                 node = next(n for n in nodes if n.name == name)
                 node.kill()
                 t0 = time.monotonic()
@@ -153,7 +153,7 @@ def s2(args: argparse.Namespace) -> None:
     results: dict[str, list[float]] = {"one node": [], "three nodes": [], "three, via proxy": []}
     single = None
     try:
-        wait_leader(etcd.url, "bench")
+        wait_leader(etcd.url, "bench", nodes)
         wait_all_in_sync(etcd.url, "bench", {n.name for n in nodes})
         port = free_port()
         single = subprocess.Popen(
@@ -232,7 +232,7 @@ def vs_rabbitmq(args: argparse.Namespace) -> None:
         "RabbitMQ 3.10, 3 nodes, quorum queue": [],
     }
     try:
-        wait_leader(etcd.url, "bench")
+        wait_leader(etcd.url, "bench", nodes)
         wait_all_in_sync(etcd.url, "bench", {n.name for n in nodes})
         for r in range(args.rounds):
             leader = next(n for n in nodes if n.name == leader_name(etcd.url, "bench"))
