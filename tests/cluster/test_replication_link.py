@@ -180,13 +180,14 @@ def test_a_large_frame_arriving_slowly_is_not_silence(tmp_path) -> None:  # noqa
     """A frame that takes longer than the bound to arrive, but keeps arriving (a large
     write over a slow link), is progress, not silence."""
 
-    data = bytes(range(256)) * (8 * 1024)  # 2 MB
+    data = bytes(range(256)) * (16 * 1024)  # 4 MB: 4 pieces of wire.PROGRESS_CHUNK
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raw = wire.snap_file("big", 0, data, True)
-        piece = 16 * 1024
-        # 128 pieces at least 10 ms apart: the frame takes over 1.28 s to arrive, more
-        # than three times the follower's bound (8 intervals of 50 ms)
+        piece = 64 * 1024
+        # 64 writes at least 10 ms apart: the frame takes over 0.64 s to arrive, more
+        # than the follower's bound (8 intervals of 50 ms), and each megabyte of it
+        # (what the follower counts as progress) 0.16 s
         for i in range(0, len(raw), piece):
             writer.write(raw[i : i + piece])
             await asyncio.sleep(0.01)

@@ -162,8 +162,9 @@ def safe_path(path: str) -> str:
 
 # A payload larger than this is read in pieces of this size when the reader wants to
 # hear of progress (a follower's liveness check: a 100 MB frame over a slow link is not
-# a silent one).
-PROGRESS_CHUNK = 64 * 1024
+# a silent one). Pieces cost a second copy of the payload, so the frames of everyday
+# streaming (a loop turn's writes, rarely over a megabyte) are read whole as before.
+PROGRESS_CHUNK = 1 << 20
 
 
 async def read_frame(
