@@ -911,6 +911,8 @@ class ClusterNode:
                 )
             )
             watch = hello.get("keepalive") is True  # (an older follower sends none)
+            # (`link` is set once the snapshot is sent and this loop reads the follower's
+            # frames: only then can its silence be told from a long snapshot's)
             beat = asyncio.ensure_future(keepalive(writer, interval, lambda: link, watch))
             kind, payload = await asyncio.wait_for(wire.read_frame(reader), 60)
             if kind != wire.MANIFEST:

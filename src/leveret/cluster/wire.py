@@ -4,11 +4,13 @@ A frame is `<u32 length><u8 type>` and its payload. The leader's live stream is
 OPS frames, each a run of file operations (below) and the stream position after
 them; a follower answers ACK with the position it has written (and fsynced).
 Positions count the bytes of encoded operations since the leader took the lead,
-so a follower's lag is in bytes. On a link that carried nothing for an interval
-the leader sends KEEPALIVE (the interval is in WELCOME), and so does a follower
-that said in HELLO it would; a side that hears nothing for SILENT_INTERVALS of
-them takes the link for dead, so that neither mistakes a dead link for an idle peer. Nothing in a frame names a vhost: a per-vhost
+so a follower's lag is in bytes. Nothing in a frame names a vhost: a per-vhost
 stream later is more of the same streams, one per vhost leader.
+
+On a link that carried nothing for an interval the leader sends KEEPALIVE (the
+interval is in WELCOME), and so does a follower that said in HELLO it would; a side
+that hears nothing for SILENT_INTERVALS of them takes the link for dead, so that
+neither mistakes a dead link for an idle peer.
 
 A file operation is `<u8 kind><u16 path length><path>` then, by kind:
   WRITE   <u64 offset><u32 n><n bytes>    bytes at an offset (creates the file)
