@@ -240,7 +240,7 @@ def test_the_leader_drops_a_live_link_whose_follower_went_silent(caplog) -> None
     """A follower that said it sends keepalives and then says nothing at all (the other
     asymmetric partition: only the leader's frames get through) is dropped by the
     leader's `keepalive`, which says why; an older follower (no keepalives promised)
-    is not watched."""
+    is not watched, nor one whose snapshot is still being sent."""
     from leveret.cluster.follower import SILENT_INTERVALS
 
     async def run() -> None:
@@ -253,13 +253,17 @@ def test_the_leader_drops_a_live_link_whose_follower_went_silent(caplog) -> None
         server = await asyncio.start_server(accepted, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            for watch in (True, False):
+            # watched; not watched (an older follower); watched but not yet reading the
+            # follower's frames (its snapshot still being sent: no link yet)
+            for watch, live in ((True, True), (False, True), (True, False)):
                 _reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 link = FollowerLink("f", writer, state="live")
                 beat = asyncio.ensure_future(
-                    leader.keepalive(writer, INTERVAL, lambda link=link: link, watch)
+                    leader.keepalive(
+                        writer, INTERVAL, lambda link=link, live=live: link if live else None, watch
+                    )
                 )
-                if watch:
+                if watch and live:
                     await asyncio.wait_for(beat, 60)
                     assert link.closed and writer.is_closing()
                 else:
