@@ -5,6 +5,7 @@
     bench/cluster.py s2 --rounds 5 --seconds 5         # S2: one plain node vs three nodes
     bench/cluster.py vs-rabbitmq --rabbitmq amqp://guest:guest@127.0.0.1:5683/%2F
                                                        # S2: three Leveret vs three RabbitMQ
+    bench/cluster.py cpu --rounds 3                    # CPU per message of each node, S2
 
 failover: etcd and three nodes on loopback; a leveret.client publisher (persistent,
 confirms, every node's URL) publishes; the leader is SIGKILLed and the time to the
@@ -15,6 +16,11 @@ s2: amqbench's S2 (persistent, durable queue, confirm window 1000: confirmed/s)
 against a single `leveret server` without clustering, and against the leader of a
 three-node cluster (the leader's own port, and through a follower's proxy),
 alternating each round. Prints the medians and the ratio.
+
+cpu: S2 on the leader of three nodes, and the CPU time (user + system, from /proc)
+each node's process spent per 100,000 confirmed messages: a finer measure than the
+rate of what a change to replication costs, as the rate follows the shared machine's
+load. Run it with PYTHONPATH at each version to compare, alternating.
 
 vs-rabbitmq: S2 with `leveret perf` (it declares quorum queues; amqbench cannot) on
 the leader of three Leveret nodes (quorum queue, and classic durable queue) and on
@@ -256,6 +262,44 @@ def vs_rabbitmq(args: argparse.Namespace) -> None:
         print(f"S2 {label}: median {med:.0f} confirmed/s ({med / base:.2f} of RabbitMQ's)")
 
 
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu(args: argparse.Namespace) -> None:
+    directory = tempfile.mkdtemp(prefix="leveret-bench-cpu-")
+    etcd = EtcdProcess(os.path.join(directory, "etcd"))
+    os.makedirs(etcd.directory)
+    etcd.start()
+    nodes = [
+        NodeProcess(f"n{i}", etcd.url, directory, cluster="bench", lease=5).start()
+        for i in range(3)
+    ]
+    try:
+        wait_leader(etcd.url, "bench", nodes)
+        wait_all_in_sync(etcd.url, "bench", {n.name for n in nodes})
+        leader = next(n for n in nodes if n.name == leader_name(etcd.url, "bench"))
+        for r in range(args.rounds):
+            before = {n.name: _cpu_seconds(n.proc.pid) for n in nodes}  # type: ignore[union-attr]
+            rate = _amqbench(leader.port, args.seconds)
+            after = {n.name: _cpu_seconds(n.proc.pid) for n in nodes}  # type: ignore[union-attr]
+            # amqbench publishes through its 2 s warm-up too, at about the same rate
+            per = 1e5 / (rate * (args.seconds + 2))
+            own = (after[leader.name] - before[leader.name]) * per
+            others = [after[n.name] - before[n.name] for n in nodes if n is not leader]
+            print(
+                f"round {r + 1}: {rate:.0f} confirmed/s; CPU s per 100k confirmed: leader "
+                f"{own:.2f}, each follower {statistics.mean(others) * per:.2f}",
+                flush=True,
+            )
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -274,8 +318,11 @@ def main() -> None:
     )
     v.add_argument("--rounds", type=int, default=5)
     v.add_argument("--seconds", type=float, default=10.0)
+    c = sub.add_parser("cpu")
+    c.add_argument("--rounds", type=int, default=3)
+    c.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
-    {"failover": failover, "s2": s2, "vs-rabbitmq": vs_rabbitmq}[args.what](args)
+    {"failover": failover, "s2": s2, "vs-rabbitmq": vs_rabbitmq, "cpu": cpu}[args.what](args)
 
 
 if __name__ == "__main__":
