@@ -60,6 +60,15 @@ def test_a_link_that_takes_nothing_is_dropped_past_the_bound(monkeypatch) -> Non
 INTERVAL = 0.05  # the keepalive interval the scripted leader announces
 
 
+async def _stop(follower, task: asyncio.Task, server: asyncio.Server) -> None:  # noqa: ANN001
+    """End a test's follower, its task and the scripted leader (_follow's parts)."""
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    await follower.close()
+    server.close()
+
+
 async def _follow(root: str, script, keepalive: float | None = INTERVAL):  # noqa: ANN001, ANN202
     """Start a Follower against a scripted leader; returns (follower, its task, the
     leader's writer once the follower's MANIFEST is in, the server)."""
@@ -167,11 +176,7 @@ def test_an_idle_link_with_keepalives_stays_up(tmp_path) -> None:  # noqa: ANN00
             assert not task.done()
             assert (tmp_path / "q" / "seg").read_bytes() == b"after the idle spell"
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            await follower.close()
-            server.close()
+            await _stop(follower, task, server)
 
     asyncio.run(run())
 
@@ -204,11 +209,7 @@ def test_a_large_frame_arriving_slowly_is_not_silence(tmp_path) -> None:  # noqa
             assert path.read_bytes() == data
             assert not task.done()
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            await follower.close()
-            server.close()
+            await _stop(follower, task, server)
 
     asyncio.run(run())
 
@@ -227,11 +228,7 @@ def test_a_leader_that_announces_no_keepalive_is_not_watched(tmp_path) -> None: 
                 await asyncio.sleep(INTERVAL)
                 assert not task.done(), task.exception()
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            await follower.close()
-            server.close()
+            await _stop(follower, task, server)
 
     asyncio.run(run())
 
