@@ -128,6 +128,8 @@ def test_data_dir_is_created(server, tmp_path):
         (["--listen", "127.0.0.1:99999"], "bad port in '127.0.0.1:99999'"),
         (["--listen", "127.0.0.1:x"], "bad port in '127.0.0.1:x'"),
         (["--queue-ram-bytes", "-5"], "must not be negative"),
+        (["--busy-wait-us", "-200"], "must not be negative"),
+        (["--busy-wait-us", "2ms"], "expected a whole number, got '2ms'"),
         (["--queue-ram-bytes", "lots"], "expected a whole number"),
         (["--quorum-delivery-limit", "-1"], "must not be negative"),
         (["--quorum-delivery-limit", "x"], "expected a whole number"),

@@ -252,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     server.add_argument(
+        "--busy-wait-us",
+        type=_positive_int,
+        default=defaults.busy_wait_us,
+        metavar="US",
+        help="after each read, keep polling instead of sleeping for this many "
+        "microseconds: lower latency at moderate rates for up to a whole core of CPU "
+        "(like Erlang's +sbwt; docs/benchmarks.md has figures); default %(default)s: "
+        "off, as RabbitMQ 3.10",
+    )
+    server.add_argument(
         "--consumer-timeout-ms",
         type=_positive_int,
         default=defaults.consumer_timeout_ms,
@@ -462,6 +472,7 @@ def run_server(args: argparse.Namespace) -> int:
         queue_ram_messages=args.queue_ram_messages,
         queue_ram_bytes=args.queue_ram_bytes,
         consumer_timeout_ms=args.consumer_timeout_ms,
+        busy_wait_us=args.busy_wait_us,
         quorum_delivery_limit=args.quorum_delivery_limit,
         memory_high_watermark=args.memory_high_watermark,
         disk_free_limit=args.disk_free_limit,

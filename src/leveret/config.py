@@ -83,6 +83,10 @@ class ServerConfig:
     # Disable disk persistence entirely (the embedded test broker uses this by default).
     persistence: bool = True
     consumer_timeout_ms: int = 30 * 60 * 1000
+    # After each read the event loop polls instead of sleeping for this long (µs):
+    # lower latency at moderate rates for a busy core (server/busy_wait.py). 0: off,
+    # as RabbitMQ 3.10 runs Erlang (+sbwt none).
+    busy_wait_us: int = 0
     # Quorum queues' delivery limit when none is declared or set by policy. None: no
     # limit, as RabbitMQ 3.10; RabbitMQ 4 has 20.
     quorum_delivery_limit: int | None = None

@@ -158,6 +158,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._hold_waiting = False
         self._sizer = ReadSizer()
         self._read_buffer = server.read_buffer
+        # server/busy_wait.py: None unless --busy-wait-us; each read arms it
+        self._busy_wait = server.busy_wait
         self._flush_handle: asyncio.Handle | None = None
         self._transport_paused = False
         self._confirm_channels: set[Channel] = set()

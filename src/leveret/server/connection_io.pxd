@@ -26,6 +26,7 @@ cdef class ConnectionIO:
     cdef public bint _gated
     cdef public ReadSizer _sizer
     cdef public SharedReadBuffer _read_buffer  # the server's (one for all connections)
+    cdef public object _busy_wait  # the server's BusyWait, or None (the default)
     cdef public long long recv_oct
     cdef public long long send_oct
     cdef public Py_ssize_t recv_cnt

@@ -113,6 +113,8 @@ class ConnectionIO:
             if outer:
                 server.read_output = None
                 flush_written(written)
+                if self._busy_wait is not None:  # --busy-wait-us: poll, not sleep, a while
+                    self._busy_wait.arm()
 
     def _process(self, events: Iterator[Any]) -> None:
         """Act on the events one by one, in order (the core's contract)."""

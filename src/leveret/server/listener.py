@@ -17,6 +17,7 @@ from leveret.broker.broker import Broker
 from leveret.broker.errors import InvalidValue, ModelError
 from leveret.config import Listener, ServerConfig
 from leveret.server.alarms import ResourceAlarms
+from leveret.server.busy_wait import BusyWait
 from leveret.server.connection import AMQPConnection
 from leveret.server.connection_io import flush_written
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
@@ -44,6 +45,9 @@ class Server:
         self.broker = broker or Broker(config)
         self.connections: set[AMQPConnection] = set()
         self.read_buffer = SharedReadBuffer(config.frame_max)
+        # server/busy_wait.py: after each read the loop polls instead of sleeping for
+        # busy_wait_us (latency for CPU); off by default, as RabbitMQ's +sbwt none.
+        self.busy_wait = BusyWait(self.loop, config.busy_wait_us) if config.busy_wait_us else None
         # While a connection's read is handled: the connections it queued output for,
         # flushed when it is done (AMQPConnection._flush_soon).
         self.read_output: list[AMQPConnection] | None = None
