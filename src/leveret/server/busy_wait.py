@@ -22,6 +22,8 @@ import asyncio
 import os
 import time
 
+_sched_yield = getattr(os, "sched_yield", lambda: None)  # (not on Windows)
+
 
 class BusyWait:
     """Keep `loop` polling for `window_us` microseconds after the last `arm()`."""
@@ -58,7 +60,7 @@ class BusyWait:
             # client woken by the broker's write is often queued on the broker's own
             # CPU, and would otherwise wait out the whole window behind a thread that
             # never blocks (S3's p99 was the window, 2 ms, without this).
-            os.sched_yield()
+            _sched_yield()
             self.loop.call_soon(self._turn)
         else:
             self.spinning = False
