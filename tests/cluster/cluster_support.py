@@ -212,6 +212,8 @@ class TcpProxy:
         self.cut_off = False
         self._writers: set[Any] = set()
         self._who: dict[Any, str | None] = {}  # each connection's owner (_identify)
+        self._stalled: set[Any] = set()  # connections held as black holes
+        self.stalls: dict[str | None, int] = {}  # black-holed connections, by owner
         self._ready = threading.Event()
         self.port = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -247,7 +249,11 @@ class TcpProxy:
             first, who = await self._identify(reader)
             self._who[writer] = who
             if self._silent(who, "up"):
-                await reader.read()  # a black hole: hold the connection, answer nothing
+                # A black hole: hold the connection, answer nothing. Its first bytes are
+                # lost, so it stays one even after a heal that keeps it (`_stalled`).
+                self._stalled.add(writer)
+                self.stalls[who] = self.stalls.get(who, 0) + 1
+                await reader.read()
                 return
             up_reader, up_writer = await asyncio.open_connection(*self.target)
             self._writers.add(up_writer)
@@ -271,6 +277,7 @@ class TcpProxy:
         finally:
             self._writers.discard(writer)
             self._who.pop(writer, None)
+            self._stalled.discard(writer)
             writer.close()
 
     def cut(self) -> None:
@@ -324,12 +331,17 @@ class ReplicationProxy(TcpProxy):
         cuts["from_node"] = self.cut_from_nodes
         self.loop.call_soon_threadsafe(cuts[way].add, name)
 
-    def heal_node(self, name: str) -> None:
-        """Drop `name`'s connections (they lost bytes) and let new ones through."""
+    def heal_node(self, name: str, keep_stalled: bool = False) -> None:
+        """Drop `name`'s connections (they lost bytes) and let new ones through.
+
+        `keep_stalled`: leave the connections held as black holes (their greeting lost)
+        as they are, as a NAT, a load balancer or a TCP proxy would that lost a
+        connection's first bytes or its upstream: the peer that waits for an answer
+        on one hears nothing until its own timeout gives up."""
 
         def restore() -> None:
             for w, who in list(self._who.items()):
-                if who == name:
+                if who == name and not (keep_stalled and w in self._stalled):
                     w.transport.abort()
                     self._writers.discard(w)
                     del self._who[w]

@@ -21,6 +21,15 @@ would wait on such a link until TCP gave up (many minutes; never, where its own
 writes still get through). A leader that names no interval (an older version) is
 not watched. The follower sends KEEPALIVE too, each interval it acknowledged
 nothing, so that the leader can watch its side the same way (it said so in HELLO).
+
+The handshake (the TCP connect, HELLO, WELCOME) has a bound of its own that follows
+the lease as the keepalives do: `handshake_timeout`, the time a live link may stay
+silent. A handshake can hang where nothing resets the connection: a leader that was
+paused (SIGSTOP, a VM stall) or cut off after the kernel accepted the connection, a
+TCP proxy, NAT or load balancer in between (`--cluster-advertise`) that accepted it
+and lost its first bytes or its upstream, a SYN dropped by a partition. Before the
+bound followed the lease, such a follower waited 15 s (5 for the connect, 10 for
+WELCOME) before it tried again, however short the lease.
 """
 
 from __future__ import annotations
@@ -34,9 +43,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from leveret.cluster import datadir, wire
+from leveret.cluster.leader import keepalive_interval
 from leveret.cluster.wire import SILENT_INTERVALS
 
 log = logging.getLogger("leveret.cluster")
+
+# A handshake's bound never goes under this: one lost SYN (Linux sends it again after
+# 1 s) and a busy leader's loop must not fail it.
+HANDSHAKE_MIN_SECONDS = 2.0
+
+
+def handshake_timeout(lease_seconds: float) -> float:
+    """How long a follower waits for the TCP connect and WELCOME together: as long as
+    a live link may stay silent (SILENT_INTERVALS keepalive intervals, 0.8 lease), at
+    least HANDSHAKE_MIN_SECONDS; 4 s at the default 5 s lease. A leader answers HELLO
+    at once, without touching its disk, so a leader that does not answer within the
+    time its own lease allows a silent link is paused, cut off or gone."""
+    return max(HANDSHAKE_MIN_SECONDS, SILENT_INTERVALS * keepalive_interval(lease_seconds))
 
 
 class Refused(Exception):
@@ -45,6 +68,10 @@ class Refused(Exception):
 
 class Silent(Exception):
     """The leader's side of the link has been silent for SILENT_INTERVALS keepalives."""
+
+
+class NoWelcome(Exception):
+    """The handshake did not finish within its bound (the connect, or WELCOME)."""
 
 
 class CopyFailed(Exception):
@@ -62,6 +89,7 @@ class Follower:
         epoch: int,
         fsync: bool,
         status: Any = None,
+        handshake: float = HANDSHAKE_MIN_SECONDS,
     ) -> None:
         self.root = root
         self.node = node
@@ -78,6 +106,9 @@ class Follower:
         self._writer: asyncio.StreamWriter | None = None
         self.keepalive: float | None = None  # the leader's interval, from WELCOME
         self._heard = 0  # frames (and pieces of large ones) read, for _watch
+        self.handshake = handshake  # the bound on the connect and WELCOME together
+        self.welcomed = False  # the leader answered HELLO with WELCOME
+        self.handshake_seconds = 0.0  # how long the handshake took, or failed after
 
     async def run(self) -> None:
         """Follow until the link ends (returns or raises); the node decides what next."""
@@ -85,7 +116,18 @@ class Follower:
         # (cluster_host: the leader's --cluster-advertise; older nodes had only host)
         host = self.leader.get("cluster_host") or self.leader["host"]
         port = self.leader["cluster"]
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        started = loop.time()
+        deadline = started + self.handshake
+        where = f"leader {self.leader.get('node')} at {host}:{port}"
+        try:
+            async with asyncio.timeout_at(deadline):
+                reader, writer = await asyncio.open_connection(host, port)
+        except TimeoutError:
+            self.handshake_seconds = loop.time() - started
+            raise NoWelcome(
+                f"no connection to {where} within {self.handshake:g} s (a partition, "
+                "or a host that drops connections)"
+            ) from None
         self._writer = writer
         try:
             writer.write(
@@ -99,13 +141,24 @@ class Follower:
                     },
                 )
             )
-            kind, payload = await asyncio.wait_for(wire.read_frame(reader), 10)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    kind, payload = await wire.read_frame(reader)
+            except TimeoutError:
+                raise NoWelcome(
+                    f"no WELCOME from {where} within {self.handshake:g} s (the "
+                    "connection was accepted, but HELLO went unanswered: a leader "
+                    "paused or cut off, or a proxy in between that lost the connection)"
+                ) from None
+            finally:
+                self.handshake_seconds = loop.time() - started
             if kind != wire.WELCOME:
                 reason = json.loads(payload).get("reason") if payload else "?"
                 raise Refused(f"leader refused: {reason}")
             welcome = json.loads(payload)
             if welcome.get("epoch") != self.epoch:
                 raise Refused(f"leader epoch {welcome.get('epoch')} is not {self.epoch}")
+            self.welcomed = True
             interval = welcome.get("keepalive")
             if isinstance(interval, int | float) and interval > 0:
                 self.keepalive = float(interval)

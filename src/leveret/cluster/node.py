@@ -32,7 +32,15 @@ from typing import Any
 from leveret.cluster import datadir, nodestate, wire
 from leveret.cluster import etcd as E
 from leveret.cluster.etcd import Etcd, EtcdError
-from leveret.cluster.follower import CopyFailed, Follower, Refused, Silent, syncing
+from leveret.cluster.follower import (
+    CopyFailed,
+    Follower,
+    NoWelcome,
+    Refused,
+    Silent,
+    handshake_timeout,
+    syncing,
+)
 from leveret.cluster.keys import Keys
 from leveret.cluster.leader import (
     LAG_TIMEOUT_FRACTION,
@@ -85,6 +93,7 @@ class ClusterNode:
         self.tap: Tap | None = None
         self.disk_error: str | None = None  # set when a write under the data dir failed
         self._follow_failures = 0  # following attempts that ended before a whole sync
+        self._handshake_failures = 0  # handshakes in a row that got no WELCOME
         self.links: dict[str, FollowerLink] = {}
         self.follower: Follower | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -527,15 +536,22 @@ class ClusterNode:
             self.epoch,
             self.config.fsync != "never",
             self.local_status,
+            handshake_timeout(self.ttl),
         )
         self._follow_task = asyncio.ensure_future(self._run_follower(self.follower))
 
     async def _run_follower(self, follower: Follower) -> None:
         copy_failed = False
+        why = ""  # why the handshake failed, for its log line
         try:
             await follower.run()
+        except NoWelcome as exc:
+            why = str(exc)
         except Refused as exc:
-            log.info("cluster: %s", exc)
+            if follower.welcomed:
+                log.info("cluster: %s", exc)
+            else:
+                why = str(exc)
         except Silent as exc:
             log.warning(
                 "cluster: %s heard %s: the link is dead; dropping it to connect again and "
@@ -547,11 +563,19 @@ class ClusterNode:
             copy_failed = True
             log.warning("cluster: %s could not write its copy of the data dir: %s", self.name, exc)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            log.info("cluster: link to leader %s: %s", follower.leader.get("node"), exc)
+            what = str(exc) or exc.__class__.__name__
+            if follower.welcomed:
+                log.info("cluster: link to leader %s: %s", follower.leader.get("node"), what)
+            else:
+                why = f"handshake with leader {follower.leader.get('node')}: {what}"
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("cluster: following %s failed", follower.leader.get("node"))
+        if not follower.welcomed:
+            await self._handshake_failed(follower, why or "the link closed")
+            return
+        self._handshake_failures = 0
         # A follower that keeps failing (its own disk full, say) backs off rather than
         # asking the leader for a snapshot five times a second. Only streaming resets
         # the count: a nearly full disk may take a small snapshot and fail at its next
@@ -566,6 +590,37 @@ class ClusterNode:
         pause = min(0.2 * 2 ** max(0, self._follow_failures - 1), 5.0)
         if copy_failed:
             log.warning("cluster: %s retries following in %.1f s", self.name, pause)
+        await self._follow_again(follower, pause)
+
+    async def _handshake_failed(self, follower: Follower, why: str) -> None:
+        """No WELCOME: the leader was not reached, did not answer in time, or refused.
+
+        That is the link's fault (or the leader's state), not this copy's, and cost the
+        leader nothing (no snapshot was asked for), so it does not count towards the
+        copy's back-off above. Attempts start at most every 0.2 s, doubling up to the
+        handshake's own bound: one that timed out already waited that long and goes
+        again at once, one refused at once does not spin. So a follower whose link
+        healed is back within about one bound (0.8 lease) of the heal."""
+        self._handshake_failures += 1
+        n = self._handshake_failures
+        spacing = min(0.2 * 2 ** (n - 1), follower.handshake)
+        pause = max(0.0, spacing - follower.handshake_seconds)
+        # A timeout is a partition's mark (warning); a refusal or a closed port is
+        # what a leader starting, stopping or changing looks like (info).
+        level = (
+            logging.WARNING if follower.handshake_seconds >= follower.handshake else logging.INFO
+        )
+        log.log(
+            level,
+            "cluster: %s: %s; connecting again in %.1f s (%d in a row)",
+            self.name,
+            why,
+            pause,
+            n,
+        )
+        await self._follow_again(follower, pause)
+
+    async def _follow_again(self, follower: Follower, pause: float) -> None:
         await asyncio.sleep(pause)
         self._changed.set()
         if self.follower is follower:
@@ -889,7 +944,10 @@ class ClusterNode:
         link: FollowerLink | None = None
         beat: asyncio.Future[None] | None = None
         try:
-            kind, payload = await asyncio.wait_for(wire.read_frame(reader), 10)
+            # (a follower sends HELLO as it connects, and gives up after this bound)
+            kind, payload = await asyncio.wait_for(
+                wire.read_frame(reader), handshake_timeout(self.ttl)
+            )
             hello = json.loads(payload) if kind == wire.HELLO else {}
             reason = None
             if hello.get("cluster") != self.config.cluster_name:
