@@ -98,6 +98,7 @@ class ClusterNode:
         self.follower: Follower | None = None
         self._follow_task: asyncio.Task[None] | None = None
         self._proxies: list[Proxy] = []
+        self._proxied_epoch = 0  # the leader's epoch the proxies' connections go to
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._isr_busy = False
@@ -526,8 +527,13 @@ class ClusterNode:
             if self._follow_task is not None and not self._follow_task.done():
                 return
         await self._stop_following()
-        for proxy in self._proxies:
-            proxy.drop_all()  # connections proxied to an older leader
+        if self._proxied_epoch != self.epoch:
+            # Connections proxied to an older leader go; but not when the follower only
+            # connects again to the same leader (its replication link failed or was cut):
+            # its clients' connections to that leader are as good as ever.
+            for proxy in self._proxies:
+                proxy.drop_all()
+            self._proxied_epoch = self.epoch
         self.follower = Follower(
             self.config.data_dir,
             self.name,
