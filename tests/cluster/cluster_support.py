@@ -210,6 +210,9 @@ class TcpProxy:
         self.target = (target_host, target_port)
         self.loop = asyncio.new_event_loop()
         self.cut_off = False
+        # While cut, a close of either side is lost too (as in a real partition, where
+        # nobody hears the FIN): each side's own timeouts must find the other gone.
+        self.swallow_closes = False
         self._writers: set[Any] = set()
         self._who: dict[Any, str | None] = {}  # each connection's owner (_identify)
         self._stalled: set[Any] = set()  # connections held as black holes
@@ -268,6 +271,8 @@ class TcpProxy:
                             continue  # lost in the partition
                         dst.write(data)
                         await dst.drain()
+                if self.swallow_closes and self._silent(who, way):
+                    return  # (heal() drops the connection)
                 with contextlib.suppress(Exception):
                     dst.close()
 
