@@ -22,22 +22,29 @@ pytestmark = [needs_etcd, pytest.mark.slow]
 WINDOW = 100  # publishes the cut client has in flight (unconfirmed) at a time
 
 
-def test_client_cut_from_the_leader_while_publishing_with_confirms(cluster: Cluster) -> None:
+@pytest.mark.parametrize("through", ["leader", "follower"])
+def test_client_cut_from_the_leader_while_publishing_with_confirms(
+    cluster: Cluster, through: str
+) -> None:
     """A leveret.client publisher (confirms, a window of 100 in flight, 1 s heartbeats)
-    reaches the leader through a proxy, and knows a follower's address too. The proxy
-    goes silent mid-stream. The client hears no heartbeat, drops the link, reconnects
-    through the follower (which passes it to the same leader) and sends its unconfirmed
-    publishes again; the leader hears no heartbeat either and closes its side. No
-    confirmed message is lost, duplicates are only of publishes unconfirmed at the cut,
-    and a pika publisher connected straight to the leader is confirmed throughout
-    without losing its connection; the leader, its term and the in-sync set stay."""
+    reaches the leader through a proxy, straight or through a follower that passes the
+    connection on, and knows another node's address too. The proxy goes silent
+    mid-stream. The client hears no heartbeat, drops the link, reconnects through the
+    other node (the leader, or a follower that passes it to the same leader) and sends
+    its unconfirmed publishes again; the leader hears no heartbeat either and closes its
+    side. No confirmed message is lost, duplicates are only of publishes unconfirmed at
+    the cut, and a pika publisher connected straight to the leader is confirmed
+    throughout without losing its connection; the leader, its term and the in-sync set
+    stay."""
     leader = cluster.wait_leader()
     everyone = {n.name for n in cluster.nodes}
     term = cluster._get("term")
     follower = next(n for n in cluster.nodes if n is not leader)
-    proxy = TcpProxy("127.0.0.1", leader.port)
+    front, second = (leader, follower) if through == "leader" else (follower, leader)
+    proxy = TcpProxy("127.0.0.1", front.port)
     proxy.swallow_closes = True  # the leader's close of its side must not reach the client
     cut_url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+    queue = f"cut-{through}"
     bystander = PikaPublisher([leader.url], "uncut")
     confirmed: set[int] = set()
     attempted: set[int] = set()
@@ -51,7 +58,7 @@ def test_client_cut_from_the_leader_while_publishing_with_confirms(cluster: Clus
                 lost.append(event.reason)
 
         conn = await connect(
-            [cut_url, follower.url],
+            [cut_url, second.url],
             heartbeat=1,
             connect_timeout=2,
             reconnect_delay=0.05,
@@ -59,13 +66,13 @@ def test_client_cut_from_the_leader_while_publishing_with_confirms(cluster: Clus
         )
         conn.add_listener(listen)
         ch = await conn.channel()
-        await ch.declare_queue("cutclient", durable=True)
+        await ch.declare_queue(queue, durable=True)
         room = asyncio.Semaphore(WINDOW)
         stop = asyncio.Event()
 
         async def one(i: int) -> None:
             try:
-                await ch.publish(str(i).encode(), "cutclient", persistent=True, timeout=60)
+                await ch.publish(str(i).encode(), queue, persistent=True, timeout=60)
                 confirmed.add(i)
             finally:
                 room.release()
@@ -90,7 +97,7 @@ def test_client_cut_from_the_leader_while_publishing_with_confirms(cluster: Clus
         await until(lambda: len(confirmed) >= 500, "no confirms before the cut")
         proxy.cut()
         await until(lambda: conn.reconnects >= 1, "the cut client did not reconnect")
-        assert conn.port == follower.port, "reconnected through the cut proxy?"
+        assert conn.port == second.port, "reconnected through the cut proxy?"
         # the other client was confirmed throughout, on its first connection
         await asyncio.to_thread(confirmed_more)
         now = len(confirmed)
@@ -116,7 +123,7 @@ def test_client_cut_from_the_leader_while_publishing_with_confirms(cluster: Clus
     cluster.wait_in_sync(everyone)
     assert bystander.retried == set(), "the bystander lost its connection"
     bystander.close()
-    got = _drain([leader.url], "cutclient")
+    got = _drain([leader.url], queue)
     check_delivery(got, confirmed, attempted, attempted - at_loss)
     got = _drain([leader.url], "uncut")
     check_delivery(got, bystander.confirmed, set(range(bystander.next)), set())

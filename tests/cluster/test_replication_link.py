@@ -279,3 +279,44 @@ def test_the_leader_drops_a_live_link_whose_follower_went_silent(caplog) -> None
         r.getMessage() for r in caplog.records if "nothing from follower f" in r.getMessage()
     ]
     assert len(dropped) == 1 and f"{SILENT_INTERVALS} keepalive intervals" in dropped[0]
+
+
+def test_a_handshake_nobody_answers_ends_at_its_bound(tmp_path) -> None:  # noqa: ANN001
+    """A leader (or a proxy in front of it) that accepts the connection and reads HELLO
+    but answers nothing: the follower gives the handshake up at its bound, saying
+    where and why, and has neither been welcomed nor marked its copy as syncing."""
+    from leveret.cluster import datadir
+    from leveret.cluster.follower import Follower, NoWelcome, handshake_timeout
+
+    assert handshake_timeout(5) == 4.0  # 8 keepalive intervals of 0.5 s
+    assert handshake_timeout(0.5) == 2.0  # never under the floor
+
+    async def run() -> None:
+        hellos: list[bytes] = []
+
+        async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            hellos.append((await wire.read_frame(reader))[1])
+            await reader.read()
+
+        server = await asyncio.start_server(mute, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        follower = Follower(
+            str(tmp_path),
+            "f",
+            "c",
+            {"node": "l", "host": "127.0.0.1", "cluster": port},
+            7,
+            False,
+            handshake=0.3,
+        )
+        try:
+            with pytest.raises(NoWelcome, match=f"no WELCOME from leader l at 127.0.0.1:{port} "):
+                await asyncio.wait_for(follower.run(), 30)
+            assert len(hellos) == 1 and json.loads(hellos[0])["node"] == "f"
+            assert not follower.welcomed and follower.handshake_seconds >= 0.3
+            assert not (tmp_path / datadir.SYNCING_MARK).exists()
+        finally:
+            await follower.close()
+            server.close()
+
+    asyncio.run(run())

@@ -11,6 +11,7 @@ connection is closed, and clients reconnect as after any broker restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -78,7 +79,18 @@ class Proxy:
                 await asyncio.sleep(0.05)
             self._writers.add(upstream)
             self._joined.add(writer)
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+            to_leader = asyncio.ensure_future(_pipe(reader, upstream))
+            try:
+                # Once the leader's side ends, the connection is over: the leader never
+                # half-closes. A client's half close is passed on and its answer awaited
+                # (an HTTP client may send its request so), but a client that vanished
+                # without a word is closed here once the leader gave up on it (its
+                # heartbeat check), not held half closed until TCP gives up.
+                await _pipe(up_reader, writer)
+            finally:
+                to_leader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await to_leader
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # either end went away, or the proxy is stopping
         finally:
