@@ -94,6 +94,7 @@ class ClusterNode:
         self.disk_error: str | None = None  # set when a write under the data dir failed
         self._follow_failures = 0  # following attempts that ended before a whole sync
         self._handshake_failures = 0  # handshakes in a row that got no WELCOME
+        self._handshake_logged_at = 0.0  # when the last of them was logged
         self.links: dict[str, FollowerLink] = {}
         self.follower: Follower | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -616,14 +617,18 @@ class ClusterNode:
         level = (
             logging.WARNING if follower.handshake_seconds >= follower.handshake else logging.INFO
         )
-        log.log(
-            level,
-            "cluster: %s: %s; connecting again in %.1f s (%d in a row)",
-            self.name,
-            why,
-            pause,
-            n,
-        )
+        # A partition may last hours: the first few failures, then one line a minute.
+        now = time.monotonic()
+        if n <= 3 or now - self._handshake_logged_at >= 60.0:
+            self._handshake_logged_at = now
+            log.log(
+                level,
+                "cluster: %s: %s; connecting again in %.1f s (%d in a row)",
+                self.name,
+                why,
+                pause,
+                n,
+            )
         await self._follow_again(follower, pause)
 
     async def _follow_again(self, follower: Follower, pause: float) -> None:
