@@ -44,5 +44,5 @@ cdef class Connection:
     cpdef Py_ssize_t _deliveries(self, bytes buf, Py_ssize_t pos, Py_ssize_t n) except? -2
     cpdef Py_ssize_t _whole_content(
         self, bytes buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t n, int number,
-        Py_ssize_t index
+        Py_ssize_t index, Py_ssize_t frame_max
     ) except? -2

@@ -483,7 +483,7 @@ class Connection:
                             if index == _C_BASIC_DELIVER:
                                 done = self._deliveries(buf, pos, n)
                             if done == pos:
-                                done = self._whole_content(buf, pos, end, n, number, index)
+                                done = self._whole_content(buf, pos, end, n, number, index, frame_max)
                                 if done < 0:
                                     break  # wait for the rest of the message
                             if done:
@@ -667,11 +667,15 @@ class Connection:
         n: cython.Py_ssize_t,
         number: cython.int,
         index: cython.Py_ssize_t,
+        frame_max: cython.Py_ssize_t,
     ) -> int:
         """The fast path for a content method at `pos`: if its header and one body
         frame follow in the buffer, emit the event and return the position after
         them; -1 if they are not all here yet; 0 to take the frame-by-frame path
-        (several body frames, or anything unusual, which that path reports)."""
+        (several body frames, or anything unusual, which that path reports).
+
+        `frame_max` is the reader's, passed in by the read's loop, which already has
+        it: reading it here was a lookup by name for every message."""
         hpos: cython.Py_ssize_t
         hend: cython.Py_ssize_t
         bpos: cython.Py_ssize_t
@@ -685,7 +689,6 @@ class Connection:
         hsize: cython.Py_ssize_t
         bsize: cython.Py_ssize_t
         body_size: cython.ulonglong  # a peer may send any 64-bit size
-        frame_max: cython.Py_ssize_t
         htype: cython.int
         btype: cython.int
         hnum: cython.int
@@ -708,7 +711,6 @@ class Connection:
         else:
             htype, hnum, hsize, class_id, _weight, body_size = _HEADER_FRAME.unpack_from(buf, hpos)
         hend = hpos + 7 + hsize
-        frame_max = self.reader.frame_max
         if (
             htype != _C_FRAME_HEADER
             or hnum != number
