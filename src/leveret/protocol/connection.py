@@ -483,7 +483,9 @@ class Connection:
                             if index == _C_BASIC_DELIVER:
                                 done = self._deliveries(buf, pos, n)
                             if done == pos:
-                                done = self._whole_content(buf, pos, end, n, number, index, frame_max)
+                                done = self._whole_content(
+                                    buf, pos, end, n, number, index, frame_max
+                                )
                                 if done < 0:
                                     break  # wait for the rest of the message
                             if done:
