@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 
 import pytest
 
@@ -320,3 +321,72 @@ def test_a_handshake_nobody_answers_ends_at_its_bound(tmp_path) -> None:  # noqa
             server.close()
 
     asyncio.run(run())
+
+
+def test_a_follower_slow_to_read_its_data_dir_is_kept_then_a_silent_one_dropped(
+    tmp_path,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    """A follower whose data dir takes long to read for its MANIFEST (CRCs of many
+    gigabytes) sends keepalives meanwhile, so a leader keeps waiting for it however
+    long it takes (it once gave up after a fixed 60 s, and such a follower could never
+    rejoin); a follower silent for the bound is given up. With a leader that did not
+    say it takes keepalives before MANIFEST (an older one) the follower sends none."""
+    from leveret.cluster import datadir
+    from leveret.cluster.follower import Follower
+
+    real = datadir.manifest
+    monkeypatch.setattr(
+        datadir, "manifest", lambda root: (time.sleep(20 * INTERVAL), real(root))[1]
+    )
+
+    async def handshake(takes_keepalives: bool) -> list[int]:
+        """The follower's frame kinds up to its MANIFEST, read by the leader's code."""
+        got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def leader_side(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            kind, hello = await wire.read_frame(reader)
+            beating = json.loads(hello).get("manifest_keepalive") is True
+            welcome = {"epoch": 7, "leader": "l", "keepalive": INTERVAL}
+            if takes_keepalives:
+                welcome["manifest_keepalive"] = True
+            writer.write(wire.json_frame(wire.WELCOME, welcome))
+            kinds = []
+            if takes_keepalives:  # the leader's own wait, as node.py runs it
+                kind, _ = await leader.read_manifest(reader, INTERVAL, beating)
+                kinds.append(kind)
+            else:
+                kinds.append((await wire.read_frame(reader))[0])
+            got.set_result(kinds)
+            await reader.read()
+
+        server = await asyncio.start_server(leader_side, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        follower = Follower(
+            str(tmp_path), "f", "c", {"node": "l", "host": "127.0.0.1", "cluster": port}, 7, False
+        )
+        task = asyncio.ensure_future(follower.run())
+        try:
+            return await asyncio.wait_for(got, 30)
+        finally:
+            await _stop(follower, task, server)
+
+    assert asyncio.run(handshake(True)) == [wire.MANIFEST]  # 20 intervals: kept
+    assert asyncio.run(handshake(False)) == [wire.MANIFEST]  # nothing before it
+
+    async def silent() -> None:
+        async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()
+
+        server = await asyncio.start_server(mute, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(wire.frame(wire.KEEPALIVE))  # heard once, then nothing
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(leader.read_manifest(reader, INTERVAL, True), 30)
+        finally:
+            writer.close()
+            server.close()
+
+    asyncio.run(silent())

@@ -138,6 +138,8 @@ class Follower:
                         "node": self.node,
                         "epoch": self.epoch,
                         "keepalive": True,  # it sends them once WELCOME names an interval
+                        # ... from the start: while it reads its data dir for MANIFEST too
+                        "manifest_keepalive": True,
                     },
                 )
             )
@@ -163,7 +165,12 @@ class Follower:
             if isinstance(interval, int | float) and interval > 0:
                 self.keepalive = float(interval)
             await loop.run_in_executor(self._pool, self._mark_syncing)
-            manifest = await loop.run_in_executor(self._pool, datadir.manifest, self.root)
+            # Reading a large data dir for its CRCs may take minutes: keepalives tell the
+            # leader this follower is at work, not gone (it said so in HELLO).
+            # (an older leader takes only MANIFEST here, and does not say it takes more)
+            beat = self.keepalive if welcome.get("manifest_keepalive") is True else None
+            reading = loop.run_in_executor(self._pool, datadir.manifest, self.root)
+            manifest = await _beating(reading, writer, beat)
             writer.write(
                 wire.json_frame(wire.MANIFEST, [[p, s, c] for p, (s, c) in manifest.items()])
             )
@@ -319,6 +326,22 @@ class Follower:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, self.applier.close)
         self._pool.shutdown(wait=True)
+
+
+async def _beating(
+    work: asyncio.Future[Any], writer: asyncio.StreamWriter, interval: float | None
+) -> Any:
+    """`work`'s result; meanwhile a KEEPALIVE each `interval` (none without one)."""
+    if interval is None:
+        return await work
+    keepalive = wire.frame(wire.KEEPALIVE)
+    while True:
+        done, _ = await asyncio.wait({work}, timeout=interval)
+        if done:
+            return work.result()
+        if writer.is_closing():
+            return await work
+        writer.write(keepalive)
 
 
 def _fsync_dir(path: str) -> None:

@@ -274,6 +274,28 @@ class FollowerLink:
             self.writer.close()
 
 
+# How long a leader waits for the MANIFEST of a follower that sends no keepalives
+# while it reads its data dir (an older version).
+MANIFEST_SECONDS = 60.0
+
+
+async def read_manifest(
+    reader: asyncio.StreamReader, interval: float, beating: bool
+) -> tuple[int, bytes | bytearray]:
+    """The follower's first frame after WELCOME other than KEEPALIVE: its MANIFEST.
+
+    Reading a large data dir for its CRCs may take the follower minutes, so one that
+    said in HELLO that it sends keepalives meanwhile (`beating`) may take as long as it
+    needs while it is heard from every SILENT_INTERVALS intervals, and is given up
+    once it is silent that long (cut off, paused, gone); an older follower gets
+    MANIFEST_SECONDS, as before (a data dir it cannot read by then, it never could)."""
+    limit = wire.SILENT_INTERVALS * interval if beating else MANIFEST_SECONDS
+    while True:
+        kind, payload = await asyncio.wait_for(wire.read_frame(reader), limit)
+        if kind != wire.KEEPALIVE:
+            return kind, payload
+
+
 async def keepalive(
     writer: asyncio.StreamWriter,
     interval: float,

@@ -48,6 +48,7 @@ from leveret.cluster.leader import (
     Tap,
     keepalive,
     keepalive_interval,
+    read_manifest,
 )
 from leveret.cluster.proxy import Proxy
 from leveret.config import ServerConfig
@@ -976,14 +977,21 @@ class ClusterNode:
             interval = keepalive_interval(self.ttl)
             writer.write(
                 wire.json_frame(
-                    wire.WELCOME, {"epoch": self.epoch, "leader": self.name, "keepalive": interval}
+                    wire.WELCOME,
+                    {
+                        "epoch": self.epoch,
+                        "leader": self.name,
+                        "keepalive": interval,
+                        "manifest_keepalive": True,  # it takes keepalives before MANIFEST
+                    },
                 )
             )
             watch = hello.get("keepalive") is True  # (an older follower sends none)
             # (`link` is set once the snapshot is sent and this loop reads the follower's
             # frames: only then can its silence be told from a long snapshot's)
             beat = asyncio.ensure_future(keepalive(writer, interval, lambda: link, watch))
-            kind, payload = await asyncio.wait_for(wire.read_frame(reader), 60)
+            beating = hello.get("manifest_keepalive") is True
+            kind, payload = await read_manifest(reader, interval, beating)
             if kind != wire.MANIFEST:
                 return
             theirs = {p: (s, c) for p, s, c in json.loads(payload)}

@@ -32,8 +32,10 @@ FRAME = struct.Struct("<IB")
 U64 = struct.Struct("<Q")
 
 # frame types
-HELLO = 1  # follower → leader: JSON {cluster, node, epoch, keepalive: true}
-WELCOME = 2  # leader → follower: JSON {epoch, leader, keepalive: interval in seconds}
+# (manifest_keepalive in both: the follower sends KEEPALIVE while it reads its data dir
+# for MANIFEST, and the leader takes it; each does only if the other said so)
+HELLO = 1  # follower → leader: JSON {cluster, node, epoch, keepalive, manifest_keepalive}
+WELCOME = 2  # leader → follower: JSON {epoch, leader, keepalive: interval, manifest_keepalive}
 REFUSE = 3  # either way: JSON {reason}; the connection then closes
 MANIFEST = 4  # follower → leader: JSON [[path, size, crc32], ...]
 SNAP_FILE = 5  # leader → follower: <u8 fresh><u16 n><path><u64 offset> data
