@@ -536,6 +536,9 @@ class ClusterNode:
             for proxy in self._proxies:
                 proxy.drop_all()
             self._proxied_epoch = self.epoch
+            # A new leader is tried at once, and again soon if it is still starting
+            # (it refuses until its broker is up), whatever the last one cost.
+            self._handshake_failures = 0
         self.follower = Follower(
             self.config.data_dir,
             self.name,
