@@ -9,7 +9,8 @@ from leveret.store.definitions import (
     QueueDef,
 )
 from leveret.store.errors import StoreError, StoreFormatError, StoreWriteError
-from leveret.store.message_store import Location, MessageStore
+from leveret.store.locations import Location
+from leveret.store.message_store import MessageStore
 from leveret.store.segments import SegmentLog
 
 __all__ = [

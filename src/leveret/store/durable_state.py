@@ -32,7 +32,8 @@ from leveret.store.definitions import DefinitionStore
 from leveret.store.delay_queue import DELAYED, is_delay_key
 from leveret.store.delayed_messages import StoredDelays
 from leveret.store.errors import StoreError
-from leveret.store.message_store import MessageStore, SharedRecord
+from leveret.store.locations import SharedRecord
+from leveret.store.message_store import MessageStore
 from leveret.store.queue_ids import QueueKey
 from leveret.store.stream_log import SyncSubmitter
 

@@ -26,7 +26,13 @@ from typing import Any
 from leveret.store import clean_index, summaries
 from leveret.store.committer import GroupCommitter, OnDurable, segment_path
 from leveret.store.delay_queue import DelayQueues, is_delay_key
-from leveret.store.errors import StoreError
+from leveret.store.locations import (
+    Location,
+    SharedRecord,
+    TransientLocation,
+    intern_size,
+    split_publish,
+)
 from leveret.store.paged_index import REDELIVERED, TRANSIENT, PagedIndex, Run
 from leveret.store.queue_ids import QueueIds, QueueKey
 from leveret.store.records import (
@@ -83,90 +89,6 @@ READ_GAP = 16 * 1024
 
 _PAGED = 0  # compaction's tag for a PUBLISH kept in a paged tail (not a record type)
 _DELAYED = -1  # compaction's tag for a PUBLISH pending in a delay queue
-
-
-class Location:
-    """Where one queued message lives on disk, plus what recovery needs to know about it.
-
-    Mutable on purpose: compaction moves records and updates the same object the
-    queue holds, so the queue's reference never goes stale. A long queue keeps one
-    of these per paged message, so every slot counts: `transient` is a class
-    attribute (TransientLocation), and equal sizes share one int (`_size`).
-    """
-
-    __slots__ = ("segment", "offset", "size", "queue_id", "msg_id", "redelivered")
-
-    transient = False  # a record written only to page a body out (TransientLocation)
-
-    def __init__(self, segment: int, offset: int, size: int, queue_id: int, msg_id: int) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.size = size
-        self.queue_id = queue_id
-        self.msg_id = msg_id
-        # True once a DELIVERED record exists: a recovered message goes out redelivered.
-        self.redelivered = False
-
-    @property
-    def body_estimate(self) -> int:
-        """The body's size, over by the routing and properties stored with it; what a
-        queue counts for a message it keeps as this location alone."""
-        return self.size - PUB_HEAD
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(seg={self.segment}, off={self.offset}, size={self.size}, "
-            f"q={self.queue_id}, id={self.msg_id}, redelivered={self.redelivered})"
-        )
-
-
-class SharedRecord:
-    """A FANOUT record just written: one message's body for several durable queues.
-    Each queue takes its slot as it enqueues the message (`take_slot`,
-    `take_slot_paged`); a slot no queue takes is let go (`release_slot`)."""
-
-    __slots__ = ("segment", "offset", "size", "first", "qids", "extra")
-
-    def __init__(
-        self, segment: int, offset: int, size: int, first: int, qids: list[int], extra: int = 0
-    ) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.size = size
-        self.first = first  # message id of slot 0; slot k has first + k
-        self.qids = qids
-        self.extra = extra  # bytes beyond the fixed part that are not body: ids, header
-
-
-class TransientLocation(Location):
-    """A body paged out of RAM: not fsynced on its own account, ignored by recovery."""
-
-    __slots__ = ()
-    transient = True
-
-
-_SIZES: dict[int, int] = {}
-
-
-def _size(n: int) -> int:
-    """One int object per distinct record size under 64 KB: a long queue of
-    same-sized messages then holds one, not one per Location (28 bytes each)."""
-    if n < 65536:
-        return _SIZES.setdefault(n, n)
-    return n
-
-
-def _split_publish(record: memoryview, loc: Location, check: bool) -> tuple[bytes, bytes]:
-    """(header bytes, body) of one PUBLISH or FANOUT record; with `check`, its CRC
-    verified first."""
-    if check and (
-        len(record) != loc.size
-        or zlib.crc32(record[PREFIX_SIZE:]) != RECORD_PREFIX.unpack_from(record)[1]
-    ):
-        raise StoreError(f"stored message {loc!r} is corrupt")
-    rtype, _flags, n, _mid, hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)
-    start = PUB_HEAD if rtype == PUBLISH else PUB_HEAD + 4 * n  # FANOUT: after the ids
-    return bytes(record[start : start + hlen]), bytes(record[start + hlen :])
 
 
 def _live_slots_only(record: memoryview, holders: list[tuple[int, Any]]) -> memoryview | bytes:
@@ -592,11 +514,11 @@ class MessageStore:
                     mid = record_mid(record, qid)
                 flag = flags[k] if flags is not None else 0
                 cls = TransientLocation if flag & TRANSIENT else Location
-                loc = cls(seq, off, _size(size), qid, mid)
+                loc = cls(seq, off, intern_size(size), qid, mid)
                 if flag & REDELIVERED:
                     loc.redelivered = True
                 index[mid] = loc
-                header, body = _split_publish(record, loc, check=False)
+                header, body = split_publish(record, loc, check=False)
                 if stamped:
                     out.append((loc, header, body, stamps[k] if stamps is not None else 0.0))
                 else:
@@ -706,7 +628,7 @@ class MessageStore:
         if qid is None:
             qid = self._queues.assign(key)
         seq, off, size, mid = self._write_publish(qid, header, body, on_durable, transient)
-        loc = (TransientLocation if transient else Location)(seq, off, _size(size), qid, mid)
+        loc = (TransientLocation if transient else Location)(seq, off, intern_size(size), qid, mid)
         self._index[mid] = loc
         return loc
 
@@ -770,7 +692,7 @@ class MessageStore:
             self._rolled(seq)
         # Each slot counts the whole record until its queue lets go of it.
         self._live[seq] = self._live.get(seq, 0) + size * n
-        return SharedRecord(seq, off, _size(size), first, qids, len(slots) + hlen)
+        return SharedRecord(seq, off, intern_size(size), first, qids, len(slots) + hlen)
 
     def take_slot(self, shared: SharedRecord, k: int) -> Location:
         """Slot `k` of a FANOUT record, as the Location its queue holds."""
@@ -858,7 +780,7 @@ class MessageStore:
         """(header bytes, body) of a stored message, CRC-checked."""
         assert self._log is not None
         data = self._log.read(loc.segment, loc.offset, loc.size)
-        return _split_publish(memoryview(data), loc, check=True)
+        return split_publish(memoryview(data), loc, check=True)
 
     read = read_body
 
