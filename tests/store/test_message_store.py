@@ -521,7 +521,7 @@ def test_compaction_that_cannot_fit_does_not_reread_the_segment_at_every_ack(
     segments that still exist cannot be compacted within the budget. It is read again
     only once it could fit (its ACK records' targets deleted), not at every ack of one
     of its messages: S9's drain spent 93% of its time re-reading 16 MB segments so."""
-    from leveret.store.message_store import COMPACT_GRACE
+    from leveret.store.compaction import COMPACT_GRACE
 
     store = MessageStore(str(tmp_path), segment_size=64 * 1024)
     store.open_paged()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from leveret.store import MessageStore
-from leveret.store.message_store import COMPACT_GRACE
+from leveret.store.compaction import COMPACT_GRACE
 from leveret.store.paged_index import REDELIVERED, PagedIndex
 
 Q = ("/", "q")
