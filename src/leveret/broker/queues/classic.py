@@ -182,7 +182,7 @@ class PriorityReadyMessages(ReadyMessages):
 
     Each level pages on its own: past the queue's RAM allowance a level keeps its
     newest messages as a paged tail, which the store keeps as a queue of its own
-    (store.message_store.QueueKey), so a restart gives each level back in order.
+    (store.queue_ids.QueueKey), so a restart gives each level back in order.
 
     A subclass of ReadyMessages so that the queue's dispatch calls one type's
     methods (compiled, a C call); its own head and tail stay empty and unused."""
