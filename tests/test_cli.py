@@ -174,6 +174,7 @@ def test_port_in_use_is_reported(tmp_path):
         )
     assert proc.returncode == 1
     assert "cannot start" in proc.stderr and str(port) in proc.stderr
+    assert "pick free ports with --port" in proc.stderr
 
 
 @pytest.mark.parametrize("etcd", ["refuses", "silent"])

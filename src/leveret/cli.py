@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -513,6 +514,12 @@ def run_server(args: argparse.Namespace) -> int:
         return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)
+        if exc.errno == errno.EADDRINUSE:
+            # Most often a RabbitMQ on the same machine, which holds 5672, 15672, 15692.
+            log.error(
+                "another process listens there (a RabbitMQ?); pick free ports with "
+                "--port (or --listen), --management-port and --prometheus-port"
+            )
         return 1
 
 
