@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pika
 import pytest
@@ -118,9 +119,8 @@ def test_persistent_confirmed_messages_flow_while_the_loop_polls(busy_broker):
     assert busy.turns > 0  # reads armed it
 
     # Once traffic stops the loop sleeps again.
-    deadline = threading.Event()
     for _ in range(300):
         if not busy_broker.call(lambda: busy.spinning):
             break
-        deadline.wait(0.1)
+        time.sleep(0.1)
     assert not busy_broker.call(lambda: busy.spinning)

@@ -36,13 +36,13 @@ class BusyWait:
         self.deadline = 0  # time.monotonic_ns() until which the loop keeps polling
         self.spinning = False  # a spin callback is scheduled
         self.fresh = False  # arm() was called since the last turn
-        self.turns = 0  # loop turns spent polling, for tests and the debug log
+        self.turns = 0  # loop turns spent polling (the tests read it)
 
     def arm(self) -> None:
         """A read was handled: poll at least `window_us` from now.
 
-        Called once a read on the hot path, so it does no more than a clock read and a
-        store while a spin is already scheduled."""
+        Called once a read on the hot path, so while a spin is already scheduled it
+        does no more than a clock read and two stores."""
         self.deadline = time.monotonic_ns() + self.window_ns
         self.fresh = True
         if not self.spinning:
