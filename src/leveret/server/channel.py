@@ -323,8 +323,13 @@ class Channel(PublishMethods):
             return
         queue = self.queue_by_name(m.queue)
         exclusive = m.exclusive and queue.exclusive_consumers
+        # A single-active-consumer queue already gives one consumer the queue: RabbitMQ
+        # refuses an exclusive consumer on it as on a queue in exclusive use.
+        sac = exclusive and getattr(
+            getattr(queue, "options", None), "single_active_consumer", False
+        )
         if queue.exclusive_consumers and (
-            any(c.exclusive for c in queue.consumers) or (exclusive and queue.consumers)
+            sac or any(c.exclusive for c in queue.consumers) or (exclusive and queue.consumers)
         ):
             raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
         arguments = dict(m.arguments or {})
