@@ -26,6 +26,13 @@ ALLOWED: list[Allowed] = [
         "streams.acks_give_credit", "value", "steps.*.reply.consumer_count", _COUNT, _COUNT_WHY
     ),
     Allowed(
+        "rabbit_stream_queue.consume_and_ack",
+        "value",
+        "steps.*.reply.consumer_count",
+        _COUNT,
+        _COUNT_WHY,
+    ),
+    Allowed(
         "streams.delete_if_unused",
         "*",
         "steps.[67].*",

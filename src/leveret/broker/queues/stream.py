@@ -319,6 +319,10 @@ class StreamQueue(Queue):
             )
         if prefetch <= 0:
             raise PreconditionFailed(f"consumer prefetch count is not set for '{self.describe()}'")
+        if "x-priority" in args:  # a stream delivers to every consumer in turn
+            raise PreconditionFailed(
+                f"invalid arg 'x-priority' for {self.describe()} of queue type rabbit_stream_queue"
+            )
         if "x-stream-offset" in args:
             self.start_offset(args["x-stream-offset"])  # raises if malformed
 
