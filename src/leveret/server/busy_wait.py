@@ -59,7 +59,8 @@ class BusyWait:
             # Nothing came in: let whatever else is runnable on this CPU go first. A
             # client woken by the broker's write is often queued on the broker's own
             # CPU, and would otherwise wait out the whole window behind a thread that
-            # never blocks (S3's p99 was the window, 2 ms, without this).
+            # never blocks (without the yield, S3's p99 is the window itself:
+            # docs/benchmarks.md#s3).
             _sched_yield()
             self.loop.call_soon(self._turn)
         else:
