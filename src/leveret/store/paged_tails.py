@@ -50,8 +50,9 @@ READ_SPAN = 4 * 1024 * 1024  # most bytes take_paged reads at once
 # Most bytes of other records take_paged reads through to reach the next one of the
 # queue's; past that each is read on its own. About what one pread call costs in
 # copying: many long queues filled in turn put each queue's records a whole round of
-# other queues' records apart, and reading the stretches whole read the log once per
-# queue (S9, 1,000 queues: 400 GB read to drain 10,000,000 messages of 16 B).
+# other queues' records apart, and reading the stretches whole would read the log once
+# per queue (S9, docs/benchmarks.md#s9, 1,000 queues: hundreds of GB read to drain
+# 10,000,000 messages of 16 B).
 READ_GAP = 16 * 1024
 
 
