@@ -9,9 +9,8 @@ one PURGE record for the whole tail) and its own handling of a record that rots
 on disk (`_drop_corrupt`). The delay queues read their records through
 `_read_positions` too.
 
-`publish_paged` is on the publish path of a queue that pages; it is the same
-call on the same object as before the split (a method of the store), with
-nothing added per message.
+`publish_paged` is on the publish path of a queue that pages; as a method of the
+store (this mixin) it costs one method call on the store, nothing more per message.
 """
 
 from __future__ import annotations
