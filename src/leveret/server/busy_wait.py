@@ -13,7 +13,7 @@ the thread never blocks. Nothing else waits behind the spin: each turn is one ca
 among the others, sockets and other threads' `call_soon_threadsafe` are polled every turn,
 and timers are checked every turn. The cost is CPU: the loop thread stays busy for up to
 `busy_wait_us` after each read, so under steady traffic it uses a whole core. Once no read
-arrives for that long, the loop sleeps as before.
+arrives for that long, the loop sleeps until the next event.
 """
 
 from __future__ import annotations
