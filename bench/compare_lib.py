@@ -222,7 +222,7 @@ SCENARIOS: dict[str, Scenario] = {
             ["--consumers", "10"],
         ),
         Scenario("S5", "4 KB, autoack: msg/s", ["--size", "4096", "--autoack"], "consumed"),
-        # Issue 13: S4 with durable queues and persistent messages under confirms.
+        # S4 with durable queues and persistent messages under confirms.
         Scenario(
             "S4D",
             "fanout to 10 durable queues, persistent, confirm window 1000: deliveries/s",
@@ -230,7 +230,7 @@ SCENARIOS: dict[str, Scenario] = {
             "consumed",
             ["--consumers", "10"],
         ),
-        # Issue 31: many queues and connections at once. Producer i publishes to queue
+        # Many queues and connections at once. Producer i publishes to queue
         # i mod 100, one consumer per queue; 100 unconfirmed a producer (10,000 in all).
         Scenario(
             "S8",
@@ -247,7 +247,7 @@ MEMORY_SCENARIOS = {
     "S6": "1000 idle connections: RSS KB per connection",
     "S7": "1M x 1 KB queued: publish msg/s, RSS MB",
 }
-# Issue 31: many long queues (bench/long_queues.py, the same client for both brokers).
+# Many long queues (bench/long_queues.py, the same client for both brokers).
 LONG_QUEUE_SCENARIOS = {
     "S9": "1,000 long durable queues x 10,000 persistent 16 B messages: RSS full, time to drain",
 }
@@ -256,7 +256,7 @@ LONG_QUEUE_FIGURES = {
     "drain_seconds": ("seconds to drain them all (one consumer a queue, autoack)", 2),
     "fill_per_s": ("fill rate, confirmed msg/s", 0),
 }
-# Stream queues (issue 9): bench/streams.py, the same leveret.client code for both brokers.
+# Stream queues: bench/streams.py, the same leveret.client code for both brokers.
 STREAM_SCENARIOS = {
     "ST": "stream queues: publish with confirms, consume from first x1 and x4",
 }

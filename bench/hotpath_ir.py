@@ -239,7 +239,7 @@ async def run(case: str, messages: int, warmup: int) -> dict[str, float]:
 
 
 def micro(name: str, n: int) -> None:
-    """One hot-path function `n` times (the per-function table in docs/benchmarks.md)."""
+    """One hot-path function `n` times (docs/performance-notes.md#the-compiled-hot-path)."""
     from leveret.protocol import connection as pc
     from leveret.protocol import methods as wire
     from leveret.protocol.properties import parse_header

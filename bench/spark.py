@@ -13,7 +13,8 @@ measures, alternating the order each run:
 - streaming: `readStream` with Trigger.AvailableNow into the `noop` sink.
 
 Spark's figures are from the start of the action to its end (the session is warm); the
-bar of issue 9 is batch >= raw x cores / 2. Prints a Markdown table with medians.
+target is batch >= raw x cores / 2 (docs/benchmarks.md#spark). Prints a Markdown table
+with medians.
 
 To compare two versions of the connector, fill once and point both at the same broker:
 `--uri URL --no-fill --messages N` (the super stream holds N messages), each run with

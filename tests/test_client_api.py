@@ -173,7 +173,7 @@ def test_redeclare_with_other_arguments_is_precondition_failed(amqp_url, names):
 
 def test_publish_to_missing_exchange_raises_on_the_publish(amqp_url, names, amqp_vhost):
     """On a confirm channel the publish itself raises NotFound with the broker's 404
-    (issue 27: it raised Unconfirmed); the connection carries on."""
+    (not Unconfirmed later); the connection carries on."""
 
     async def main():
         async with await connect(amqp_url) as conn:
@@ -312,8 +312,8 @@ def test_publish_many_confirms_everything(amqp_url, names):
 
 def test_publish_many_returns_only_after_the_last_confirm(amqp_url, names):
     """With a small window every confirm drains the count to zero between windows;
-    publish_many must still wait for the confirm of its last message (it used to
-    return as soon as the count had once touched zero)."""
+    publish_many must still wait for the confirm of its last message, not return
+    as soon as the count has once touched zero."""
 
     async def main():
         async with await connect(amqp_url) as conn:

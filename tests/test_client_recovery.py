@@ -1,6 +1,6 @@
 """leveret.client recovery: the broker goes away mid-traffic and nothing is lost.
 
-The proof the issue asks for: a confirmed-publish loop and an acking consume
+The proof: a confirmed-publish loop and an acking consume
 loop run while the broker is SIGKILLed and restarted (a Leveret subprocess),
 or while the server closes the client's connections (Leveret's force-close,
 RabbitMQ's management API). Every message published with a confirm must be

@@ -1,4 +1,4 @@
-"""Closing without a TCP reset (issue 8).
+"""Closing without a TCP reset.
 
 A client may go on writing after its connection.close: Node's amqplib does, for
 publishes still buffered for other channels.  RabbitMQ answers close-ok, ignores

@@ -1,4 +1,4 @@
-"""Nothing follows a close on its channel: confirms, deliveries, returns (issue 27).
+"""Nothing follows a close on its channel: confirms, deliveries, returns.
 
 Node's amqplib forgets a channel when it sees channel.close-ok (or answers the
 server's channel.close), and throws "Frame on unknown channel" for any later

@@ -1,4 +1,4 @@
-"""The x-consistent-hash exchange (issue 9 §1), with the interface of RabbitMQ's plugin.
+"""The x-consistent-hash exchange, with the interface of RabbitMQ's plugin.
 
 Runs against the reference RabbitMQ too, which has the plugin on.  The exact
 queue a key lands on differs (the ring's hash differs), so the tests check the

@@ -1,4 +1,4 @@
-"""The x-message-deduplication exchange (issue 9 §2): the community plugin's interface.
+"""The x-message-deduplication exchange: the community plugin's interface.
 
 The reference RabbitMQ here does not have that plugin, so these are Leveret's own
 (leveret_only); the argument names and semantics follow the plugin's README.

@@ -1,9 +1,9 @@
-"""The x-delayed-message exchange (issue 30 §6), with the interface of the community
+"""The x-delayed-message exchange, with the interface of the community
 plugin rabbitmq-delayed-message-exchange.
 
 The reference RabbitMQ does not have the plugin, so these tests are Leveret's own:
 what they check is the plugin's documented behaviour and, where Leveret differs on
-purpose, docs/differences.md#delayed-message-exchange. Each runs on the broker
+purpose, docs/differences.md#the-delayed-message-exchange. Each runs on the broker
 without persistence (pending messages in RAM) and with it (in the segment store).
 Arrival times are checked only from below (never before the due time): an upper
 bound would be a timing assertion on a shared machine.

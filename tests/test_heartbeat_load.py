@@ -1,4 +1,4 @@
-"""Heartbeats under load (issue 8): busy or paused connections are not dropped.
+"""Heartbeats under load: busy or paused connections are not dropped.
 
 No timing is asserted: each test only checks that the connection is still
 alive after several heartbeat intervals under the load it describes.

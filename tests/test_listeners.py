@@ -1,4 +1,4 @@
-"""Listeners: IPv6, several addresses, `--listen` (issue 8)."""
+"""Listeners: IPv6, several addresses, `--listen`."""
 
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ def test_the_pinned_families_are_rabbitmqs():
         assert families[name].type == kind, (name, families[name].type)
 
 
-# --- the families RabbitMQ's dashboards read that Leveret added (issue 28) ------------------
+# --- more families RabbitMQ's dashboards read: logins, channels, queues, ... ----------------
 
 
 def _gain(before, after, name, suffix="_total", **labels):

@@ -1,4 +1,4 @@
-"""Quorum queues over AMQP 0-9-1: RabbitMQ 3.10's semantics on one node (issue 27 §2).
+"""Quorum queues over AMQP 0-9-1: RabbitMQ 3.10's semantics on one node.
 
 Every expected code, text, order and header here was taken from RabbitMQ 3.10.8
 by running these same pika calls against it; tests not marked leveret_only run

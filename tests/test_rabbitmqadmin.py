@@ -168,7 +168,7 @@ def test_bad_input_is_reported_by_the_tool(admin):
 
 
 def test_a_vhost_rabbitmqadmin_made_is_usable_at_once(api, admin, tmp_path):  # noqa: F811
-    """The issue's case: an administrator creates a vhost with rabbitmqadmin and uses it
+    """An administrator creates a vhost with rabbitmqadmin and uses it
     at once (RabbitMQ grants the creator full permissions in it): declare, list,
     publish, get, export, delete and import, all in that vhost, as that user."""
     user, vhost = unique("adm-maker"), unique("adm-new-vh")

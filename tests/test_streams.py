@@ -1,4 +1,4 @@
-"""Stream queues over AMQP 0-9-1 (issue 9 §1).
+"""Stream queues over AMQP 0-9-1 .
 
 Codes and texts were pinned by running these same pika calls against RabbitMQ
 3.10.8; tests not marked leveret_only run against it too (LEVERET_TEST_URL).
@@ -394,7 +394,7 @@ def _open_files(pid: int) -> list[str]:
 
 
 def test_offset_past_the_end_starts_there_once_it_exists(connection, stream):
-    """A reader resuming at a stored offset beyond the end (issue 27) gets that
+    """A reader resuming at a stored offset beyond the end gets that
     offset first, once it is written: nothing before it, nothing skipped."""
     ch = connection.channel()
     _publish(ch, stream, [b"m0", b"m1", b"m2"])

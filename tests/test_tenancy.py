@@ -177,7 +177,7 @@ def test_passwords_are_not_stored_in_plain_text(tmp_path):
 
 
 def test_messages_in_several_vhosts_survive_a_restart(tmp_path):
-    """Issue 10: vhosts are persisted before use; every vhost's messages come back."""
+    """Vhosts are persisted before use; every vhost's messages come back."""
     config = ServerConfig(port=0, data_dir=str(tmp_path))
     vhosts = ["/", "team-a", "team-b", "with/slash"]
     with embedded_broker(config) as broker:

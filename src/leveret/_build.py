@@ -28,9 +28,9 @@ import logging
 import os
 import sys
 
-# The modules the profile names and instruction counts keep (docs/architecture.md#the-
-# compiled-hot-path). protocol/methods.py compiled as it is cost more (its
-# deliver_head took S1 60.3k instructions a message compiled, 59.5k without); it is
+# The modules the profile names and instruction counts keep
+# (docs/architecture.md#the-compiled-hot-path). protocol/methods.py compiled as it is
+# costs more (its deliver_head takes more instructions compiled than interpreted); it is
 # compiled for deliver_frames, a typed C function (methods.pxd) the compiled
 # Channel calls. The model's classes are C types, laid out by the .pxd beside each.
 COMPILED_MODULES: tuple[str, ...] = (

@@ -1,4 +1,4 @@
-"""Delayed messages across restarts and kill -9 (issue 30 §6, "Persistence").
+"""Delayed messages across restarts and kill -9.
 
 A persistent message on a durable x-delayed-message exchange is fsynced before its
 publisher confirm; from then on a SIGKILL or a restart does not lose it, and it is

@@ -1,4 +1,4 @@
-"""Long queues keep their tail as disk locations only (issue 13 §1).
+"""Long queues keep their tail as disk locations only.
 
 Each broker here runs with a small `--queue-ram-messages`, so a few hundred
 messages are enough to put most of a queue in its paged tail. The tests check

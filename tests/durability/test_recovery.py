@@ -273,7 +273,7 @@ def test_fsync_modes_end_to_end(brokers, fsync):
 
 
 def test_messages_of_an_undefined_queue_are_kept_not_deleted(brokers):
-    """Issue 10's data-loss trap: a queue whose definition is missing at start
+    """A data-loss trap: a queue whose definition is missing at start
     (lost, or in a vhost not loaded yet) keeps its messages on disk."""
     import sqlite3
 

@@ -137,7 +137,7 @@ def test_purging_a_paged_tail_is_durable_and_keeps_the_head(tmp_path: Path) -> N
 
 def test_bookkeeping_per_paged_message_is_under_16_bytes(tmp_path: Path) -> None:
     """Python allocations made by 200,000 paged publishes, per message (tracemalloc
-    counts bytes, not time). The bar from issue 13 is 16 B.
+    counts bytes, not time): at most 16 B.
 
     The messages span about nine 1 MB segments, as a long queue spans many: the
     active segment's summary (16 B a message, see store.summaries) is freed when

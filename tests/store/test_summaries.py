@@ -2,8 +2,7 @@
 
 A summary is a cache of its segment, so the test that matters compares the two
 ways of recovering the same data dir: one copy keeps its summary files, the
-other has them deleted and is walked record by record, as before summaries
-existed. Both must give every queue the same positions, flags and order, and
+other has them deleted and is walked record by record. Both must give every queue the same positions, flags and order, and
 the store the same live bytes, dependencies and next message id.
 """
 

@@ -1,5 +1,5 @@
 """Decoded field values keep their wire type (RabbitMQ's texts name it) and compare
-as RabbitMQ compares them (issue 27, tests/compat/amqp)."""
+as RabbitMQ compares them (tests/compat/amqp)."""
 
 from __future__ import annotations
 

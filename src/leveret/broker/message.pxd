@@ -1,5 +1,5 @@
-# The C layout of broker/message.py's Message when compiled (docs/architecture.md#the-
-# compiled-hot-path): Cython reads this beside the .py, which stays plain Python.
+# The C layout of broker/message.py's Message when compiled
+# (docs/architecture.md#the-compiled-hot-path): Cython reads this beside the .py, which stays plain Python.
 # Typed attributes are C fields: the compiled hot path (queues, the channel) reads
 # them without a dictionary or descriptor lookup. `public`: Python code sees them too.
 

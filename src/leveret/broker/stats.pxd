@@ -1,6 +1,6 @@
 # The C layout of broker/stats.py's MessageStats when compiled (see broker/message.pxd):
 # the counters are C integers, so the compiled hot path's `stats.deliver += 1` is one
-# add. Python code (the Sampler, the management API) reads them by name as before.
+# add. Python code (the Sampler, the management API) reads them by name, as attributes.
 
 cdef class MessageStats:
     cdef public Py_ssize_t publish

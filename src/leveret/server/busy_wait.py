@@ -13,7 +13,7 @@ the thread never blocks. Nothing else waits behind the spin: each turn is one ca
 among the others, sockets and other threads' `call_soon_threadsafe` are polled every turn,
 and timers are checked every turn. The cost is CPU: the loop thread stays busy for up to
 `busy_wait_us` after each read, so under steady traffic it uses a whole core. Once no read
-arrives for that long, the loop sleeps as before.
+arrives for that long, the loop sleeps until the next event.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class BusyWait:
             # Nothing came in: let whatever else is runnable on this CPU go first. A
             # client woken by the broker's write is often queued on the broker's own
             # CPU, and would otherwise wait out the whole window behind a thread that
-            # never blocks (S3's p99 was the window, 2 ms, without this).
+            # never blocks (without the yield, S3's p99 is the window itself:
+            # docs/benchmarks.md#s3).
             _sched_yield()
             self.loop.call_soon(self._turn)
         else:

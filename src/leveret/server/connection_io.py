@@ -7,8 +7,9 @@ it parses, queue the deliveries that made, write everything out once - is here, 
 its base class. Compiled (src/leveret/_build.py), ConnectionIO is a C type: the fields
 these methods read are C fields (connection_io.pxd) instead of lookups by name, the
 methods are C functions instead of interpreted Python, and a compiled Channel's
-delivery reaches `write` with a C call. At S3's rate (a few messages a read) those
-Python calls were about a third of the broker's instructions a message.
+delivery reaches `write` with a C call. At S3's rate (docs/benchmarks.md#s3: a few
+messages a read) those calls as interpreted Python would be about a third of the
+broker's instructions a message.
 
 Everything else a connection does stays in AMQPConnection, which this class calls
 back by name (`_event`, `_flush_confirms`, `_set_writable`, ...): those run once a
@@ -200,9 +201,9 @@ class ConnectionIO:
         next loop turn.
 
         At the end of the read, not at the next turn: a delivery to a consumer leaves
-        in the same loop callback as the publish that made it (S3's latency: one loop
-        turn and one scheduled callback less a read). Everything one read queued for
-        a connection is still one write, as before."""
+        in the same loop callback as the publish that made it (S3's latency,
+        docs/benchmarks.md#s3: one loop turn and one scheduled callback less a read).
+        Everything one read queued for a connection is still one write."""
         written = self.server.read_output
         if written is not None:
             written.append(self)

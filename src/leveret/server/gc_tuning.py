@@ -4,11 +4,11 @@ CPython's cycle collector runs a generation-0 pass every 700 net allocations,
 and a full pass, which walks every tracked object, once enough survivors pile up.
 A broker allocates per message and keeps many long-lived objects (queues,
 connections, bindings, queued messages), so with the defaults the full passes
-come often and each one stalls the event loop. Measured with 10,000 queues and
-1,000 idle connections while S1 ran (bench/management_load.py, 2026-11-25):
-112 full passes of 63 to 67 ms each in about a minute; with the thresholds below
-none, S1 went from about 122,000 to 150,000 msg/s and /api/overview's p95 from
-78 ms to 25 ms.
+come often and each one stalls the event loop. With 10,000 queues and 1,000 idle
+connections under S1 (docs/benchmarks.md#s1; `bench/management_load.py`) the
+defaults run about a hundred full passes a minute of 60-70 ms each; the thresholds
+below run none, and S1 and the management API's tail latency both improve
+(docs/benchmarks.md#management-api has the figures).
 
 Reference counting still frees everything that is not in a cycle at once; the
 broker's cycles (a closed channel and its connection, a deleted queue and its

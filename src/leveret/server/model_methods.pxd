@@ -1,5 +1,5 @@
-# Compiled, the channel is one C type built in three layers (docs/architecture.md#the-
-# compiled-hot-path): ModelMethods <- PublishMethods (server/publishing.pxd, the publish
+# Compiled, the channel is one C type built in three layers
+# (docs/architecture.md#the-compiled-hot-path): ModelMethods <- PublishMethods (server/publishing.pxd, the publish
 # side's state) <- Channel (server/channel.pxd, the delivery side's). This layer has no
 # state of its own but `closing`; its handlers read the channel's attributes by name.
 # The connection's read loop (server/connection_io.pxd) types a channel as this

@@ -4,7 +4,8 @@ uvloop's plain `data_received` reads at most 256 KB at a time into its own buffe
 hands over a copy, which the protocol core then copies again to put a partial frame
 left from the last read in front of it. With large messages those copies, and the
 number of reads, cost more than the parsing: at 4 KB a message, reads of up to 4 MB
-delivered 14% more messages a second than 256 KB reads (bench/broker_ab.py S5).
+deliver 14% more messages a second than 256 KB reads (S5, docs/benchmarks.md#s5,
+with bench/broker_ab.py).
 
 So connections are `asyncio.BufferedProtocol`s. The kernel writes straight into one
 `SharedReadBuffer` (reads are handled one at a time on the loop, so one buffer serves

@@ -11,7 +11,7 @@ where N is a descriptor of the socket's directory, open for as long as the `with
 block lasts. Binding, connecting, `chmod` and `unlink` through it act on the real
 directory. Only the socket file is reached this way; its directory stays where the
 operator put it. Where /proc is missing (not Linux), the long path is returned as it
-is and the call fails as before, naming the path.
+is and the call fails, naming the path.
 """
 
 from __future__ import annotations

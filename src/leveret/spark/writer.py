@@ -202,7 +202,8 @@ async def _publish(opts: WriteOptions, prefix: str, rows: Iterator[Row]) -> int:
 
 
 def _failed(exc: ManyFailed, opts: WriteOptions) -> PublishFailed:
-    """What went wrong with which messages, as the old client said it."""
+    """One PublishFailed for a batch: how many messages came back unroutable or were
+    nacked, and where they were going."""
     returned = [e for _, e in exc.failures if isinstance(e, MessageReturned)]
     nacked = [e for _, e in exc.failures if isinstance(e, MessageNacked)]
     if returned:

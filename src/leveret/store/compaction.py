@@ -169,8 +169,9 @@ class Compaction:
         until it could fit: until its live bytes have fallen by what was over the
         budget, or a segment it refers to was deleted (which frees its ACK records).
         Batched ACK records (REFS) are not live bytes, so a segment can hold few live
-        messages and still too much to copy; retrying at every ack re-read it each
-        time (S9's drain: 93% of the time, 16 MB per ack).
+        messages and still too much to copy; retrying at every ack would re-read it
+        each time (16 MB per ack, most of the time of S9's drain,
+        docs/benchmarks.md#s9).
         """
         lg = self._log
         assert lg is not None

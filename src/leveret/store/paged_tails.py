@@ -9,9 +9,8 @@ one PURGE record for the whole tail) and its own handling of a record that rots
 on disk (`_drop_corrupt`). The delay queues read their records through
 `_read_positions` too.
 
-`publish_paged` is on the publish path of a queue that pages; it is the same
-call on the same object as before the split (a method of the store), with
-nothing added per message.
+`publish_paged` is on the publish path of a queue that pages; as a method of the
+store (this mixin) it costs one method call on the store, nothing more per message.
 """
 
 from __future__ import annotations
@@ -50,8 +49,9 @@ READ_SPAN = 4 * 1024 * 1024  # most bytes take_paged reads at once
 # Most bytes of other records take_paged reads through to reach the next one of the
 # queue's; past that each is read on its own. About what one pread call costs in
 # copying: many long queues filled in turn put each queue's records a whole round of
-# other queues' records apart, and reading the stretches whole read the log once per
-# queue (S9, 1,000 queues: 400 GB read to drain 10,000,000 messages of 16 B).
+# other queues' records apart, and reading the stretches whole would read the log once
+# per queue (S9, docs/benchmarks.md#s9, 1,000 queues: hundreds of GB read to drain
+# 10,000,000 messages of 16 B).
 READ_GAP = 16 * 1024
 
 

@@ -151,8 +151,8 @@ class StreamLog:
         self._fd = -1
         self._idx_fd = -1
         # Appends are buffered and written with one os.write per loop turn: a
-        # write call per record was 42% of the broker's time in a confirm-publish
-        # profile.  Offsets, positions and the index count buffered records, so
+        # write call per record would take nearly half of the broker's time when
+        # publishing under confirms.  Offsets, positions and the index count buffered records, so
         # every reader flushes first (`flush` is cheap when nothing is buffered).
         self._buf: list[bytes] = []
         self._buffered = 0

@@ -14,7 +14,7 @@ append rather than one per queue; recovery reads such records to place them.
 A summary is only a cache of its segment: it is trusted when its CRC holds and
 it names the segment's sequence number, its exact size and its header's CRC32
 (the header carries the segment's creation time, so a reused number does not
-match). Anything else, and the segment is walked as before. The writer thread
+match). Anything else, and the segment is walked record by record. The writer thread
 writes a summary only after the segment's records are synced (so a summary never
 outlives data it describes), and unlinks it before its segment.
 

@@ -1,4 +1,4 @@
-"""Close orderings: nothing follows a close on its channel (issue 27).
+"""Close orderings: nothing follows a close on its channel.
 
 How many confirms a broker sends before a close depends on timing, so these record
 what must hold on any run: the frame that ends the channel, that no frame follows
