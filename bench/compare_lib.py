@@ -265,7 +265,24 @@ STREAM_FIGURES = {
     "consume_x1": "ST2 stream consume from first, 1 consumer, prefetch 1000: msg/s",
     "consume_x4": "ST3 stream consume from first, 4 consumers at once: msg/s (all)",
 }
-ALL_SCENARIOS = [*SCENARIOS, *MEMORY_SCENARIOS, *LONG_QUEUE_SCENARIOS, *STREAM_SCENARIOS]
+# Many busy queues at once, each with a load generator of its own: what a broker does
+# with the machine's cores (docs/benchmarks.md#s10).
+MULTI_SCENARIOS = {
+    "S10": "N queues, each with its own amqbench process (1 producer, 1 consumer): "
+    "msg/s summed over the N",
+}
+#: S10's shapes: (amqbench flags, the figure summed)
+S10_SHAPES = {
+    "S1": (["--size", "16", "--prefetch", "500"], "consumed"),
+    "S2": (["--persistent", "--confirm", "1000", "--prefetch", "500"], "confirmed"),
+}
+ALL_SCENARIOS = [
+    *SCENARIOS,
+    *MEMORY_SCENARIOS,
+    *LONG_QUEUE_SCENARIOS,
+    *STREAM_SCENARIOS,
+    *MULTI_SCENARIOS,
+]
 
 
 @dataclass
@@ -352,6 +369,79 @@ def run_tool(
     if outcome.value is None and outcome.error is None:
         outcome.error = "no figure (nothing consumed?)"
     return outcome
+
+
+def amqbench_per_queue(amqbench: Path, into: Path) -> Path:
+    """A copy of the referee amqbench.py whose queue names start with $AMQB_Q instead of
+    `bench.q`, so that N copies at once use N queues (device-pack.sh makes the same
+    copy for the many-core machine). The referee itself is not changed."""
+    text = amqbench.read_text()
+    fixed = "f'bench.q{i}'"
+    if fixed not in text or "import argparse, asyncio, json, struct, time, os" not in text:
+        raise RuntimeError(f"{amqbench} names its queues in a way S10 does not know")
+    out = into / "amqbench_per_queue.py"
+    out.write_text(text.replace(fixed, "os.environ.get('AMQB_Q', 'bench.q') + str(i)"))
+    return out
+
+
+def run_multi(
+    broker: Broker,
+    queues: int,
+    shape: str,
+    seconds: float,
+    warmup: float,
+    python: str,
+    script: Path,
+) -> Outcome:
+    """S10: `queues` amqbench processes at once, each on a queue of its own; the sum of
+    their figures (a run where one fails is an error, not a smaller sum)."""
+    flags, figure = S10_SHAPES[shape]
+    prefixes = [f"s10.{shape}.{queues}.{i}." for i in range(queues)]
+    try:
+        _delete_queues(broker, [p + "0" for p in prefixes])
+    except Exception as exc:  # noqa: BLE001 - reported as the run's error
+        return Outcome(error=f"could not reset the S10 queues: {exc}")
+    argv = [python, str(script), "--port", str(broker.port)]
+    argv += ["--seconds", str(seconds), "--warmup", str(warmup), *flags]
+    procs = [
+        subprocess.Popen(
+            argv,
+            env={**os.environ, "AMQB_Q": prefix},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for prefix in prefixes
+    ]
+    total, errors = 0.0, []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=seconds + warmup + 120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            errors.append("timed out")
+            continue
+        try:
+            value = pick(json.loads(out.strip().splitlines()[-1]), figure, "amqbench")
+        except (IndexError, KeyError, ValueError, TypeError):
+            errors.append(f"exit {proc.returncode}: {tail(err or out, 2)}")
+            continue
+        total += float(value)  # type: ignore[arg-type]
+    with contextlib.suppress(Exception):
+        _delete_queues(broker, [p + "0" for p in prefixes])
+    if errors:
+        return Outcome(error=f"{len(errors)} of {queues} load generators failed: {errors[0]}")
+    return Outcome(value=total)
+
+
+def _delete_queues(broker: Broker, names: list[str]) -> None:
+    from leveret.client.blocking import connect
+
+    with connect(broker.uri, recovery=False) as conn:
+        ch = conn.channel()
+        for name in names:
+            ch.delete_queue(name)
 
 
 BENCH_QUEUES = [f"bench.q{i}" for i in range(10)]
