@@ -167,9 +167,13 @@ async def put_user(request: web.Request) -> web.Response:
             replace=True,
         )
     elif existed:
+        # As RabbitMQ: neither a password nor a hash takes the password away. The user
+        # logs in with a certificate (SASL EXTERNAL) only from then on.
         _admin(request).set_user_tags(name, tags)
+        _admin(request).clear_password(name)
     else:
-        raise InvalidValue("password or password_hash must be set")
+        # As RabbitMQ: the user is made with the empty password, which no login takes.
+        _admin(request).add_user(name, "", tags)
     return _ok(204 if existed else 201)
 
 
