@@ -125,4 +125,23 @@ ALLOWED: list[Allowed] = [
         reason="RabbitMQ reads an empty object back as [] (an empty Erlang property list); "
         "Leveret keeps {}",
     ),
+    *(
+        Allowed(
+            case=f"exchanges.publish.{case}",
+            kind="*",
+            path="*",
+            anchor="differences.md#http-publish-property-range",
+            reason="RabbitMQ keeps a property no AMQP field can hold (priority 256, a "
+            "negative timestamp); Leveret refuses it (400 naming the property and its range)",
+        )
+        for case in ("priority_256", "priority_negative", "timestamp_negative")
+    ),
+    Allowed(
+        case="columns.overview.dotted",
+        kind="type",
+        path="object_totals",
+        anchor="differences.md#http-columns-nested",
+        reason="RabbitMQ does not trim an object it holds as an Erlang map; Leveret trims "
+        "every object alike",
+    ),
 ]
