@@ -72,6 +72,8 @@ ALLOWED: list[Allowed] = [
             ("exchanges.put.wrong_type_type", "value"),
             ("permissions.put.bad_regex", "type"),
             ("users.put.bad_hash", "type"),
+            ("definitions.vhost.post.queue_string_booleans", "value"),
+            ("definitions.vhost.post.exchange_string_booleans", "value"),
         )
     ),
     Allowed(
@@ -143,5 +145,13 @@ ALLOWED: list[Allowed] = [
         anchor="differences.md#http-columns-nested",
         reason="RabbitMQ does not trim an object it holds as an Erlang map; Leveret trims "
         "every object alike",
+    ),
+    Allowed(
+        case="definitions.vhost.post.queue_without_flags*",
+        kind="*",
+        path="*",
+        anchor="differences.md#http-definitions-missing-flags",
+        reason="RabbitMQ crashes (400, function_clause) on a queue without durable and "
+        "auto_delete in a definitions file; Leveret imports it (durable, not auto-delete)",
     ),
 ]

@@ -248,6 +248,47 @@ def definitions() -> list[Case]:
         cleanup=[Req("DELETE", f"/api/queues/{V}/q-def")],
         missing_vhost="/api/definitions/compat-nope",
     )
+    flags = {"durable": "true", "auto_delete": "false"}
+    undo = [Req("DELETE", f"/api/queues/{V}/q-def"), Req("DELETE", f"/api/exchanges/{V}/x-def")]
+    for suffix, body in (
+        ("queue_string_booleans", {"queues": [{"name": "q-def", **flags, "arguments": {}}]}),
+        (
+            "exchange_string_booleans",
+            {
+                "exchanges": [
+                    {
+                        "name": "x-def",
+                        "type": "direct",
+                        **flags,
+                        "internal": "false",
+                        "arguments": {},
+                    }
+                ]
+            },
+        ),
+        ("queue_without_flags", {"queues": [{"name": "q-def", "arguments": {}}]}),
+    ):
+        cases.append(
+            Case(
+                f"definitions.vhost.post.{suffix}",
+                "POST",
+                f"/api/definitions/{V}",
+                body,
+                cleanup=list(undo),
+                writes=True,
+            )
+        )
+        cases.append(
+            Case(
+                f"definitions.vhost.post.{suffix}.then_get",
+                "GET",
+                f"/api/queues/{V}/q-def" if "queue" in suffix else f"/api/exchanges/{V}/x-def",
+                query={"columns": "name,durable,auto_delete,internal"},
+                setup=[Req("POST", f"/api/definitions/{V}", body)],
+                cleanup=list(undo),
+                writes=True,
+            )
+        )
     return cases
 
 
