@@ -1957,6 +1957,9 @@ def exchange_parity() -> list[Case]:
         publish("properties_null", None),
         publish("string_null", {"content_type": None}),
         publish("internal_exchange", {}, where="amq.rabbitmq.trace"),
+        publish("cc_not_a_list", {"headers": {"CC": "q1"}}),
+        publish("bcc_not_a_list", {"headers": {"BCC": 5}}),
+        publish("direct_reply_to", {"reply_to": "amq.rabbitmq.reply-to"}),
     ]
     return cases
 
@@ -2011,6 +2014,22 @@ def queue_parity() -> list[Case]:
         get("no_properties", [{}]),
         # a message whose expiration has passed (0 ms: at once) is not there to get
         get("expired", [{"expiration": "0"}]),
+        # CC and BCC route copies (BCC is not shown); the copy in q-cc is gotten
+        get(
+            "cc_bcc",
+            [{"headers": {"CC": ["q-cc"], "BCC": ["q-cc", "q-bcc"]}}],
+            path=f"{q}/q-cc/get",
+            setup=[Req("PUT", f"{q}/q-cc", {})],
+            cleanup=[Req("DELETE", f"{q}/q-cc")],
+        ),
+        get(
+            "bcc",
+            [{"headers": {"BCC": ["q-cc"], "x": 1}}],
+            path=f"{q}/q-cc/get",
+            setup=[Req("PUT", f"{q}/q-cc", {})],
+            cleanup=[Req("DELETE", f"{q}/q-cc")],
+        ),
+        get("cc_bcc.own_copy", [{"headers": {"CC": ["q-cc"], "BCC": ["q-bcc"]}}]),
     ]
     no_read = [
         Req("PUT", f"/api/users/{TMP_USER}", {"password": "compat-pw", "tags": "management"}),

@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.broker import definitions_json
+from leveret.broker import definitions_json, direct_reply
 from leveret.broker.errors import InvalidValue, PreconditionFailed
 from leveret.broker.message import Message
-from leveret.broker.queue_args import parse_expiration
+from leveret.broker.queue_args import amqp_type_name, parse_expiration
 from leveret.management.app import Denied, error, read_json
 from leveret.management.routes.common import (
     _access_check,
@@ -71,11 +71,16 @@ async def publish(request: web.Request) -> web.Response:
     if exchange.internal:
         raise InvalidValue(f"403 ACCESS_REFUSED - cannot publish to internal {exchange.describe()}")
     ttl = _check_message(request, properties)
+    keys = _sender_routes(properties, routing_key)
     header = _HEAD.pack(60, 0, len(data)) + properties.encode()
     _cls, _w, _size, flags, delivery_mode = parse_header(header)
     message = Message(name, routing_key, header, data, flags, delivery_mode == 2)
     message.ttl = ttl
-    queues = vhost.route(exchange, message)
+    if keys is None:
+        queues = vhost.route(exchange, message)
+    else:
+        message.routing_keys = keys
+        queues = vhost.route_keys(exchange, message, keys)
     for queue in queues:
         queue.enqueue(message, None)
     return web.json_response({"routed": bool(queues)})
@@ -151,7 +156,10 @@ def _headers(value: Any) -> dict[str, Any]:
 
 def _check_message(request: web.Request, props: BasicProperties) -> int | None:
     """What RabbitMQ's channel checks in a publish, in its order and words (a 406 that
-    comes back as 400): user_id, expiration (its TTL in ms, returned), delivery_mode."""
+    comes back as 400): direct reply-to (the API's channel has no reply consumer),
+    user_id, expiration (its TTL in ms, returned), delivery_mode."""
+    if props.reply_to == direct_reply.PSEUDO_QUEUE:
+        raise InvalidValue("406 PRECONDITION_FAILED - fast reply consumer does not exist")
     user = request["user"]
     if props.user_id is not None and props.user_id != user.name and not user.is_impersonator:
         raise InvalidValue(
@@ -170,6 +178,35 @@ def _check_message(request: web.Request, props: BasicProperties) -> int | None:
             f"{{delivery_mode_unknown,{props.delivery_mode}}}"
         )
     return ttl
+
+
+def _json_amqp_type(value: Any) -> str:
+    """The field-table type RabbitMQ gives a JSON value in a header (an integer is a
+    long, whatever its size)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "long"
+    return amqp_type_name(value)
+
+
+def _sender_routes(props: BasicProperties, routing_key: str) -> list[str] | None:
+    """The routing keys of the CC and BCC headers with the message's own (None: only its
+    own), as over AMQP; BCC is taken out of the headers the queues get."""
+    headers = props.headers
+    if not headers or ("CC" not in headers and "BCC" not in headers):
+        return None
+    keys = [routing_key]
+    for name in ("CC", "BCC"):
+        if name in headers:
+            extra = headers[name]
+            if not isinstance(extra, list):
+                raise InvalidValue(
+                    "406 PRECONDITION_FAILED - invalid message: "
+                    f'{{unacceptable_type_in_header,"{name}",{_json_amqp_type(extra)}}}'
+                )
+            keys += [str(k) for k in extra]
+    if "BCC" in headers:
+        props.headers = {k: v for k, v in headers.items() if k != "BCC"}
+    return keys
 
 
 def _properties_json(header: bytes) -> dict[str, Any] | list[Any]:
