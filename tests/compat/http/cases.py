@@ -1986,6 +1986,30 @@ def queue_parity() -> list[Case]:
             ("no_body", NOBODY),
         )
     ]
+    cases += body_cases(
+        "queues.actions",
+        "POST",
+        f"{q}/q1/actions",
+        {"action": "sync"},
+        required=("action",),
+        types={"action": "string"},
+        missing_vhost="/api/queues/compat-nope/q1/actions",
+        users=("compat-mgmt", "compat-noperm", "compat-notag"),
+    )
+    cases += [
+        Case(
+            "queues.actions.cancel_sync",
+            "POST",
+            f"{q}/q1/actions",
+            {"action": "cancel_sync"},
+            writes=True,
+        ),
+        Case("queues.actions.unknown", "POST", f"{q}/q1/actions", {"action": "nope"}, writes=True),
+        Case(
+            "queues.actions.missing", "POST", f"{q}/q-nope/actions", {"action": "sync"}, writes=True
+        ),
+        Case("queues.actions.get", "GET", f"{q}/q1/actions"),
+    ]
     make = [Req("PUT", f"{q}/q-del", {"durable": False})]
     gone = [Req("DELETE", f"{q}/q-del")]
     take = {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"}

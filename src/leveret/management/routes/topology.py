@@ -26,10 +26,13 @@ from leveret.management.routes.common import (
     _object,
     _ok,
     _permission_guard,
+    _require_admin,
     _vhost,
+    bad_request,
     exchange_param,
     listing,
     login_vhosts,
+    require_keys,
 )
 from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
@@ -561,6 +564,21 @@ async def delete_binding(request: web.Request) -> web.Response:
     return _ok()
 
 
+async def queue_actions(request: web.Request) -> web.Response:
+    """POST .../actions {"action": "sync" | "cancel_sync"}: RabbitMQ's mirrored-queue
+    synchronisation, for administrators. Leveret's classic queues have no mirrors, so
+    both are done at once (RabbitMQ answers the same for an unmirrored queue)."""
+    _require_admin(request)
+    vhost = _vhost(request)
+    body = _body_dict(await read_json(request))
+    require_keys(body, ("action",))
+    if vhost.queues.get(request.match_info["name"]) is None:
+        raise NotFound(request.match_info["name"])  # RabbitMQ: 500
+    if body["action"] not in ("sync", "cancel_sync"):
+        raise bad_request("bad_request", ["unknown", body["action"]])
+    return _ok()
+
+
 def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", exchange_bindings)
@@ -569,6 +587,7 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/queues/{vhost}/{name}", get_queue)
     r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    r.add_post("/api/queues/{vhost}/{name}/actions", queue_actions)
     r.add_get("/api/exchanges", list_exchanges)
     r.add_get("/api/exchanges/{vhost}", list_exchanges)
     r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
