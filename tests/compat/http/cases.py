@@ -910,6 +910,28 @@ def vhosts() -> list[Case]:
             writes=True,
         ),
     ]
+    # tracing as a string boolean (the GET asks only for name and tracing: a vhost's
+    # message counts would need a fresh RabbitMQ to record)
+    for suffix, value in (("string_true", "true"), ("string_false", "false"), ("true", True)):
+        cases += [
+            Case(
+                f"vhost_tracing.put.{suffix}",
+                "PUT",
+                "/api/vhosts/compat-new",
+                {"tracing": value},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"vhost_tracing.put.{suffix}.then_get",
+                "GET",
+                "/api/vhosts/compat-new",
+                query={"columns": "name,tracing"},
+                setup=[Req("PUT", "/api/vhosts/compat-new", {"tracing": value})],
+                cleanup=gone,
+                writes=True,
+            ),
+        ]
     cases += delete(
         "vhosts",
         "/api/vhosts/compat-new",
