@@ -910,6 +910,27 @@ def vhosts() -> list[Case]:
             writes=True,
         ),
     ]
+    # a body that is not UTF-8 (a Latin-1 é): RabbitMQ reads the byte as U+FFFD
+    latin1 = Raw(b'{"description": "caf\xe9"}')
+    cases += [
+        Case(
+            "vhost_utf8.put.latin1_body",
+            "PUT",
+            "/api/vhosts/compat-new",
+            latin1,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "vhost_utf8.put.latin1_body.then_get",
+            "GET",
+            "/api/vhosts/compat-new",
+            query={"columns": "name,description"},
+            setup=[Req("PUT", "/api/vhosts/compat-new", latin1)],
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
     # tracing as a string boolean (the GET asks only for name and tracing: a vhost's
     # message counts would need a fresh RabbitMQ to record)
     for suffix, value in (("string_true", "true"), ("string_false", "false"), ("true", True)):
