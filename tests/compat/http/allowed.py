@@ -74,6 +74,8 @@ ALLOWED: list[Allowed] = [
             ("users.put.bad_hash", "type"),
             ("definitions.vhost.post.queue_string_booleans", "value"),
             ("definitions.vhost.post.exchange_string_booleans", "value"),
+            ("queues.put.exclusive_string", "value"),
+            ("queues.put.exclusive_number", "value"),
         )
     ),
     Allowed(

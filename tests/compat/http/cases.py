@@ -2027,6 +2027,15 @@ def queue_parity() -> list[Case]:
             ("string_booleans", {"durable": "true", "auto_delete": "true"}),
             ("string_false", {"durable": "false"}),
             ("no_body", NOBODY),
+            ("exclusive_true", {"exclusive": True}),
+        )
+    ]
+    cases += [
+        Case(f"queues.put.{suffix}", "PUT", f"{q}/q-new", body, cleanup=gone, writes=True)
+        for suffix, body in (
+            ("exclusive_true", {"exclusive": True}),
+            ("exclusive_string", {"exclusive": "true"}),
+            ("exclusive_number", {"exclusive": 1}),
         )
     ]
     cases += body_cases(

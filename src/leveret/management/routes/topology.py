@@ -267,6 +267,11 @@ async def put_queue(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     # As RabbitMQ (the API declares with AMQP's defaults): not durable unless asked.
     durable, auto_delete = _bool(body, "durable", False), _bool(body, "auto_delete", False)
+    exclusive = body.get("exclusive", False)
+    if not isinstance(exclusive, bool):
+        # RabbitMQ's channel crashes on it (400 with the crash); the flag itself is
+        # ignored: the API's connection would own the queue and end at once.
+        raise InvalidValue(f"exclusive must be true or false, got {json.dumps(exclusive)}")
     arguments = _object(body, "arguments")
     guard = _permission_guard(request, vhost)
     if guard is not None:
