@@ -429,3 +429,137 @@ def test_operator_policies_travel_in_definitions_as_parameters(api):
         assert call(api, "GET", f"/queues/{vhost}/q1")[0] == 200
     finally:
         call(api, "DELETE", f"/vhosts/{vhost}")
+
+
+def _amqp_login(api, vhost: str, user: str, password: str) -> bool:
+    """Whether `user` logs in over AMQP (PLAIN) into `vhost` with `password`."""
+    params = pika.URLParameters(api[1])
+    params.credentials = pika.PlainCredentials(user, password)
+    params.virtual_host = vhost
+    params.connection_attempts = 1
+    try:
+        pika.BlockingConnection(params).close()
+    except pika.exceptions.ProbableAuthenticationError:
+        return False
+    return True
+
+
+def test_a_user_without_a_password_logs_in_with_none(api):
+    """PUT /api/users/{name} without password or password_hash: the user has no password
+    it can log in with (a certificate-only user), and an empty password never logs in."""
+    user, vhost = unique("api-nopw"), unique("api-nopw-v")
+    assert call(api, "PUT", f"/vhosts/{vhost}", {})[0] == 201
+    try:
+        assert call(api, "PUT", f"/users/{user}", {"tags": "management"}) == (201, None)
+        perm = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert call(api, "PUT", f"/permissions/{vhost}/{user}", perm)[0] == 201
+        for password in ("", "guest", user):
+            assert not _amqp_login(api, vhost, user, password), password
+            assert call(api, "GET", "/whoami", user=user, password=password)[0] == 401
+        # A password set later logs in; updating only the tags takes it away again.
+        body = {"password": "pw", "tags": "management"}
+        assert call(api, "PUT", f"/users/{user}", body) == (204, None)
+        assert _amqp_login(api, vhost, user, "pw")
+        assert call(api, "GET", "/whoami", user=user, password="pw")[0] == 200
+        assert call(api, "PUT", f"/users/{user}", {"tags": "management"}) == (204, None)
+        assert not _amqp_login(api, vhost, user, "pw")
+        assert call(api, "GET", "/whoami", user=user, password="pw")[0] == 401
+        # An empty password is stored, and refused at every login.
+        body = {"password": "", "tags": "management"}
+        assert call(api, "PUT", f"/users/{user}", body) == (204, None)
+        assert not _amqp_login(api, vhost, user, "")
+        assert call(api, "GET", "/whoami", user=user, password="")[0] == 401
+    finally:
+        call(api, "DELETE", f"/users/{user}")
+        call(api, "DELETE", f"/vhosts/{vhost}")
+
+
+#: every basic property by the management API's names (RabbitMQ's)
+EVERY_PROPERTY = {
+    "content_type": "text/plain",
+    "content_encoding": "utf-8",
+    "headers": {"i": 1, "s": "x", "b": True, "l": [1, "a"], "t": {"n": 1}},
+    "delivery_mode": 2,
+    "priority": 3,
+    "correlation_id": "c1",
+    "reply_to": "r1",
+    "expiration": "60000",
+    "message_id": "m1",
+    "timestamp": 1700000000,
+    "type": "t1",
+    "user_id": "guest",
+    "app_id": "a1",
+    "cluster_id": "cl1",
+}
+
+
+def test_every_property_published_over_http_reaches_an_amqp_consumer(api):
+    """A recording shows the HTTP side; here an AMQP client reads what the API published,
+    and the API reads what an AMQP client published, property by property."""
+    connection = pika.BlockingConnection(pika.URLParameters(api[1]))
+    channel = connection.channel()
+    q = unique("api-props")
+    channel.queue_declare(q)
+    try:
+        body = {
+            "properties": EVERY_PROPERTY,
+            "routing_key": q,
+            "payload": "over http",
+            "payload_encoding": "string",
+        }
+        assert call(api, "POST", "/exchanges/%2F/amq.default/publish", body) == (
+            200,
+            {"routed": True},
+        )
+        method, props, payload = channel.basic_get(q, auto_ack=True)
+        assert payload == b"over http"
+        got = {
+            name: getattr(props, name)
+            for name in EVERY_PROPERTY
+            if name not in ("timestamp", "headers")
+        }
+        assert got == {k: v for k, v in EVERY_PROPERTY.items() if k in got}
+        assert props.timestamp == 1700000000
+        headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in props.headers.items()}
+        assert headers["i"] == 1 and headers["s"] == "x" and headers["b"] is True
+        # The other way: an AMQP publisher's properties, read through the API.
+        amqp_props = pika.BasicProperties(
+            **{k: v for k, v in EVERY_PROPERTY.items() if k != "headers"},
+            headers={"h": "v"},
+        )
+        channel.basic_publish("", q, b"over amqp", amqp_props)
+        take = {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
+        for _ in range(50):
+            status, messages = call(api, "POST", f"/queues/%2F/{q}/get", take)
+            if messages:
+                break
+            time.sleep(0.1)
+        assert status == 200 and messages[0]["payload"] == "over amqp"
+        assert messages[0]["properties"] == {**EVERY_PROPERTY, "headers": {"h": "v"}}
+    finally:
+        channel.queue_delete(q)
+        connection.close()
+
+
+def test_an_http_publish_with_expiration_expires(api):
+    """The `expiration` of a message published over HTTP is its TTL, as over AMQP."""
+    connection = pika.BlockingConnection(pika.URLParameters(api[1]))
+    channel = connection.channel()
+    q = unique("api-ttl")
+    channel.queue_declare(q)
+    try:
+        for expiration, payload in (("100", "short"), ("60000", "long")):
+            body = {
+                "properties": {"expiration": expiration},
+                "routing_key": q,
+                "payload": payload,
+                "payload_encoding": "string",
+            }
+            assert call(api, "POST", "/exchanges/%2F/amq.default/publish", body)[0] == 200
+        time.sleep(0.5)
+        method, _props, payload = channel.basic_get(q, auto_ack=True)
+        assert payload == b"long"
+        assert channel.basic_get(q, auto_ack=True)[0] is None
+    finally:
+        channel.queue_delete(q)
+        connection.close()

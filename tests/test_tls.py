@@ -7,10 +7,13 @@ and the clients' certificates.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import socket
 import ssl
 import subprocess
 import time
+import urllib.request
 
 import aio_pika
 import pika
@@ -36,7 +39,7 @@ def pki(tmp_path_factory):
     ca.cert_pem.write_to_path(files["ca"])
     server_cert.private_key_pem.write_to_path(files["key"])
     server_cert.cert_chain_pems[0].write_to_path(files["cert"])
-    for name in ("guest", "stranger"):
+    for name in ("guest", "stranger", "certonly"):
         client = ca.issue_cert(f"{name}@example", common_name=name)
         client.private_key_and_cert_chain_pem.write_to_path(d / f"{name}.pem")
         files[name] = d / f"{name}.pem"
@@ -75,12 +78,13 @@ def _client_context(pki, cert: str | None = None, **kw) -> ssl.SSLContext:
     return context
 
 
-def _pika_round_trip(port: int, context: ssl.SSLContext, credentials=None) -> bytes:
+def _pika_round_trip(port: int, context: ssl.SSLContext | None, credentials=None) -> bytes:
+    """Publish and get one message; `context` None: plain AMQP."""
     params = pika.ConnectionParameters(
         "127.0.0.1",
         port,
         credentials=credentials or pika.PlainCredentials("guest", "guest"),
-        ssl_options=pika.SSLOptions(context, "localhost"),
+        ssl_options=pika.SSLOptions(context, "localhost") if context is not None else None,
         connection_attempts=1,
         socket_timeout=5,
     )
@@ -210,6 +214,35 @@ def test_sasl_external_logs_in_as_the_certificate_cn(pki):
             (pika.exceptions.AMQPConnectionError, pika.exceptions.AuthenticationError)
         ):
             _pika_round_trip(port, _client_context(pki), external)
+
+
+def test_a_user_made_without_a_password_logs_in_by_certificate_only(pki):
+    """PUT /api/users/{name} with tags only (RabbitMQ's way to make a certificate-only
+    user): SASL EXTERNAL logs in, PLAIN with any password (the empty one too) does not."""
+    config = _config(pki, tls_verify=True, management_port=0)
+    with embedded_broker(config) as broker:
+        base = f"http://127.0.0.1:{broker.server.management.port}/api"
+        for path, body in (
+            ("/users/certonly", {"tags": ""}),
+            ("/permissions/%2F/certonly", {"configure": ".*", "write": ".*", "read": ".*"}),
+        ):
+            request = urllib.request.Request(
+                base + path, data=json.dumps(body).encode(), method="PUT"
+            )
+            request.add_header("content-type", "application/json")
+            token = base64.b64encode(b"guest:guest").decode()
+            request.add_header("authorization", f"Basic {token}")
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 201
+        port = _tls_port(broker)
+        external = pika.credentials.ExternalCredentials()
+        assert _pika_round_trip(port, _client_context(pki, "certonly"), external) == b"over tls"
+        for password in ("", "guest", "certonly"):
+            plain = pika.PlainCredentials("certonly", password)
+            with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+                _pika_round_trip(port, _client_context(pki, "certonly"), plain)
+            with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+                _pika_round_trip(broker.port, None, plain)
 
 
 def _server(*args: str) -> subprocess.CompletedProcess:

@@ -526,3 +526,91 @@ def test_the_top_menu_is_usable_in_a_narrow_window(browser, broker):
         assert page.evaluate("document.documentElement.scrollWidth") <= 420
     finally:
         context.close()
+
+
+#: every property the publish form takes, as typed into it (RabbitMQ's names)
+FORM_PROPERTIES = {
+    "content_type": "text/plain",
+    "content_encoding": "utf-8",
+    "priority": "3",
+    "correlation_id": "c1",
+    "reply_to": "r1",
+    "expiration": "60000",
+    "message_id": "m1",
+    "timestamp": "1700000000",
+    "type": "t1",
+    "user_id": "guest",
+    "app_id": "a1",
+    "cluster_id": "cl1",
+}
+
+
+def test_the_publish_form_sends_every_property_and_get_shows_them(page, broker):
+    name = unique("ui-props")
+    assert call(api(broker), "PUT", f"/queues/%2F/{name}", {"durable": False})[0] == 201
+    try:
+        log_in(page)
+        go(page, f"#/queues/%2F/{name}")
+        page.select_option("#publish select[name=persistent]", "true")
+        page.fill(
+            "#publish textarea[name=properties]",
+            "\n".join(f"{k} = {v}" for k, v in FORM_PROPERTIES.items()),
+        )
+        page.fill("#publish textarea[name=headers]", "retries = 3\nsource = the form")
+        page.fill("#publish textarea[name=payload]", "with properties")
+        page.click("#publish button[type=submit]")
+        expect(page.locator("#toast")).to_have_text("Message published")
+
+        # What the API stored: every property under its name, integers as numbers.
+        take = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+        status, messages = call(api(broker), "POST", f"/queues/%2F/{name}/get", take)
+        assert status == 200
+        ints = ("priority", "timestamp")
+        assert messages[0]["properties"] == {
+            **{k: int(v) if k in ints else v for k, v in FORM_PROPERTIES.items()},
+            "delivery_mode": 2,
+            "headers": {"retries": 3, "source": "the form"},
+        }
+        # And the page's get shows them.
+        page.click("#get-messages button[type=submit]")
+        shown = page.locator("#messages")
+        expect(shown.locator("pre.payload")).to_have_text("with properties")
+        for key, value in FORM_PROPERTIES.items():
+            text = value if key in ("priority", "timestamp") else f'"{value}"'
+            expect(shown).to_contain_text(f'"{key}":{text}')
+        expect(shown).to_contain_text('"headers":{"retries":3,"source":"the form"}')
+        expect(shown).to_contain_text('"delivery_mode":2')
+    finally:
+        call(api(broker), "DELETE", f"/queues/%2F/{name}")
+
+
+def test_the_publish_form_reports_bad_properties(page, broker):
+    name = unique("ui-badprops")
+    assert call(api(broker), "PUT", f"/queues/%2F/{name}", {"durable": False})[0] == 201
+    try:
+        log_in(page)
+        go(page, f"#/queues/%2F/{name}")
+        page.fill("#publish textarea[name=payload]", "never sent")
+        for properties, toast in (
+            # the API's answer, as RabbitMQ words it
+            ("priority = high", 'Message published failed: ["not_int","priority"]'),
+            (
+                "expiration = soon",
+                "Message published failed: 406 PRECONDITION_FAILED - invalid expiration "
+                "'soon': no_integer",
+            ),
+            (
+                "priority = 256",
+                "Message published failed: property priority must be an "
+                "integer from 0 to 255, got 256",
+            ),
+            # refused by the form: the API would ignore a name it does not know
+            ("colour = blue", 'Message published failed: unknown property "colour"'),
+            ("no equals sign", 'Message published failed: Properties: "no equals sign" is not'),
+        ):
+            page.fill("#publish textarea[name=properties]", properties)
+            page.click("#publish button[type=submit]")
+            expect(page.locator("#toast")).to_contain_text(toast)
+        assert call(api(broker), "GET", f"/queues/%2F/{name}")[1]["messages"] == 0
+    finally:
+        call(api(broker), "DELETE", f"/queues/%2F/{name}")

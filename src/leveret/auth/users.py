@@ -184,9 +184,13 @@ class AccessControl:
         self.topic_permissions: dict[tuple[str, str], dict[str, TopicPermission]] = {}
 
     def authenticate(self, username: str, password: str) -> User | None:
-        """The user if the password matches; as slow for unknown users as for known ones."""
+        """The user if the password matches; as slow for unknown users as for known ones.
+
+        An empty password never logs in, as with RabbitMQ's internal backend: a user
+        made without a password (its hash is that of "") or whose password was cleared
+        logs in with a certificate (SASL EXTERNAL) only."""
         user = self.users.get(username)
-        if user is None:
+        if user is None or password == "":
             passwords.check_password("", passwords.SHA256, password)
             return None
         if passwords.check_password(user.password_hash, user.hashing_algorithm, password):

@@ -10,6 +10,7 @@ setting) and bad password hashes, naming the place: `users[2].tags`.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import leveret
@@ -228,6 +229,12 @@ def _check(doc: Any, vhost: str | None) -> None:
             for key in ("name", "user", "vhost", "source", "destination", "exchange"):
                 if key in item and not isinstance(item[key], str):
                     raise InvalidValue(f"{where}.{key} must be a string")
+            for key in ("durable", "auto_delete", "internal"):
+                # A string such as "false" would read as true; RabbitMQ refuses it too.
+                if section in ("queues", "exchanges") and key in item:
+                    if not isinstance(item[key], bool):
+                        shown = json.dumps(item[key])
+                        raise InvalidValue(f"{where}.{key} must be true or false, got {shown}")
     for i, user in enumerate(doc.get("users", [])):
         where = f"users[{i}]"
         try:

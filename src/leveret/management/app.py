@@ -24,6 +24,7 @@ from aiohttp import web
 
 from leveret.broker.errors import AccessRefused, AlreadyExists, InvalidValue, ModelError, NotFound
 from leveret.broker.stats import Sampler
+from leveret.management.columns import parse_columns, select_columns
 from leveret.store import replica
 
 if TYPE_CHECKING:
@@ -45,6 +46,44 @@ def not_found() -> web.Response:
     return error(404, "Object Not Found", "Not Found")
 
 
+#: the order of the methods in RabbitMQ's `Allow` header
+METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")
+#: paths RabbitMQ routes to a handler of their own, which a pattern of ours also
+#: matches (a user named bulk-delete), with the methods that handler takes
+SHADOWED = {"/api/users/bulk-delete": frozenset({"POST"})}
+
+
+def allow_header(methods: Any) -> str:
+    """RabbitMQ's `Allow`: the path's methods, HEAD with GET, and always OPTIONS."""
+    chosen = {*methods, "OPTIONS"}
+    if "GET" in chosen:
+        chosen.add("HEAD")
+    return ", ".join(m for m in METHOD_ORDER if m in chosen)
+
+
+def _with_columns(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """`columns` trims every successful GET answer, a single object's too, unless
+    `page` is given (listing() then trims the page's items), as RabbitMQ does."""
+    query = request.query
+    if (
+        request.method != "GET"
+        or "columns" not in query
+        or "page" in query
+        or response.status != 200
+        or not isinstance(response, web.Response)
+        or response.content_type != "application/json"
+        or not isinstance(response.body, bytes)
+    ):
+        return response
+    body = select_columns(json.loads(response.body), parse_columns(query))
+    return web.json_response(body, status=response.status, headers=_extra_headers(response))
+
+
+def _extra_headers(response: web.Response) -> dict[str, str]:
+    skip = {"content-type", "content-length"}
+    return {k: v for k, v in response.headers.items() if k.lower() not in skip}
+
+
 class Denied(Exception):
     """401 with RabbitMQ's body."""
 
@@ -60,13 +99,20 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     if request.path.startswith("/api/"):
         # As RabbitMQ (cowboy_rest), the method and the path are checked before the
         # credentials: an unknown path is a 404 with RabbitMQ's body, a method the path
-        # does not take a bare 405.
+        # does not take a bare 405 with the methods it does take in `Allow`, which is
+        # also the answer to OPTIONS (200).
         unmatched = getattr(request.match_info, "http_exception", None)
-        if isinstance(unmatched, web.HTTPMethodNotAllowed) or (
-            unmatched is not None and request.method not in ("GET", "HEAD")
-        ):
-            return web.Response(status=405)
-        if unmatched is not None:
+        allowed = SHADOWED.get(request.path)
+        if allowed is None and isinstance(unmatched, web.HTTPMethodNotAllowed):
+            allowed = frozenset(unmatched.allowed_methods)
+        elif allowed is None and unmatched is not None:
+            allowed = frozenset({"GET"})  # RabbitMQ's handler of unknown paths
+        if request.method == "OPTIONS":
+            return web.Response(status=200, headers={"Allow": allow_header(allowed or ())})
+        takes = allowed | {"HEAD"} if allowed is not None and "GET" in allowed else allowed
+        if takes is not None and request.method not in takes:
+            return web.Response(status=405, headers={"Allow": allow_header(takes)})
+        if unmatched is not None and request.path not in SHADOWED:
             return not_found()
         user = _authenticate(server, request.headers.get("Authorization", ""))
         if user is None:
@@ -85,7 +131,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     try:
         if replica.TAP is not None and request.method != "GET":
             return await _replicated(handler, request)
-        return await handler(request)
+        return _with_columns(request, await handler(request))
     except Denied as exc:
         return error(401, "not_authorised", exc.reason)  # RabbitMQ's spelling here
     except NotFound:
@@ -138,7 +184,8 @@ def build_app(server: Server) -> web.Application:
 async def read_json(request: web.Request, reason: str = "not_json") -> Any:
     """The body as JSON; else RabbitMQ's 400 with `reason` (`not_json`; definitions
     say `failed_to_parse_json`)."""
-    text = await request.text()
+    # Bytes that are not UTF-8 become U+FFFD, as RabbitMQ's JSON parser reads them.
+    text = (await request.read()).decode("utf-8", "replace")
     if not text.strip():
         return {}
     try:

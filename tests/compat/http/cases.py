@@ -248,6 +248,47 @@ def definitions() -> list[Case]:
         cleanup=[Req("DELETE", f"/api/queues/{V}/q-def")],
         missing_vhost="/api/definitions/compat-nope",
     )
+    flags = {"durable": "true", "auto_delete": "false"}
+    undo = [Req("DELETE", f"/api/queues/{V}/q-def"), Req("DELETE", f"/api/exchanges/{V}/x-def")]
+    for suffix, body in (
+        ("queue_string_booleans", {"queues": [{"name": "q-def", **flags, "arguments": {}}]}),
+        (
+            "exchange_string_booleans",
+            {
+                "exchanges": [
+                    {
+                        "name": "x-def",
+                        "type": "direct",
+                        **flags,
+                        "internal": "false",
+                        "arguments": {},
+                    }
+                ]
+            },
+        ),
+        ("queue_without_flags", {"queues": [{"name": "q-def", "arguments": {}}]}),
+    ):
+        cases.append(
+            Case(
+                f"definitions.vhost.post.{suffix}",
+                "POST",
+                f"/api/definitions/{V}",
+                body,
+                cleanup=list(undo),
+                writes=True,
+            )
+        )
+        cases.append(
+            Case(
+                f"definitions.vhost.post.{suffix}.then_get",
+                "GET",
+                f"/api/queues/{V}/q-def" if "queue" in suffix else f"/api/exchanges/{V}/x-def",
+                query={"columns": "name,durable,auto_delete,internal"},
+                setup=[Req("POST", f"/api/definitions/{V}", body)],
+                cleanup=list(undo),
+                writes=True,
+            )
+        )
     return cases
 
 
@@ -518,6 +559,7 @@ def exchanges() -> list[Case]:
             writes=True,
         ),
     ]
+    cases += exchange_parity()
     return cases
 
 
@@ -717,6 +759,7 @@ def queues() -> list[Case]:
         ),
         Case("queues.get_messages.missing", "POST", f"{q}/q-nope/get", get_body, writes=True),
     ]
+    cases += queue_parity()
     return cases
 
 
@@ -807,6 +850,7 @@ def bindings() -> list[Case]:
         cleanup=[Req("DELETE", f"{b}/e/x-topic/e/x-fanout/del.key")],
         users=(),
     )
+    cases += binding_keys()
     return cases
 
 
@@ -866,6 +910,49 @@ def vhosts() -> list[Case]:
             writes=True,
         ),
     ]
+    # a body that is not UTF-8 (a Latin-1 é): RabbitMQ reads the byte as U+FFFD
+    latin1 = Raw(b'{"description": "caf\xe9"}')
+    cases += [
+        Case(
+            "vhost_utf8.put.latin1_body",
+            "PUT",
+            "/api/vhosts/compat-new",
+            latin1,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "vhost_utf8.put.latin1_body.then_get",
+            "GET",
+            "/api/vhosts/compat-new",
+            query={"columns": "name,description"},
+            setup=[Req("PUT", "/api/vhosts/compat-new", latin1)],
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    # tracing as a string boolean (the GET asks only for name and tracing: a vhost's
+    # message counts would need a fresh RabbitMQ to record)
+    for suffix, value in (("string_true", "true"), ("string_false", "false"), ("true", True)):
+        cases += [
+            Case(
+                f"vhost_tracing.put.{suffix}",
+                "PUT",
+                "/api/vhosts/compat-new",
+                {"tracing": value},
+                cleanup=gone,
+                writes=True,
+            ),
+            Case(
+                f"vhost_tracing.put.{suffix}.then_get",
+                "GET",
+                "/api/vhosts/compat-new",
+                query={"columns": "name,tracing"},
+                setup=[Req("PUT", "/api/vhosts/compat-new", {"tracing": value})],
+                cleanup=gone,
+                writes=True,
+            ),
+        ]
     cases += delete(
         "vhosts",
         "/api/vhosts/compat-new",
@@ -1023,6 +1110,7 @@ def users() -> list[Case]:
             writes=True,
         ),
     ]
+    cases += users_without_password()
     return cases
 
 
@@ -1309,6 +1397,7 @@ def health() -> list[Case]:
             "aliveness.get.as_readonly", "GET", f"/api/aliveness-test/{V}", user="compat-readonly"
         ),
     ]
+    cases += node_healthcheck()
     return cases
 
 
@@ -1794,6 +1883,643 @@ def global_parameters() -> list[Case]:
     return cases
 
 
+# --- what operators' scripts use beyond the generated cases -----------------------------
+
+#: every basic property, by the API's names (RabbitMQ's), each of the right type
+EVERY_PROPERTY = {
+    "content_type": "text/plain",
+    "content_encoding": "utf-8",
+    "headers": {"i": 1, "s": "x", "f": 1.5, "b": True, "l": [1, "a"], "t": {"n": 1}},
+    "delivery_mode": 2,
+    "priority": 3,
+    "correlation_id": "c1",
+    "reply_to": "r1",
+    "expiration": "60000",
+    "message_id": "m1",
+    "timestamp": 1700000000,
+    "type": "t1",
+    "user_id": "guest",
+    "app_id": "a1",
+    "cluster_id": "cl1",
+}
+#: a property of the wrong type for each (the API checks integers and strings)
+BAD_PROPERTY = {
+    name: ("x" if name in ("delivery_mode", "priority", "timestamp") else 5)
+    for name in EVERY_PROPERTY
+    if name != "headers"
+}
+#: a user made in a case's setup, removed after (runner.Target.teardown removes it too)
+TMP_USER = "compat-tmp"
+
+
+def _publish(queue: str, properties: dict[str, Any], payload: str = "x") -> Req:
+    return Req(
+        "POST",
+        f"/api/exchanges/{V}/amq.default/publish",
+        {
+            "properties": properties,
+            "routing_key": queue,
+            "payload": payload,
+            "payload_encoding": "string",
+        },
+    )
+
+
+def exchange_parity() -> list[Case]:
+    """What `{}` and string booleans declare; publishing with each basic property, by
+    RabbitMQ's names, good and bad."""
+    x = f"/api/exchanges/{V}"
+    gone = [Req("DELETE", f"{x}/x-new")]
+    cases = [
+        Case(
+            f"exchanges.put.{suffix}.then_get",
+            "GET",
+            f"{x}/x-new",
+            setup=[Req("PUT", f"{x}/x-new", body)],
+            cleanup=gone,
+            writes=True,
+        )
+        for suffix, body in (
+            ("empty_object", {}),
+            ("string_booleans", {"durable": "true", "auto_delete": "true", "internal": "true"}),
+            ("string_false", {"durable": "false"}),
+            ("no_body", NOBODY),
+        )
+    ]
+    cases.append(Case("exchanges.put.no_body", "PUT", f"{x}/x-new", cleanup=gone, writes=True))
+    q = "q-pub"
+    made = [Req("PUT", f"/api/queues/{V}/{q}", {})]
+    unmade = [Req("DELETE", f"/api/queues/{V}/{q}")]
+
+    def publish(suffix: str, properties: Any, user: str = "guest", where: str = "amq.default"):
+        return Case(
+            f"exchanges.publish.{suffix}",
+            "POST",
+            f"{x}/{where}/publish",
+            {
+                "properties": properties,
+                "routing_key": q,
+                "payload": "x",
+                "payload_encoding": "string",
+            },
+            user,
+            setup=list(made),
+            cleanup=list(unmade),
+            writes=True,
+        )
+
+    cases.append(publish("every_property", EVERY_PROPERTY))
+    cases += [publish(f"property_{name}", {name: EVERY_PROPERTY[name]}) for name in EVERY_PROPERTY]
+    cases += [
+        publish(f"bad_property_{name}", {name: value}) for name, value in BAD_PROPERTY.items()
+    ]
+    cases += [
+        publish("every_property.as_management", EVERY_PROPERTY, "compat-mgmt"),
+        publish("every_property.as_readonly", EVERY_PROPERTY, "compat-readonly"),
+        publish("every_property.missing_exchange", EVERY_PROPERTY, where="x-nope"),
+        publish("pamqp_name_message_type", {"message_type": "t1"}),
+        publish("priority_256", {"priority": 256}),
+        publish("priority_negative", {"priority": -1}),
+        publish("priority_float", {"priority": 1.5}),
+        publish("timestamp_negative", {"timestamp": -1}),
+        publish("timestamp_string", {"timestamp": "1700000000"}),
+        publish("delivery_mode_0", {"delivery_mode": 0}),
+        publish("delivery_mode_3", {"delivery_mode": 3}),
+        publish("delivery_mode_string", {"delivery_mode": "2"}),
+        publish("expiration_number", {"expiration": 60000}),
+        publish("expiration_not_a_number", {"expiration": "abc"}),
+        publish("expiration_negative", {"expiration": "-1"}),
+        publish("expiration_fraction", {"expiration": "1.5"}),
+        publish("expiration_empty", {"expiration": ""}),
+        publish("user_id_other", {"user_id": "compat-mgmt"}),
+        publish("user_id_other.as_management", {"user_id": "guest"}, "compat-mgmt"),
+        publish("headers_null_value", {"headers": {"a": None}}),
+        publish("headers_null_in_array", {"headers": {"a": [None]}}),
+        publish("headers_array", {"headers": [1]}),
+        publish("headers_string", {"headers": "x"}),
+        publish("properties_null", None),
+        publish("string_null", {"content_type": None}),
+        publish("internal_exchange", {}, where="amq.rabbitmq.trace"),
+        publish("cc_not_a_list", {"headers": {"CC": "q1"}}),
+        publish("bcc_not_a_list", {"headers": {"BCC": 5}}),
+        publish("direct_reply_to", {"reply_to": "amq.rabbitmq.reply-to"}),
+    ]
+    return cases
+
+
+def queue_parity() -> list[Case]:
+    """What `{}` and string booleans declare; the properties a get shows; access refused
+    to a get (and in which order RabbitMQ checks the request)."""
+    q = f"/api/queues/{V}"
+    gone = [Req("DELETE", f"{q}/q-new")]
+    cases = [
+        Case(
+            f"queues.put.{suffix}.then_get",
+            "GET",
+            f"{q}/q-new",
+            query={"columns": "name,durable,auto_delete,exclusive,arguments,type"},
+            setup=[Req("PUT", f"{q}/q-new", body)],
+            cleanup=gone,
+            writes=True,
+        )
+        for suffix, body in (
+            ("empty_object", {}),
+            ("string_booleans", {"durable": "true", "auto_delete": "true"}),
+            ("string_false", {"durable": "false"}),
+            ("no_body", NOBODY),
+            ("exclusive_true", {"exclusive": True}),
+        )
+    ]
+    cases += [
+        Case(f"queues.put.{suffix}", "PUT", f"{q}/q-new", body, cleanup=gone, writes=True)
+        for suffix, body in (
+            ("exclusive_true", {"exclusive": True}),
+            ("exclusive_string", {"exclusive": "true"}),
+            ("exclusive_number", {"exclusive": 1}),
+        )
+    ]
+    cases += body_cases(
+        "queues.actions",
+        "POST",
+        f"{q}/q1/actions",
+        {"action": "sync"},
+        required=("action",),
+        types={"action": "string"},
+        missing_vhost="/api/queues/compat-nope/q1/actions",
+        users=("compat-mgmt", "compat-noperm", "compat-notag"),
+    )
+    cases += [
+        Case(
+            "queues.actions.cancel_sync",
+            "POST",
+            f"{q}/q1/actions",
+            {"action": "cancel_sync"},
+            writes=True,
+        ),
+        Case("queues.actions.unknown", "POST", f"{q}/q1/actions", {"action": "nope"}, writes=True),
+        Case(
+            "queues.actions.missing", "POST", f"{q}/q-nope/actions", {"action": "sync"}, writes=True
+        ),
+        Case("queues.actions.get", "GET", f"{q}/q1/actions"),
+    ]
+    make = [Req("PUT", f"{q}/q-del", {"durable": False})]
+    gone = [Req("DELETE", f"{q}/q-del")]
+    take = {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"}
+
+    def get(suffix: str, published: list[dict[str, Any]], body: Any = take, **kw: Any) -> Case:
+        return Case(
+            f"queues.get_messages.{suffix}",
+            "POST",
+            kw.pop("path", f"{q}/q-del/get"),
+            body,
+            kw.pop("user", "guest"),
+            setup=[*make, *kw.pop("setup", []), *(_publish("q-del", p) for p in published)],
+            cleanup=[*gone, *kw.pop("cleanup", [])],
+            writes=True,
+        )
+
+    cases.append(get("every_property", [EVERY_PROPERTY]))
+    cases += [get(f"property_{n}", [{n: v}]) for n, v in EVERY_PROPERTY.items()]
+    cases += [
+        get("empty_strings", [{"content_type": "", "app_id": "", "type": ""}]),
+        get(
+            "header_types",
+            [{"headers": {"neg": -5, "big": 9999999999999, "e": [], "o": {}, "ll": [[1]]}}],
+        ),
+        get("headers_array", [{"headers": []}]),
+        get("no_properties", [{}]),
+        # a message whose expiration has passed (0 ms: at once) is not there to get
+        get("expired", [{"expiration": "0"}]),
+        # CC and BCC route copies (BCC is not shown); the copy in q-cc is gotten
+        get(
+            "cc_bcc",
+            [{"headers": {"CC": ["q-cc"], "BCC": ["q-cc", "q-bcc"]}}],
+            path=f"{q}/q-cc/get",
+            setup=[Req("PUT", f"{q}/q-cc", {})],
+            cleanup=[Req("DELETE", f"{q}/q-cc")],
+        ),
+        get(
+            "bcc",
+            [{"headers": {"BCC": ["q-cc"], "x": 1}}],
+            path=f"{q}/q-cc/get",
+            setup=[Req("PUT", f"{q}/q-cc", {})],
+            cleanup=[Req("DELETE", f"{q}/q-cc")],
+        ),
+        get("cc_bcc.own_copy", [{"headers": {"CC": ["q-cc"], "BCC": ["q-bcc"]}}]),
+    ]
+    no_read = [
+        Req("PUT", f"/api/users/{TMP_USER}", {"password": "compat-pw", "tags": "management"}),
+        Req(
+            "PUT",
+            f"/api/permissions/{V}/{TMP_USER}",
+            {"configure": ".*", "write": ".*", "read": ""},
+        ),
+    ]
+    unmade = [Req("DELETE", f"/api/users/{TMP_USER}")]
+    cases += [
+        get("as_no_read", [{}], user=TMP_USER, setup=no_read, cleanup=unmade),
+        get(
+            "missing.as_no_read",
+            [],
+            user=TMP_USER,
+            setup=no_read,
+            cleanup=unmade,
+            path=f"{q}/q-nope/get",
+        ),
+        get(
+            "bad_encoding.as_no_read",
+            [],
+            {**take, "encoding": "utf-16"},
+            user=TMP_USER,
+            setup=no_read,
+            cleanup=unmade,
+        ),
+    ]
+    for suffix, method, path, body in (
+        ("purge", "DELETE", f"{q}/q-del/contents", NOBODY),
+        ("delete", "DELETE", f"{q}/q-del", NOBODY),
+        ("declare", "PUT", f"{q}/q-del2", {}),
+        ("bind", "POST", f"/api/bindings/{V}/e/x-direct/q/q-del", {"routing_key": "k"}),
+        ("aliveness", "GET", f"/api/aliveness-test/{V}", NOBODY),
+    ):
+        cases.append(
+            Case(
+                f"queues.access.{suffix}.as_no_read",
+                method,
+                path,
+                body,
+                TMP_USER,
+                setup=[*make, *no_read],
+                cleanup=[*gone, Req("DELETE", f"{q}/q-del2"), *unmade],
+                writes=True,
+            )
+        )
+    nothing = [
+        Req("PUT", f"/api/users/{TMP_USER}", {"password": "compat-pw", "tags": "management"}),
+        Req("PUT", f"/api/permissions/{V}/{TMP_USER}", {"configure": "", "write": "", "read": ""}),
+    ]
+    for suffix, method, path, body in (
+        ("get", "POST", f"{q}/q-del/get", take),
+        (
+            "publish",
+            "POST",
+            f"/api/exchanges/{V}/amq.default/publish",
+            {
+                "properties": {},
+                "routing_key": "q-del",
+                "payload": "x",
+                "payload_encoding": "string",
+            },
+        ),
+        ("purge", "DELETE", f"{q}/q-del/contents", NOBODY),
+        ("delete", "DELETE", f"{q}/q-del", NOBODY),
+        ("aliveness", "GET", f"/api/aliveness-test/{V}", NOBODY),
+    ):
+        cases.append(
+            Case(
+                f"queues.access.{suffix}.as_no_permission_patterns",
+                method,
+                path,
+                body,
+                TMP_USER,
+                setup=[*make, *nothing],
+                cleanup=[*gone, *unmade],
+                writes=True,
+            )
+        )
+    return cases
+
+
+#: a routing key with characters each encoding writes differently: a space, a slash, a
+#: percent sign, a plus and a tilde
+ODD_KEY = "with space/and%+~"
+
+
+def binding_keys() -> list[Case]:
+    """A binding's properties_key (RabbitMQ form-encodes the routing key: a space is
+    `+`), and the forms of it a GET or DELETE takes."""
+    b = f"/api/bindings/{V}/e/x-keys/q/q1"
+    bind = [Req("POST", b, {"routing_key": ODD_KEY})]
+    # The properties_key as listed; in a URL its %7E is a `~` (the arguments' separator)
+    # once the path is decoded, so only the Location header's form (encoded once more)
+    # names this binding.
+    rmq_form = "with+space%2Fand%25%2B%7E"
+    location_form = "with%2Bspace%252Fand%2525%252B%257E"
+    unbind = [Req("DELETE", f"{b}/{location_form}")]
+    forms = {
+        "rabbitmq_form": rmq_form,
+        "location_form": location_form,
+        "percent20_form": "with%20space%2Fand%25%2B%7E",
+        "raw_tilde": "with+space%2Fand%25%2B~",
+    }
+    cases = [
+        Case(
+            "bindings_eq.post.odd_key",
+            "POST",
+            b,
+            {"routing_key": ODD_KEY},
+            cleanup=unbind,
+            writes=True,
+        ),
+        Case("bindings_eq.get.odd_key", "GET", b, setup=bind, cleanup=unbind, writes=True),
+        Case(
+            "bindings_eq.post.key_with_space_only",
+            "POST",
+            b,
+            {"routing_key": "a b"},
+            cleanup=[Req("DELETE", f"{b}/a+b")],
+            writes=True,
+        ),
+    ]
+    for suffix, form in forms.items():
+        cases.append(
+            Case(
+                f"binding_eq.get.odd_key.{suffix}",
+                "GET",
+                f"{b}/{form}",
+                setup=bind,
+                cleanup=unbind,
+                writes=True,
+            )
+        )
+        cases.append(
+            Case(
+                f"binding_eq.delete.odd_key.{suffix}",
+                "DELETE",
+                f"{b}/{form}",
+                setup=bind,
+                cleanup=unbind,
+                writes=True,
+            )
+        )
+    cases += [
+        Case(
+            "binding_eq.delete.odd_key.then_list",
+            "GET",
+            b,
+            setup=[*bind, Req("DELETE", f"{b}/{location_form}")],
+            writes=True,
+        ),
+        Case(
+            "binding_eq.get.plus_and_space",
+            "GET",
+            f"{b}/a+b",
+            setup=[Req("POST", b, {"routing_key": "a b"})],
+            cleanup=[Req("DELETE", f"{b}/a%20b")],
+            writes=True,
+        ),
+        Case(
+            "binding_eq.get.plus_and_space.percent20_form",
+            "GET",
+            f"{b}/a%20b",
+            setup=[Req("POST", b, {"routing_key": "a b"})],
+            cleanup=[Req("DELETE", f"{b}/a+b")],
+            writes=True,
+        ),
+        Case(
+            "binding_eq.delete.plus_and_space.then_list",
+            "GET",
+            b,
+            setup=[Req("POST", b, {"routing_key": "a b"}), Req("DELETE", f"{b}/a+b")],
+            writes=True,
+        ),
+        Case("binding_eq.get.too_many_tokens", "GET", f"{b}/a~b~c", writes=True),
+        Case("binding_eq.delete.too_many_tokens", "DELETE", f"{b}/a~b~c", writes=True),
+        Case(
+            "binding_eq.delete.odd_key.as_readonly",
+            "DELETE",
+            f"{b}/{rmq_form}",
+            user="compat-readonly",
+            setup=bind,
+            cleanup=unbind,
+            writes=True,
+        ),
+        Case(
+            "binding_eq.get.tilde_only",
+            "GET",
+            f"/api/bindings/{V}/e/x-direct/q/q1/k1~",
+            writes=True,
+        ),
+    ]
+    # Each case on an exchange of its own: what a case leaves bound goes with it.
+    x = f"/api/exchanges/{V}/x-keys"
+    for case in cases:
+        case.setup = [Req("PUT", x, {"type": "topic"}), *case.setup]
+        case.cleanup = [*case.cleanup, Req("DELETE", x)]
+    return cases
+
+
+def users_without_password() -> list[Case]:
+    """A user made or updated with neither password nor password_hash: RabbitMQ gives it
+    no password it can log in with (a certificate-only user); an empty password never
+    logs in."""
+    u = "/api/users/compat-new"
+    gone = [Req("DELETE", u)]
+    bare = [Req("PUT", u, {"tags": "management"})]
+    with_pw = [Req("PUT", u, {"password": "x", "tags": "management"})]
+    cases = [
+        Case("users.put.no_password", "PUT", u, {"tags": "management"}, cleanup=gone, writes=True),
+        Case(
+            "users.put.no_password.as_management",
+            "PUT",
+            u,
+            {"tags": "management"},
+            user="compat-mgmt",
+            cleanup=gone,
+            writes=True,
+        ),
+        Case("users.put.no_password.then_get", "GET", u, setup=bare, cleanup=gone, writes=True),
+        Case(
+            "users.put.no_password.then_login_empty",
+            "GET",
+            "/api/whoami",
+            user="compat-new:",
+            setup=bare,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.no_password.then_login",
+            "GET",
+            "/api/whoami",
+            user="compat-new:compat-pw",
+            setup=bare,
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.update_tags_only.then_login_old_password",
+            "GET",
+            "/api/whoami",
+            user="compat-new:x",
+            setup=[*with_pw, *bare],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.update_tags_only.then_get",
+            "GET",
+            u,
+            setup=[*with_pw, Req("PUT", u, {"tags": "monitoring"})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.password_again.then_login",
+            "GET",
+            "/api/whoami",
+            user="compat-new:y",
+            setup=[*bare, Req("PUT", u, {"password": "y", "tags": "management"})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.empty_password",
+            "PUT",
+            u,
+            {"password": "", "tags": "management"},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.empty_password.then_login",
+            "GET",
+            "/api/whoami",
+            user="compat-new:",
+            setup=[Req("PUT", u, {"password": "", "tags": "management"})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.administrator_flag",
+            "PUT",
+            u,
+            {"password": "x", "administrator": "true"},
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.administrator_flag.then_get",
+            "GET",
+            u,
+            setup=[Req("PUT", u, {"password": "x", "administrator": True})],
+            cleanup=gone,
+            writes=True,
+        ),
+        Case(
+            "users.put.administrator_flag_bad",
+            "PUT",
+            u,
+            {"password": "x", "administrator": "maybe"},
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    return cases
+
+
+def node_healthcheck() -> list[Case]:
+    """/api/healthchecks/node, which RabbitMQ 3.10 still serves for older probes."""
+    h = "/api/healthchecks/node"
+    cases = get("healthchecks.node", h, missing=f"{h}/rabbit@nowhere")
+    cases += [
+        Case("healthchecks.node.get.named", "GET", f"{h}/{{node}}"),
+        Case("healthchecks.node.get.bad_password", "GET", h, user="guest:wrong"),
+        Case("healthchecks.node.post", "POST", h, {}),
+        Case("healthchecks.node.delete", "DELETE", f"{h}/{{node}}"),
+    ]
+    return cases
+
+
+def methods() -> list[Case]:
+    """A method a path does not take (405 with RabbitMQ's Allow) and OPTIONS (200 with
+    Allow, credentials or not)."""
+    q = f"/api/queues/{V}"
+    cases = []
+    for suffix, method, path in (
+        ("options.overview", "OPTIONS", "/api/overview"),
+        ("options.queue", "OPTIONS", f"{q}/q1"),
+        ("options.queues", "OPTIONS", q),
+        ("options.publish", "OPTIONS", f"/api/exchanges/{V}/x-direct/publish"),
+        ("options.definitions", "OPTIONS", "/api/definitions"),
+        ("options.bindings", "OPTIONS", f"/api/bindings/{V}/e/x-direct/q/q1"),
+        ("options.binding", "OPTIONS", f"/api/bindings/{V}/e/x-direct/q/q1/k1"),
+        ("options.unknown", "OPTIONS", "/api/no-such-thing"),
+        ("options.bulk_delete", "OPTIONS", "/api/users/bulk-delete"),
+        ("patch.queue", "PATCH", f"{q}/q1"),
+        ("post.queue", "POST", f"{q}/q1"),
+        ("put.queues", "PUT", q),
+        ("get.publish", "GET", f"/api/exchanges/{V}/x-direct/publish"),
+        ("get.get_messages", "GET", f"{q}/q1/get"),
+        ("get.bulk_delete", "GET", "/api/users/bulk-delete"),
+        ("put.bulk_delete", "PUT", "/api/users/bulk-delete"),
+        ("delete.definitions", "DELETE", "/api/definitions"),
+        ("put.vhost_definitions", "PUT", f"/api/definitions/{V}"),
+        ("put.bindings", "PUT", f"/api/bindings/{V}/e/x-direct/q/q1"),
+        ("put.binding", "PUT", f"/api/bindings/{V}/e/x-direct/q/q1/k1"),
+        ("post.vhost", "POST", f"/api/vhosts/{V}"),
+        ("post.user", "POST", "/api/users/compat-mgmt"),
+        ("delete.connections", "DELETE", "/api/connections"),
+        ("put.whoami", "PUT", "/api/whoami"),
+        ("post.permission", "POST", f"/api/permissions/{V}/compat-mgmt"),
+        ("post.policy", "POST", f"/api/policies/{V}/p1"),
+        ("put.nodes", "PUT", "/api/nodes/{node}"),
+        ("put.health", "PUT", "/api/health/checks/alarms"),
+        ("post.aliveness", "POST", f"/api/aliveness-test/{V}"),
+    ):
+        cases.append(Case(f"methods.{suffix}", method, path))
+    cases += [
+        Case("methods.options.unauthenticated", "OPTIONS", "/api/overview", user="guest:wrong"),
+        Case("methods.patch.unauthenticated", "PATCH", f"{q}/q1", user="guest:wrong"),
+    ]
+    return cases
+
+
+def columns() -> list[Case]:
+    """`columns` on single objects as on lists (RabbitMQ trims every GET answer unless
+    `page` is given), dotted columns, and columns that match nothing."""
+    q = f"/api/queues/{V}"
+
+    def case(suffix: str, path: str, value: str, **kw: Any) -> Case:
+        return Case(
+            f"columns.{suffix}", "GET", path, query={"columns": value, **kw.pop("query", {})}, **kw
+        )
+
+    return [
+        case("queue", f"{q}/q1", "name"),
+        case("queue.two", f"{q}/q2", "name,messages"),
+        case("queue.dotted", f"{q}/q2", "name,message_stats.publish"),
+        case("queue.dotted_missing", f"{q}/q1", "name,message_stats.publish"),
+        case("queue.nothing", f"{q}/q1", "nope"),
+        case("queue.empty", f"{q}/q1", ""),
+        case("queue.paged", f"{q}/q-args", "name", query={"page": "1"}),
+        case("queues", q, "name"),
+        case("queues.nothing", q, "nope"),
+        case("queues.empty", q, ""),
+        case("queues.commas", q, ",name,,"),
+        case("queues.paged", q, "name", query={"page": "1"}),
+        case("exchange", f"/api/exchanges/{V}/x-direct", "name,type"),
+        case("exchanges", f"/api/exchanges/{V}", "name"),
+        case("vhost", f"/api/vhosts/{V}", "name,tags"),
+        case("vhost.nothing", f"/api/vhosts/{V}", "nope"),
+        case("user", "/api/users/compat-mgmt", "name,tags"),
+        case("permission", f"/api/permissions/{V}/compat-mgmt", "user"),
+        case("overview", "/api/overview", "rabbitmq_version,management_version"),
+        case("overview.nothing", "/api/overview", "nope"),
+        case("overview.dotted", "/api/overview", "object_totals.nope"),
+        case("whoami", "/api/whoami", "name"),
+        case("node", "/api/nodes/{node}", "name,type,running"),
+        case("binding", f"/api/bindings/{V}/e/x-direct/q/q1/k1", "routing_key"),
+        case("bindings", f"/api/bindings/{V}/e/x-direct/q/q1", "routing_key"),
+        case("policy", f"/api/policies/{V}/p1", "name,pattern"),
+        case("definitions", f"/api/definitions/{V}", "queues.name", unordered=("queues",)),
+        case("aliveness", f"/api/aliveness-test/{V}", "nope"),
+        case("health", "/api/health/checks/alarms", "status"),
+        case("missing", f"{q}/q-nope", "name"),
+        case("as_no_tag", f"{q}/q1", "name", user="compat-notag"),
+    ]
+
+
 GROUPS = [
     overview,
     nodes,
@@ -1816,6 +2542,8 @@ GROUPS = [
     shovels,
     federation_links,
     global_parameters,
+    methods,
+    columns,
 ]
 
 

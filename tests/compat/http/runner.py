@@ -179,8 +179,10 @@ class Target:
         query: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any, dict[str, str]]:
-        user, _, password = user.partition(":")
-        password = password or ("guest" if user == "guest" else PASSWORD)
+        # "user:password" names the password ("user:" an empty one); else the user's own
+        user, given, password = user.partition(":")
+        if not given:
+            password = "guest" if user == "guest" else PASSWORD
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         all_headers = {"Authorization": f"Basic {token}", **(headers or {})}
         data = None
@@ -434,6 +436,8 @@ class Target:
             record["body"] = sorted_lists(body, UNORDERED + case.unordered)
         if "location" in headers:
             record["location"] = masked(headers["location"], (), self.variables)
+        if "allow" in headers:  # a 405's methods, and OPTIONS's answer
+            record["allow"] = headers["allow"]
         return record
 
 

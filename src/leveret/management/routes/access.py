@@ -150,9 +150,13 @@ async def put_user(request: web.Request) -> web.Response:
         raise InvalidValue("the body must be a JSON object")
     name = request.match_info["user"]
     existed = name in _broker(request).access.users
-    if "tags" not in body:
+    if "tags" in body:
+        tags = body["tags"]
+    elif "administrator" in body:
+        # RabbitMQ's older form of the tags: administrator true or false.
+        tags = ["administrator"] if _bool(body, "administrator", False) else []
+    else:
         raise InvalidValue("tags_not_present")
-    tags = body["tags"]
     if "password" in body and "password_hash" in body:
         raise InvalidValue("both_password_and_password_hash_are_provided")
     if "password" in body:
@@ -167,9 +171,13 @@ async def put_user(request: web.Request) -> web.Response:
             replace=True,
         )
     elif existed:
+        # As RabbitMQ: neither a password nor a hash takes the password away. The user
+        # logs in with a certificate (SASL EXTERNAL) only from then on.
         _admin(request).set_user_tags(name, tags)
+        _admin(request).clear_password(name)
     else:
-        raise InvalidValue("password or password_hash must be set")
+        # As RabbitMQ: the user is made with the empty password, which no login takes.
+        _admin(request).add_user(name, "", tags)
     return _ok(204 if existed else 201)
 
 

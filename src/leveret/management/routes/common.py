@@ -12,6 +12,7 @@ from aiohttp import web
 from leveret.broker.errors import InvalidValue, NotFound
 from leveret.broker.stats import message_stats_json, total, vhost_counts
 from leveret.management.app import SAMPLER_KEY, SERVER_KEY, Denied
+from leveret.management.columns import parse_columns, select_columns
 from leveret.protocol.constants import ACCESS_REFUSED as ACCESS_REFUSED_CODE
 from leveret.protocol.constants import NOT_FOUND as NOT_FOUND_CODE
 from leveret.protocol.errors import AMQPError
@@ -201,7 +202,8 @@ def _access_check(fn, *args, **kwargs):
         if exc.code == NOT_FOUND_CODE:
             raise NotFound(exc.reply_text) from None
         if exc.code == ACCESS_REFUSED_CODE:
-            raise Denied(_strip_code(exc.reply_text)) from None
+            # RabbitMQ's 401 keeps the channel error's name: "ACCESS_REFUSED - ...".
+            raise Denied(exc.reply_text) from None
         raise InvalidValue(_strip_code(exc.reply_text)) from None
 
 
@@ -261,21 +263,6 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (4, value.encode() if isinstance(value, str) else str(value).encode())
 
 
-def _columns(item: dict[str, Any], columns: list[str]) -> dict[str, Any]:
-    """Keep only these keys; `a.b` keeps `b` inside `a` (an empty `a` if it has none)."""
-    out: dict[str, Any] = {}
-    for column in columns:
-        head, _, rest = column.partition(".")
-        if head not in item:
-            continue
-        if not rest:
-            out[head] = item[head]
-        elif isinstance(item[head], dict):
-            inner = _columns(item[head], [rest])
-            out[head] = {**out.get(head, {}), **inner}
-    return out
-
-
 def listing(
     request: web.Request,
     items: list[Any],
@@ -308,12 +295,12 @@ def listing(
         items = sorted(items, key=lambda item: _sort_key(_lookup(item, sort)))
     if query.get("sort_reverse") == "true":
         items = list(reversed(items))
-    columns = [c for c in query.get("columns", "").split(",") if c]
+    columns = parse_columns(query)
 
     def finish(chosen: list[Any]) -> list[Any]:
         if build is not None:
             chosen = [build(i) for i in chosen]
-        return [_columns(i, columns) for i in chosen] if columns else chosen
+        return select_columns(chosen, columns)
 
     if "page" not in query:
         return web.json_response(finish(items))

@@ -8,7 +8,7 @@ import json
 import time
 from functools import partial
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus, unquote_plus
 
 from aiohttp import web
 
@@ -26,10 +26,13 @@ from leveret.management.routes.common import (
     _object,
     _ok,
     _permission_guard,
+    _require_admin,
     _vhost,
+    bad_request,
     exchange_param,
     listing,
     login_vhosts,
+    require_keys,
 )
 from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
@@ -262,7 +265,13 @@ async def put_queue(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     body = _body_dict(await read_json(request))
     name = request.match_info["name"]
-    durable, auto_delete = _bool(body, "durable", True), _bool(body, "auto_delete", False)
+    # As RabbitMQ (the API declares with AMQP's defaults): not durable unless asked.
+    durable, auto_delete = _bool(body, "durable", False), _bool(body, "auto_delete", False)
+    exclusive = body.get("exclusive", False)
+    if not isinstance(exclusive, bool):
+        # RabbitMQ's channel crashes on it (400 with the crash); the flag itself is
+        # ignored: the API's connection would own the queue and end at once.
+        raise InvalidValue(f"exclusive must be true or false, got {json.dumps(exclusive)}")
     arguments = _object(body, "arguments")
     guard = _permission_guard(request, vhost)
     if guard is not None:
@@ -307,7 +316,8 @@ async def get_exchange(request: web.Request) -> web.Response:
 
 
 async def put_exchange(request: web.Request) -> web.Response:
-    """As RabbitMQ: `{}` declares a durable direct exchange."""
+    """As RabbitMQ (the API declares with AMQP's defaults): `{}` declares a direct
+    exchange that is not durable."""
     if (missing := _missing_vhost_for_put(request)) is not None:
         return missing
     vhost = _vhost(request)
@@ -316,7 +326,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     kind = body.get("type", "direct")
     if not isinstance(kind, str):
         raise InvalidValue(f"exchange type must be a string, got {kind!r}")
-    durable, auto_delete = _bool(body, "durable", True), _bool(body, "auto_delete", False)
+    durable, auto_delete = _bool(body, "durable", False), _bool(body, "auto_delete", False)
     internal, arguments = _bool(body, "internal", False), _object(body, "arguments")
     guard = _permission_guard(request, vhost)
     if guard is not None:
@@ -362,13 +372,34 @@ def _binding_json(vhost: Any, b: Any) -> dict[str, Any]:
 
 
 def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
-    """RabbitMQ's name for one binding in a URL: the key, plus a hash of the arguments."""
+    """RabbitMQ's name for one binding in a URL: the routing key form-encoded (a space
+    is `+`, `~` is `%7E`), then `~` and a hash of the arguments if it has any; `~`
+    alone for an empty key without arguments."""
     if not arguments:
-        return quote(routing_key, safe="") if routing_key else "~"
+        return _quote_key(routing_key) if routing_key else "~"
+    return f"{_quote_key(routing_key)}~{_arguments_hash(arguments)}"
+
+
+def _quote_key(routing_key: str) -> str:
+    return quote_plus(routing_key, safe="").replace("~", "%7E")
+
+
+def _arguments_hash(arguments: dict[str, Any]) -> str:
+    """Names a binding's arguments in its properties key. RabbitMQ hashes the Erlang
+    term (erlang:phash2); this hash differs, so a key with arguments is Leveret's own
+    (listings give it, and fetching by it works)."""
     digest = hashlib.sha1(repr(sorted(arguments.items())).encode()).digest()
-    return (
-        f"{quote(routing_key, safe='')}~{base64.urlsafe_b64encode(digest[:8]).decode().rstrip('=')}"
-    )
+    return base64.urlsafe_b64encode(digest[:8]).decode().rstrip("=")
+
+
+def _parse_properties_key(props: str) -> tuple[str, str | None] | None:
+    """(routing key, arguments hash or None) of a properties key from a URL, read as
+    RabbitMQ reads it: split at the first `~`, each part form-decoded, so `with+space`
+    and `with%20space` both name the key `with space`. None: more than one `~`."""
+    key, _, rest = props.partition("~")
+    if "~" in rest:
+        return None
+    return unquote_plus(key), (unquote_plus(rest) if rest else None)
 
 
 def _default_binding(vhost: Any, queue: Any) -> dict[str, Any]:
@@ -491,15 +522,25 @@ async def post_binding(request: web.Request) -> web.Response:
         _direct(_access_check, guard._check_source, source.name, key)
     _direct(vhost.bind, source, dest, key, arguments)
     response = _ok(201)
-    response.headers["Location"] = f"{quote(dest.name, safe='')}/{_properties_key(key, arguments)}"
+    # The properties key URL-encoded once more, as RabbitMQ's Location has it.
+    props = quote(_properties_key(key, arguments), safe="")
+    response.headers["Location"] = f"{quote(dest.name, safe='')}/{props}"
     return response
 
 
 def _binding_by_props(request: web.Request) -> tuple[Any, Any, Any, Any]:
     vhost, source, dest = _binding_ends(request)
-    props = quote(request.match_info["props"], safe="").replace("%7E", "~")
+    props = request.match_info["props"]
+    parsed = _parse_properties_key(props)
+    if parsed is None:
+        raise NotFound(props)
+    routing_key, hashed = parsed
     for b in list(source.bindings.values()):
-        if b.destination is dest and _properties_key(b.routing_key, b.arguments) == props:
+        if b.destination is not dest or b.routing_key != routing_key:
+            continue
+        if (hashed is None and not b.arguments) or (
+            hashed is not None and b.arguments and _arguments_hash(b.arguments) == hashed
+        ):
             return vhost, source, dest, b
     raise NotFound(props)
 
@@ -528,6 +569,21 @@ async def delete_binding(request: web.Request) -> web.Response:
     return _ok()
 
 
+async def queue_actions(request: web.Request) -> web.Response:
+    """POST .../actions {"action": "sync" | "cancel_sync"}: RabbitMQ's mirrored-queue
+    synchronisation, for administrators. Leveret's classic queues have no mirrors, so
+    both are done at once (RabbitMQ answers the same for an unmirrored queue)."""
+    _require_admin(request)
+    vhost = _vhost(request)
+    body = _body_dict(await read_json(request))
+    require_keys(body, ("action",))
+    if vhost.queues.get(request.match_info["name"]) is None:
+        raise NotFound(request.match_info["name"])  # RabbitMQ: 500
+    if body["action"] not in ("sync", "cancel_sync"):
+        raise bad_request("bad_request", ["unknown", body["action"]])
+    return _ok()
+
+
 def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", exchange_bindings)
@@ -536,6 +592,7 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/queues/{vhost}/{name}", get_queue)
     r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    r.add_post("/api/queues/{vhost}/{name}/actions", queue_actions)
     r.add_get("/api/exchanges", list_exchanges)
     r.add_get("/api/exchanges/{vhost}", list_exchanges)
     r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)

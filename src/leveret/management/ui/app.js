@@ -368,18 +368,59 @@ function props(obj) {
     [h("dt", {}, k), h("dd", {}, typeof v === "boolean" ? yesNo(v) : v && typeof v === "object" ? JSON.stringify(v) : String(v ?? ""))]));
 }
 
+// The basic properties the publish API takes (RabbitMQ's names); the integer ones are
+// sent as numbers, the others as strings.
+const PROPERTY_NAMES = ["content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
+  "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id"];
+const INT_PROPERTIES = ["delivery_mode", "priority", "timestamp"];
+
+// "name = value" lines (blank lines skipped) as [name, value] pairs; a line without "="
+// is an error naming it.
+function keyValueLines(text, what) {
+  return text.split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
+    const at = line.indexOf("=");
+    if (at < 1) throw new Error(`${what}: "${line}" is not name = value`);
+    return [line.slice(0, at).trim(), line.slice(at + 1).trim()];
+  });
+}
+
+// The form's properties and headers as the API's `properties` object. An unknown
+// property name is refused here (the API would ignore it); an integer property that is
+// not a whole number is sent as written, and the API names it in its answer.
+function publishProperties(v) {
+  const properties = v.persistent === "true" ? { delivery_mode: 2 } : {};
+  for (const [name, value] of keyValueLines(v.properties || "", "Properties")) {
+    if (!PROPERTY_NAMES.includes(name)) {
+      throw new Error(`unknown property "${name}"; known: ${PROPERTY_NAMES.join(", ")}`);
+    }
+    properties[name] = INT_PROPERTIES.includes(name) && /^-?\d+$/.test(value) ? Number(value) : value;
+  }
+  const headers = keyValueLines(v.headers || "", "Headers");
+  if (headers.length) {
+    // A value that reads as JSON (a number, true, a list) is sent as that; else as text.
+    properties.headers = Object.fromEntries(headers.map(([name, value]) => {
+      try { return [name, JSON.parse(value)]; } catch { return [name, value]; }
+    }));
+  }
+  return properties;
+}
+
 function publishForm(id, vhost, exchange, defaultKey) {
   return h("form", { class: "inline", id, onsubmit: (e) => { e.preventDefault();
     const v = formValues(e.target);
     act("Message published", async () => {
       const r = await api("POST", `/exchanges/${enc(vhost)}/${enc(exchange)}/publish`, {
         routing_key: v.routing_key, payload: v.payload, payload_encoding: "string",
-        properties: v.persistent === "true" ? { delivery_mode: 2 } : {},
+        properties: publishProperties(v),
       });
       if (!r.routed) throw new Error("the message was not routed to any queue");
     }); } },
     h("label", {}, "Routing key", h("input", { name: "routing_key", value: defaultKey })),
     h("label", {}, "Persistent", h("select", { name: "persistent" }, h("option", { value: "false" }, "no"), h("option", { value: "true" }, "yes"))),
+    h("label", { class: "wide" }, "Properties (name = value, one a line: " + PROPERTY_NAMES.join(", ") + ")",
+      h("textarea", { name: "properties", rows: "2", placeholder: "content_type = text/plain" })),
+    h("label", { class: "wide" }, "Headers (name = value, one a line)",
+      h("textarea", { name: "headers", rows: "2", placeholder: "x-retries = 3" })),
     h("label", { class: "wide" }, "Payload", h("textarea", { name: "payload", rows: "3" })),
     h("button", { type: "submit" }, "Publish"));
 }
