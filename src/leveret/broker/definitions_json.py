@@ -202,6 +202,19 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _default_algorithm(doc: dict[str, Any]) -> str:
+    """The hashing algorithm of a user without one: RabbitMQ before 3.6 hashed with MD5
+    and its exports name no algorithm, so a file from such a version means MD5."""
+    version = doc.get("rabbit_version") or doc.get("rabbitmq_version")
+    try:
+        major_minor = tuple(int(p) for p in str(version).split(".")[:2])
+    except ValueError:
+        major_minor = ()
+    if len(major_minor) == 2 and major_minor < (3, 6):
+        return "rabbit_password_hashing_md5"
+    return passwords.DEFAULT_ALGORITHM
+
+
 def _check(doc: Any, vhost: str | None) -> None:
     """Every problem is found before anything changes."""
     if not isinstance(doc, dict):
@@ -241,7 +254,7 @@ def _check(doc: Any, vhost: str | None) -> None:
             if "password" not in user:
                 passwords.validate_hash(
                     user.get("password_hash", ""),
-                    user.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
+                    user.get("hashing_algorithm", _default_algorithm(doc)),
                 )
             parse_tags(user.get("tags", []))
             check_user_limits(user.get("limits") or {})
@@ -293,8 +306,12 @@ def _check(doc: Any, vhost: str | None) -> None:
             raise InvalidValue(f"bindings[{i}].destination_type must be 'queue' or 'exchange'")
 
 
-def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> dict[str, int]:
-    """Create or update everything in `doc`; with `vhost`, every item goes into that vhost."""
+def import_definitions(
+    broker: Broker, doc: Any, vhost: str | None = None, user: str | None = None
+) -> dict[str, int]:
+    """Create or update everything in `doc`; with `vhost`, every item goes into that vhost.
+    `user` imports it: new exchanges name them as who declared them (the API's
+    `user_who_performed_action`)."""
     _check(doc, vhost)
     _check_parameters(broker, doc, vhost)
     admin = broker.admin
@@ -334,7 +351,7 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
                 None,
                 tags,
                 password_hash=item.get("password_hash", ""),
-                hashing_algorithm=item.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM),
+                hashing_algorithm=item.get("hashing_algorithm", _default_algorithm(doc)),
                 replace=True,
             )
         if "limits" in item:  # RabbitMQ keeps per-user limits in the user's record
@@ -382,7 +399,7 @@ def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> di
     for kind in ("exchanges", "queues", "bindings"):
         for i, item in enumerate(doc.get(kind, [])):
             try:
-                _declare(admin.vhost(vh(item)), kind, item)
+                _declare(admin.vhost(vh(item)), kind, item, user)
             except ModelError as exc:
                 raise InvalidValue(f"{kind}[{i}]: {exc}") from None
     for section in TOP_LEVEL:
@@ -436,7 +453,7 @@ def _check_operator_policy(i: int, param: dict[str, Any]) -> None:
         raise InvalidValue(f"parameters[{i}]: {exc}") from None
 
 
-def _declare(target: Any, kind: str, item: dict[str, Any]) -> None:
+def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = None) -> None:
     arguments = item.get("arguments") or {}
     if kind == "exchanges":
         if item["name"] in target.exchanges and item["name"].startswith("amq."):
@@ -449,6 +466,7 @@ def _declare(target: Any, kind: str, item: dict[str, Any]) -> None:
             bool(item.get("auto_delete", False)),
             bool(item.get("internal", False)),
             arguments,
+            **({"user": user} if user is not None else {}),
         )
     elif kind == "queues":
         if item.get("type") and "x-queue-type" not in arguments:

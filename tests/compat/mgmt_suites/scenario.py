@@ -80,7 +80,9 @@ def amqp(op: str, **kw: Any) -> Step:
 
 def wait(path: str, **want: Any) -> Step:
     """Poll GET `path` until every item of its list has `want`'s values (`count=N`: until
-    the list, filtered to `suite-*` objects, has N items). Not recorded."""
+    the list, filtered to `suite-*` objects, has N such items; `has="messages"`: items
+    with that field, which RabbitMQ adds once a queue's statistics arrive). Not
+    recorded."""
     return Step("WAIT", "/api" + path, want)
 
 
@@ -182,6 +184,7 @@ class Runner:
 
     def _wait(self, path: str, want: dict[str, Any], timeout: float = 30.0) -> None:
         count = want.pop("count", None)
+        has = want.pop("has", None)  # a field RabbitMQ adds once its statistics arrive
         want = {k: self.target.expand(v) if isinstance(v, str) else v for k, v in want.items()}
         deadline = time.monotonic() + timeout
         while True:
@@ -189,7 +192,11 @@ class Runner:
             if status == 200 and isinstance(found, list):
                 found = keep_own(masked(found, (), self.target.variables))
                 want = {k: masked(v, (), self.target.variables) for k, v in want.items()}
-                matching = [i for i in found if all(i.get(k) == v for k, v in want.items())]
+                matching = [
+                    i
+                    for i in found
+                    if all(i.get(k) == v for k, v in want.items()) and (has is None or has in i)
+                ]
                 if (count is None and found and len(matching) == len(found)) or (
                     count is not None and len(matching) == count
                 ):

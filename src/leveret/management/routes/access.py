@@ -93,8 +93,7 @@ async def get_vhost(request: web.Request) -> web.Response:
 async def put_vhost(request: web.Request) -> web.Response:
     _require_admin(request)
     body = await read_json(request)
-    if not isinstance(body, dict):
-        raise InvalidValue("the body must be a JSON object")
+    _body_dict(body)
     name = request.match_info["vhost"]
     existed = name in _broker(request).vhosts
     tags = body.get("tags", [])
@@ -146,8 +145,7 @@ async def get_user(request: web.Request) -> web.Response:
 async def put_user(request: web.Request) -> web.Response:
     _require_admin(request)
     body = await read_json(request)
-    if not isinstance(body, dict):
-        raise InvalidValue("the body must be a JSON object")
+    _body_dict(body)
     name = request.match_info["user"]
     existed = name in _broker(request).access.users
     if "tags" in body:
@@ -178,6 +176,16 @@ async def put_user(request: web.Request) -> web.Response:
     else:
         # As RabbitMQ: the user is made with the empty password, which no login takes.
         _admin(request).add_user(name, "", tags)
+    # RabbitMQ also takes the user's permissions in the same body: {vhost: {configure,
+    # write, read}}.
+    permissions = body.get("permissions")
+    if isinstance(permissions, dict):
+        for vhost, perms in permissions.items():
+            perms = _body_dict(perms)
+            require_keys(perms, ("configure", "write", "read"))
+            _admin(request).set_permissions(
+                name, vhost, perms["configure"], perms["write"], perms["read"]
+            )
     return _ok(204 if existed else 201)
 
 
@@ -247,8 +255,7 @@ async def put_permission(request: web.Request) -> web.Response:
     broker = _broker(request)
     if vhost not in broker.vhosts or user not in broker.access.users:
         raise InvalidValue("vhost_or_user_not_found")
-    if not isinstance(body, dict):
-        raise InvalidValue("the body must be a JSON object")
+    _body_dict(body)
     require_keys(body, ("configure", "write", "read"))
     existed = broker.access.permission(user, vhost) is not None
     _admin(request).set_permissions(
@@ -289,7 +296,9 @@ async def put_topic_permission(request: web.Request) -> web.Response:
     exchange = body["exchange"]
     if not isinstance(exchange, str):
         exchange = json.dumps(exchange)  # RabbitMQ takes a number as its text
-    existed = exchange in broker.access.topics(user, vhost)
+    # RabbitMQ's resource is the user's topic permissions in the vhost: a PUT for
+    # another exchange updates it (204).
+    existed = bool(broker.access.topics(user, vhost))
     _admin(request).set_topic_permissions(user, vhost, exchange, body["write"], body["read"])
     return _ok(204 if existed else 201)
 
@@ -297,7 +306,8 @@ async def put_topic_permission(request: web.Request) -> web.Response:
 async def delete_topic_permission(request: web.Request) -> web.Response:
     _require_admin(request)
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    exchange = request.query.get("exchange")
+    # The exchange as a path segment (RabbitMQ 3.10's dispatcher) or a query parameter.
+    exchange = request.match_info.get("exchange", request.query.get("exchange"))
     topics = _broker(request).access.topics(user, vhost)
     if exchange is not None and topics and exchange not in topics:
         return _ok()  # RabbitMQ: nothing to clear for that exchange is not an error
@@ -366,6 +376,7 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/users/{user}/topic-permissions", list_topic_permissions)
     r.add_put("/api/topic-permissions/{vhost}/{user}", put_topic_permission)
     r.add_delete("/api/topic-permissions/{vhost}/{user}", delete_topic_permission)
+    r.add_delete("/api/topic-permissions/{vhost}/{user}/{exchange}", delete_topic_permission)
     r.add_get("/api/vhost-limits", list_vhost_limits)
     r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
     r.add_put("/api/vhost-limits/{vhost}/{name}", put_vhost_limit)

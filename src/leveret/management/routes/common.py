@@ -144,6 +144,11 @@ def _strip_code(text: str) -> str:
 
 
 def _body_dict(body: Any) -> dict[str, Any]:
+    if isinstance(body, str):  # RabbitMQ's own hint for the usual cause
+        raise InvalidValue(
+            "invalid payload: the request body JSON-decoded to a string. "
+            "Is the input doubly-JSON-encoded?"
+        )
     if not isinstance(body, dict):
         raise InvalidValue("the body must be a JSON object")
     return body
@@ -162,7 +167,7 @@ def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
     """An object field such as `arguments` (absent or null: empty). RabbitMQ crashes
     (500) on another type; Leveret names the field."""
     value = body.get(key)
-    if value is None:
+    if value is None or value == []:  # RabbitMQ reads [] as an empty table
         return {}
     if not isinstance(value, dict):
         raise InvalidValue(f"{key} must be a JSON object, got {json.dumps(value)}")

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from leveret.broker import definitions_json
 from leveret.broker.errors import NotFound
-from leveret.management.app import Denied
+from leveret.management.app import Denied, error
 from leveret.management.routes.common import (
     NODE,
     _broker,
@@ -87,12 +87,13 @@ def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
         "vhost": conn.vhost.name if conn.vhost is not None else None,
         "user": conn.user,
         "user_who_performed_action": conn.user,
-        "user_provided_name": user_name if isinstance(user_name, str) else None,
         "channels": len(conn.channels),
         "channel_max": conn.channel_max,
         "state": "running",
         "type": "direct" if getattr(conn, "direct", None) is not None else "network",
         "protocol": "AMQP 0-9-1",
+        # RabbitMQ lists the name a client gave (`connection_name`), and nothing without one
+        **({"user_provided_name": user_name} if isinstance(user_name, str) else {}),
         "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"),
         "host": local_host.strip("[]"),
         "port": int(local_port or 0),
@@ -266,6 +267,9 @@ def _channels(request: web.Request) -> list[Any]:
 
 
 async def list_channels(request: web.Request) -> web.Response:
+    if request.query.get("disable_stats") == "true":
+        # A channel is nothing but its statistics: RabbitMQ refuses the listing
+        return error(400, "bad_request", "Stats in management UI are disabled on this node")
     paginated = "vhost" not in request.match_info  # as RabbitMQ
     return listing(request, [_channel_json(ch) for ch in _channels(request)], paginated=paginated)
 
@@ -295,9 +299,18 @@ def _consumer_json(consumer: Any) -> dict[str, Any]:
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
         "arguments": definitions_json._jsonable(consumer.arguments or {}),
-        "active": True,
-        "activity_status": "up",
+        **_activity(consumer, queue),
     }
+
+
+def _activity(consumer: Any, queue: Any) -> dict[str, Any]:
+    """RabbitMQ's `active` and `activity_status`: on a single-active-consumer queue, the
+    consumer that gets the messages is `single_active` and the others `waiting`."""
+    options = getattr(queue, "options", None)
+    if not getattr(options, "single_active_consumer", False):
+        return {"active": True, "activity_status": "up"}
+    active = bool(getattr(consumer, "active", True))
+    return {"active": active, "activity_status": "single_active" if active else "waiting"}
 
 
 async def list_consumers(request: web.Request) -> web.Response:

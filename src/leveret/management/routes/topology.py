@@ -200,9 +200,21 @@ def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
     }
 
 
+#: what RabbitMQ lists of a queue with `disable_stats=true`: its definition and place
+QUEUE_BASICS = ("arguments", "auto_delete", "durable", "exclusive", "name", "node", "type", "vhost")
+
+
+def _queue_basics(queue: Any) -> dict[str, Any]:
+    full = _queue_json(queue.vhost, queue)
+    # RabbitMQ's basic record says "live" for a queue process that is up
+    return {**{k: full[k] for k in QUEUE_BASICS if k in full}, "state": "live"}
+
+
 async def list_queues(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+    if request.query.get("disable_stats") == "true":
+        return listing(request, queues, _queue_basics, paginated=True)
     return listing(request, queues, lambda q: _queue_json(q.vhost, q), paginated=True)
 
 
@@ -230,11 +242,23 @@ def _missing_vhost_for_put(request: web.Request) -> web.Response | None:
     return None
 
 
+def _not_locked(queue: Any, vhost: Any) -> None:
+    """An exclusive queue belongs to its connection: the API may not delete or purge it
+    (RabbitMQ's RESOURCE_LOCKED, as a 400)."""
+    if getattr(queue, "exclusive_owner", None) is not None:
+        raise InvalidValue(
+            f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+            f"'{vhost.name}'. It could be originally declared on another connection or "
+            "the exclusive property value does not match that of the original declaration."
+        )
+
+
 async def delete_queue(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
+    _not_locked(queue, vhost)
     guard = _permission_guard(request, vhost)
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", queue.name)
@@ -255,7 +279,21 @@ async def purge_queue(request: web.Request) -> web.Response:
     guard = _permission_guard(request, vhost)
     if guard is not None:
         _direct(_access_check, guard.require, "read", "queue", queue.name)
+    _not_locked(queue, vhost)
     vhost.purge_queue(queue)
+    return _ok()
+
+
+async def queue_actions(request: web.Request) -> web.Response:
+    """POST {"action": "sync" | "cancel_sync"}: mirror synchronisation. A Leveret queue has
+    no mirrors, so both are done at once, as for RabbitMQ's unmirrored queues."""
+    vhost = _vhost(request)
+    if request.match_info["name"] not in vhost.queues:
+        raise NotFound(request.match_info["name"])
+    body = _body_dict(await read_json(request))
+    action = body.get("action")
+    if action not in ("sync", "cancel_sync"):
+        return error(400, "bad_request", ["unknown", action])
     return _ok()
 
 
@@ -546,6 +584,13 @@ def _binding_by_props(request: web.Request) -> tuple[Any, Any, Any, Any]:
 
 
 async def get_binding(request: web.Request) -> web.Response:
+    if exchange_param(request, "source") == "" and request.match_info["kind"] == "q":
+        # The default exchange's implicit binding of a queue, keyed by the queue's name
+        vhost, _source, dest = _binding_ends(request)
+        parsed = _parse_properties_key(request.match_info["props"])
+        if dest is None or parsed != (dest.name, None):
+            raise NotFound(request.match_info["props"])
+        return web.json_response(_default_binding(vhost, dest))
     vhost, _source, _dest, binding = _binding_by_props(request)
     return web.json_response(_binding_json(vhost, binding))
 
@@ -589,6 +634,10 @@ def add_routes(r: web.UrlDispatcher) -> None:
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}", exchange_bindings)
     r.add_get("/api/queues", list_queues)
     r.add_get("/api/queues/{vhost}", list_queues)
+    # RabbitMQ answers a list's path with a trailing slash as the list
+    r.add_get("/api/queues/{vhost}/", list_queues)
+    r.add_get("/api/exchanges/{vhost}/", list_exchanges)
+    r.add_get("/api/bindings/{vhost}/", list_bindings)
     r.add_get("/api/queues/{vhost}/{name}", get_queue)
     r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
