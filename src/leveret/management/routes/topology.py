@@ -284,19 +284,6 @@ async def purge_queue(request: web.Request) -> web.Response:
     return _ok()
 
 
-async def queue_actions(request: web.Request) -> web.Response:
-    """POST {"action": "sync" | "cancel_sync"}: mirror synchronisation. A Leveret queue has
-    no mirrors, so both are done at once, as for RabbitMQ's unmirrored queues."""
-    vhost = _vhost(request)
-    if request.match_info["name"] not in vhost.queues:
-        raise NotFound(request.match_info["name"])
-    body = _body_dict(await read_json(request))
-    action = body.get("action")
-    if action not in ("sync", "cancel_sync"):
-        return error(400, "bad_request", ["unknown", action])
-    return _ok()
-
-
 async def put_queue(request: web.Request) -> web.Response:
     if (missing := _missing_vhost_for_put(request)) is not None:
         return missing
