@@ -34,8 +34,7 @@ class MQTTProtocol(asyncio.Protocol):
         self.peer_host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # (uvloop's is not a subclass)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer_host = str(peer[0])

@@ -177,7 +177,8 @@ class Server:
         """MQTT, MQTT over TLS and Web MQTT (leveret.mqtt), when a port is configured;
         a port taken stops the start, as an AMQP one does."""
         config = self.config
-        if config.mqtt_port is None and config.web_mqtt_port is None and not config.mqtt_tls_port:
+        ports = (config.mqtt_port, config.web_mqtt_port, config.mqtt_tls_port)
+        if all(port is None for port in ports):
             return
         from leveret.mqtt.listener import MQTTListeners
 
