@@ -71,7 +71,14 @@ MAX_PACKET_SIZE = 268_435_455
 UINT32_MAX = 0xFFFFFFFF
 # Headers the broker sets itself; never shown to MQTT 5 clients as user properties.
 OWN_HEADERS = frozenset(
-    {"x-mqtt-publish-qos", "x-mqtt-dup", "x-mqtt-retain", "x-reply-to-topic", "x-correlation-id"}
+    {
+        "x-mqtt-publish-qos",
+        "x-mqtt-dup",
+        "x-mqtt-retain",
+        "x-mqtt-payload-format-indicator",
+        "x-reply-to-topic",
+        "x-correlation-id",
+    }
 )
 
 
@@ -183,6 +190,11 @@ class MQTTConnection:
                 self._handle(packet)
             except MQTTProtocolError as exc:
                 self._protocol_error(exc)
+                return
+            except Exception:
+                # A fault of ours must not take other connections with it.
+                log.exception("MQTT connection %s: internal error, closing", self.transport.peer)
+                self.close()
                 return
 
     def _send(self, packet: pk.Packet) -> None:
@@ -856,9 +868,10 @@ class MQTTConnection:
                 props["response_topic"] = to_mqtt(_text(headers["x-reply-to-topic"]))
             if "x-correlation-id" in headers:
                 value = headers["x-correlation-id"]
-                props["correlation_data"] = (
-                    value if isinstance(value, bytes) else str(value).encode()
-                )
+                if isinstance(value, bytes | bytearray):
+                    props["correlation_data"] = bytes(value)
+                else:
+                    props["correlation_data"] = str(value).encode()
             if headers.get("x-mqtt-payload-format-indicator") is not None:
                 props["payload_format_indicator"] = 1
             retain = headers.get("x-mqtt-retain") is True
@@ -1003,7 +1016,7 @@ def amqp_header(size: int, qos: int, dup: bool, retain: bool, props: dict[str, A
         if text is not None and len(correlation) <= 255:
             fields["correlation_id"] = text
         else:
-            headers["x-correlation-id"] = correlation
+            headers["x-correlation-id"] = bytearray(correlation)  # an AMQP byte array
     if "response_topic" in props:
         headers["x-reply-to-topic"] = to_amqp(props["response_topic"])
     if "message_expiry_interval" in props:
