@@ -69,6 +69,7 @@ log = logging.getLogger("leveret.mqtt")
 MAX_PACKET_UNAUTHENTICATED = 65_536
 MAX_PACKET_SIZE = 268_435_455
 UINT32_MAX = 0xFFFFFFFF
+ALARM_POLL = 0.5  # seconds between looks at a resource alarm that blocks publishers
 # Headers the broker sets itself; never shown to MQTT 5 clients as user properties.
 OWN_HEADERS = frozenset(
     {
@@ -156,7 +157,11 @@ class MQTTConnection:
             self.config.handshake_timeout, self._connect_timeout
         )
         self._flow: set[Queue] = set()  # queues this publisher waits for
-        self._reading_paused = False
+        # Why reading is paused: "flow" (a queue is far behind), "alarm" (a resource
+        # alarm blocks publishers), "recovery" (the broker reads its messages back).
+        self._paused_for: set[str] = set()
+        self._held: bytearray | None = None  # bytes that arrived during recovery
+        self._alarm_timer: asyncio.TimerHandle | None = None
         self._no_local = False  # whether any subscription has no_local
         self.connected_at = time.time()
         self.recv_oct = 0
@@ -177,6 +182,37 @@ class MQTTConnection:
             return
         self.recv_oct += len(data)
         self._last_read = time.monotonic()
+        if self._held is not None or self.server.recovering:
+            # Stored messages are still being read back after a restart: hold
+            # everything until they are (as AMQP connections hold their operations).
+            if self._held is None:
+                self._held = bytearray()
+                self.server.held.append(self)
+                self._pause("recovery")
+            self._held += data
+            return
+        self._process(data)
+
+    def recovery_done(self) -> None:
+        """The server's recovery finished (Server._recover): run what was held."""
+        held, self._held = self._held, None
+        if held is None or self.state == "closed":
+            return
+        self._resume("recovery")
+        self._process(bytes(held))
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for:
+            self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason in self._paused_for:
+            self._paused_for.discard(reason)
+            if not self._paused_for and self.state != "closed":
+                self.transport.resume_reading()
+
+    def _process(self, data: bytes) -> None:
         try:
             packets = self.decoder.feed(data)
         except MQTTProtocolError as exc:
@@ -492,6 +528,9 @@ class MQTTConnection:
         error = topic_name_error(topic)
         if error is not None:
             raise MQTTProtocolError(error, pk.RC_TOPIC_NAME_INVALID)
+        alarms = self.server.alarms
+        if alarms is not None and alarms.blocking:
+            self._block_for_alarm()  # this message goes through, later ones wait
         qos = packet.qos
         if qos == 2:
             if v5:
@@ -624,16 +663,30 @@ class MQTTConnection:
             return
         self._flow.add(queue)
         queue.throttle(self)
-        if not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._pause("flow")
 
     def resume_after_flow(self, queue: Queue) -> None:
         """broker/ports.Publisher: `queue` drained."""
         self._flow.discard(queue)
-        if not self._flow and self._reading_paused and self.state != "closed":
-            self._reading_paused = False
-            self.transport.resume_reading()
+        if not self._flow:
+            self._resume("flow")
+
+    def _block_for_alarm(self) -> None:
+        """A memory or disk alarm is on: stop reading this publisher until it clears
+        (RabbitMQ blocks MQTT publishers' sockets the same way)."""
+        self._pause("alarm")
+        if self._alarm_timer is None:
+            self._alarm_timer = self.loop.call_later(ALARM_POLL, self._check_alarm)
+
+    def _check_alarm(self) -> None:
+        self._alarm_timer = None
+        alarms = self.server.alarms
+        if self.state == "closed":
+            return
+        if alarms is not None and alarms.blocking:
+            self._alarm_timer = self.loop.call_later(ALARM_POLL, self._check_alarm)
+        else:
+            self._resume("alarm")
 
     # --- SUBSCRIBE / UNSUBSCRIBE ----------------------------------------------------------
 
@@ -920,10 +973,11 @@ class MQTTConnection:
         self.state = "closed"
         self.deliverable = False
         self.listeners.connections.discard(self)
-        for timer in (self._connect_timer, self._keepalive_timer):
+        for timer in (self._connect_timer, self._keepalive_timer, self._alarm_timer):
             if timer is not None:
                 timer.cancel()
-        self._connect_timer = self._keepalive_timer = None
+        self._connect_timer = self._keepalive_timer = self._alarm_timer = None
+        self._held = None
         for queue in list(self._flow):
             getattr(queue, "throttled", set()).discard(self)
         self._flow.clear()
