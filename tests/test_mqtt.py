@@ -569,3 +569,23 @@ def test_tls_listener(tmp_path) -> None:
         tls.sendall(encode(p.Connect("tls-1", username="guest", password=b"guest"), 4))
         assert Decoder("client", 4).feed(tls.recv(100)) == [p.Connack(False, 0)]
         tls.close()
+
+
+def test_resource_alarm_blocks_mqtt_publishers_until_it_clears(broker) -> None:
+    def set_limit(value: int) -> None:
+        def apply() -> None:
+            broker.server.alarms.memory_limit = value
+            broker.server.alarms.check()
+
+        broker.call(apply)
+
+    with RawMQTT(broker.mqtt_port) as c:
+        c.connect("alarmed")
+        set_limit(1)  # any RSS is over the limit
+        c.send(p.Publish("alarm/t", b"first", 1, packet_id=1))
+        assert c.recv() == p.PubAck(p.PUBACK, 1)  # the publish that saw the alarm goes in
+        c.send(p.Publish("alarm/t", b"held", 1, packet_id=2))
+        with pytest.raises(TimeoutError):
+            c.recv(1.0)  # not read while the alarm is on
+        set_limit(0)
+        assert c.recv(10) == p.PubAck(p.PUBACK, 2)  # nothing lost
