@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -589,3 +590,46 @@ def test_resource_alarm_blocks_mqtt_publishers_until_it_clears(broker) -> None:
             c.recv(1.0)  # not read while the alarm is on
         set_limit(0)
         assert c.recv(10) == p.PubAck(p.PUBACK, 2)  # nothing lost
+
+
+def test_mqtt_connections_in_the_management_api_and_ctl(tmp_path) -> None:
+    import base64
+    import json
+    import urllib.request
+
+    data = tmp_path / "d"
+    with embedded_broker(persistence=True, data_dir=str(data), mqtt_port=0, management_port=0) as b:
+        api = f"http://127.0.0.1:{b.server.management.port}/api"
+        auth = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
+
+        def get(path: str):
+            with urllib.request.urlopen(urllib.request.Request(api + path, headers=auth)) as r:
+                return json.load(r)
+
+        with RawMQTT(b.mqtt_port) as c311, RawMQTT(b.mqtt_port, p.MQTT_5) as c5:
+            c311.connect("mgmt-311")
+            c5.connect("mgmt-5")
+            rows = {r["client_properties"]["client_id"]: r for r in get("/connections")}
+            assert rows["mgmt-311"]["protocol"] == "MQTT 3.1.1"
+            assert rows["mgmt-5"]["protocol"] == "MQTT 5-0"
+            one = rows["mgmt-311"]
+            assert (one["user"], one["vhost"], one["type"]) == ("guest", "/", "direct")
+            assert one["name"].endswith(f"-> 127.0.0.1:{b.mqtt_port}")
+            quoted = urllib.request.quote(one["name"], safe="")
+            assert get(f"/connections/{quoted}")["protocol"] == "MQTT 3.1.1"
+            assert get(f"/connections/{quoted}/channels") == []
+            # closed by an operator: the client sees its connection end
+            request = urllib.request.Request(
+                f"{api}/connections/{quoted}", headers=auth, method="DELETE"
+            )
+            urllib.request.urlopen(request).close()
+            assert c311.closed()
+            for where in (["--data-dir", str(data)], ["--url", api.removesuffix("/api")]):
+                proc = subprocess.run(
+                    [sys.executable, "-m", "leveret", "ctl", *where, "--formatter", "json",
+                     "list_mqtt_connections"],
+                    capture_output=True, text=True, timeout=60,
+                )  # fmt: skip
+                assert proc.returncode == 0, proc.stderr
+                listed = json.loads(proc.stdout)
+                assert [(r["client_id"], r["protocol"]) for r in listed] == [("mgmt-5", "MQTT 5-0")]

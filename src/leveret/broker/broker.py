@@ -63,6 +63,7 @@ class Broker:
         digest = hashlib.sha256(self.cluster_name.encode()).hexdigest()[:22]
         self.global_parameters.cluster_id(f"leveret-cluster-id-{digest}")
         self.links: Any = None  # the server's leveret.links.manager.LinkManager, once running
+        self.mqtt: Any = None  # the server's leveret.mqtt.listener.MQTTListeners, if serving MQTT
 
     @property
     def cluster_name(self) -> str:

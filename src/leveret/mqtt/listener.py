@@ -32,6 +32,7 @@ class MQTTProtocol(asyncio.Protocol):
         self.session: MQTTConnection | None = None
         self.peer = "?"
         self.peer_host = ""
+        self.local = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # (uvloop's is not a subclass)
@@ -39,6 +40,9 @@ class MQTTProtocol(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.peer_host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.local = f"{local[0]}:{local[1]}"
         self.session = MQTTConnection(self.listeners, self)
 
     def data_received(self, data: bytes) -> None:
@@ -95,6 +99,10 @@ class MQTTListeners:
     @property
     def port(self) -> int | None:
         return self.addresses.get("mqtt", (None, None))[1]
+
+    def open_connections(self) -> list[MQTTConnection]:
+        """Connections past CONNECT, by name (the management API, leveret ctl)."""
+        return sorted((c for c in self.connections if c.state == "open"), key=lambda c: c.name)
 
     async def start(self) -> None:
         """Listen on every configured port; OSError (a port taken) stops them all."""

@@ -88,6 +88,7 @@ class Transport(Protocol):
 
     peer: str  # "host:port"
     peer_host: str
+    local: str  # "host:port" of the listener's end
     kind: str  # "tcp", "tls", "ws"
 
     def write(self, data: bytes) -> None: ...
@@ -176,6 +177,36 @@ class MQTTConnection:
     def protocol_name(self) -> str:
         """As RabbitMQ's management API shows it: "MQTT 3.1.1", "MQTT 5-0"."""
         return {pk.MQTT_3_1: "MQTT 3.1.0", pk.MQTT_5: "MQTT 5-0"}.get(self.version, "MQTT 3.1.1")
+
+    @property
+    def peer(self) -> str:
+        return self.transport.peer
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "peer -> local"."""
+        return f"{self.transport.peer} -> {self.transport.local}"
+
+    def info(self) -> dict[str, Any]:
+        """What `leveret ctl list_mqtt_connections` shows (rabbitmqctl's info keys)."""
+        return {
+            "client_id": self.client_id,
+            "conn_name": self.name,
+            "user": self.user,
+            "vhost": self.vhost.name if self.vhost is not None else None,
+            "protocol": self.protocol_name,
+            "clean_sess": self.clean_start,
+            "keepalive": self.keepalive,
+            "subscriptions": len(self.subscriptions),
+        }
+
+    def force_close(self, reason: str = "shutdown", text: str | None = None) -> None:
+        """Closed by an operator (the management API) or the broker: the will goes out."""
+        log.info("MQTT connection %s closed: %s", self.transport.peer, text or reason)
+        if self.version == pk.MQTT_5 and self.state == "open":
+            code = pk.RC_SERVER_SHUTTING_DOWN if reason == "shutdown" else 0x98
+            self._send(pk.Disconnect(code, {"reason_string": text or reason}))
+        self.close()
 
     def receive(self, data: bytes) -> None:
         if self.state == "closed":

@@ -29,10 +29,11 @@ class WebSocketTransport:
 
     kind = "ws"
 
-    def __init__(self, ws: web.WebSocketResponse, peer: str, peer_host: str) -> None:
+    def __init__(self, ws: web.WebSocketResponse, peer: str, peer_host: str, local: str) -> None:
         self.ws = ws
         self.peer = peer
         self.peer_host = peer_host
+        self.local = local
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._sender = asyncio.ensure_future(self._send_all())
         self.closed = False
@@ -105,7 +106,9 @@ class WebMQTT:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         peer_host = str(peer[0]) if isinstance(peer, tuple) else ""
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
-        transport = WebSocketTransport(ws, peer_text, peer_host)
+        local = request.transport.get_extra_info("sockname") if request.transport else None
+        local_text = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "?"
+        transport = WebSocketTransport(ws, peer_text, peer_host, local_text)
         session = MQTTConnection(self.listeners, transport)
         try:
             async for msg in ws:

@@ -190,7 +190,7 @@ class Server:
                 server.close()
             self._servers.clear()
             raise
-        self.mqtt = mqtt
+        self.mqtt = self.broker.mqtt = mqtt
 
     async def _recover(self) -> None:
         """Read the stored messages back in a worker thread, then let clients in."""
