@@ -633,3 +633,26 @@ def test_mqtt_connections_in_the_management_api_and_ctl(tmp_path) -> None:
                 assert proc.returncode == 0, proc.stderr
                 listed = json.loads(proc.stdout)
                 assert [(r["client_id"], r["protocol"]) for r in listed] == [("mgmt-5", "MQTT 5-0")]
+
+
+def test_vhost_and_user_connection_limits_count_mqtt_connections(broker) -> None:
+    broker.admin.add_vhost("limited")
+    broker.admin.set_permissions("guest", "limited", ".*", ".*", ".*")
+    broker.admin.set_vhost_limits("limited", {"max-connections": 1})
+    with RawMQTT(broker.mqtt_port) as first:
+        assert first.connect("lim-1", "limited:guest").reason_code == 0
+        with RawMQTT(broker.mqtt_port) as second:
+            assert second.connect("lim-2", "limited:guest").reason_code == p.CONNACK_NOT_AUTHORIZED
+        with RawMQTT(broker.mqtt_port, p.MQTT_5) as third:
+            ack = third.connect("lim-3", "limited:guest")
+            assert ack.reason_code == p.RC_QUOTA_EXCEEDED
+            assert "connection limit (1)" in ack.properties["reason_string"]
+    broker.admin.add_user("one", "pw")
+    broker.admin.set_permissions("one", "/", ".*", ".*", ".*")
+    broker.admin.set_user_limits("one", {"max-connections": 1})
+    conn = pika.BlockingConnection(
+        pika.URLParameters(f"amqp://one:pw@127.0.0.1:{broker.port}/%2F")
+    )  # an AMQP connection counts too
+    with RawMQTT(broker.mqtt_port) as c:
+        assert c.connect("lim-4", "one", b"pw").reason_code == p.CONNACK_NOT_AUTHORIZED
+    conn.close()

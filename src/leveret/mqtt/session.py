@@ -383,6 +383,14 @@ class MQTTConnection:
                 f"virtual host '{vhost_name}' does not exist",
             )
             return
+        limit = vhost.limits.get("max-connections")
+        if limit is not None and self._connections_in(vhost=vhost_name) >= limit:
+            self._refuse(
+                pk.CONNACK_NOT_AUTHORIZED,
+                pk.RC_QUOTA_EXCEEDED,
+                f"connection limit ({limit}) is reached for vhost '{vhost_name}'",
+            )
+            return
         try:
             secret = password.decode("utf-8")
         except UnicodeDecodeError:
@@ -394,6 +402,14 @@ class MQTTConnection:
                 pk.CONNACK_BAD_CREDENTIALS,
                 pk.RC_BAD_USERNAME_OR_PASSWORD,
                 f"authentication failed for user '{user}'",
+            )
+            return
+        limit = account.limit("max-connections")
+        if limit is not None and self._connections_in(user=user) >= limit:
+            self._refuse(
+                pk.CONNACK_NOT_AUTHORIZED,
+                pk.RC_QUOTA_EXCEEDED,
+                f"connection limit ({limit}) is reached for user '{user}'",
             )
             return
         if user in config.loopback_users and not is_loopback(self.transport.peer_host):
@@ -493,6 +509,16 @@ class MQTTConnection:
             if binding.source.name == self.exchange_name:
                 self.subscriptions.setdefault(to_mqtt(binding.routing_key), SubscriptionState(1))
         return True
+
+    def _connections_in(self, *, vhost: str | None = None, user: str | None = None) -> int:
+        """Open AMQP and MQTT connections of a vhost or user (their max-connections)."""
+        count = len(self.server.broker.connections_of(vhost=vhost, user=user))
+        for conn in self.listeners.connections:
+            if conn.state == "open" and (
+                (vhost is None or conn.vhost.name == vhost) and (user is None or conn.user == user)
+            ):
+                count += 1
+        return count
 
     def _check_keepalive(self) -> None:
         self._keepalive_timer = None
