@@ -145,7 +145,9 @@ class MQTTConnection:
         # Our QoS 1 PUBLISHes awaiting PUBACK: packet id → (queue, entry, consumer), or
         # None for a retained message (no queue behind it).
         self.inflight: dict[int, tuple[Queue, QueueEntry, Consumer] | None] = {}
-        self._next_id = 0
+        # The next packet id of a QoS 1 delivery. As RabbitMQ 3.10 numbers them: from 1,
+        # moved up to a SUBSCRIBE's own id when that is higher (ids in flight skipped).
+        self._next_id = 1
         # The client's QoS 1 PUBLISHes, in order: [packet id, reason code or None while
         # its queues write it]; PUBACKs go out in this order (MQTT 4.6).
         self._pubacks: deque[list[Any]] = deque()
@@ -783,6 +785,8 @@ class MQTTConnection:
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and previous is None):
                 retained.append((topic_filter, qos))
         self._send(pk.Suback(packet.packet_id, codes))
+        if packet.packet_id > self._next_id:
+            self._next_id = packet.packet_id if packet.packet_id < 65_535 else 1
         for topic_filter, qos in retained:
             self._send_retained(topic_filter, qos)
 
@@ -885,9 +889,10 @@ class MQTTConnection:
 
     def _packet_id(self) -> int:
         for _ in range(65_535):
-            self._next_id = self._next_id % 65_535 + 1
-            if self._next_id not in self.inflight:
-                return self._next_id
+            packet_id = self._next_id
+            self._next_id = packet_id % 65_535 + 1
+            if packet_id not in self.inflight:
+                return packet_id
         raise MQTTProtocolError("no free packet identifier", pk.RC_RECEIVE_MAXIMUM_EXCEEDED)
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:

@@ -37,6 +37,8 @@ class WebSocketTransport:
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._sender = asyncio.ensure_future(self._send_all())
         self.closed = False
+        self.readable = asyncio.Event()  # cleared while the session pauses reading
+        self.readable.set()
 
     async def _send_all(self) -> None:
         while True:
@@ -57,13 +59,15 @@ class WebSocketTransport:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.readable.set()
             self._out.put_nowait(None)
 
     def pause_reading(self) -> None:
-        """Not paused: the reader loop (WebMQTT._handle) waits instead."""
+        """The reader loop (WebMQTT._handle) waits before its next message."""
+        self.readable.clear()
 
     def resume_reading(self) -> None:
-        pass
+        self.readable.set()
 
     async def wait_sent(self) -> None:
         await asyncio.shield(self._sender)
@@ -112,6 +116,8 @@ class WebMQTT:
         session = MQTTConnection(self.listeners, transport)
         try:
             async for msg in ws:
+                if not transport.readable.is_set():
+                    await transport.readable.wait()
                 if msg.type == WSMsgType.BINARY:
                     session.receive(msg.data)
                 elif msg.type == WSMsgType.TEXT:
