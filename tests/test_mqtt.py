@@ -656,3 +656,26 @@ def test_vhost_and_user_connection_limits_count_mqtt_connections(broker) -> None
     with RawMQTT(broker.mqtt_port) as c:
         assert c.connect("lim-4", "one", b"pw").reason_code == p.CONNACK_NOT_AUTHORIZED
     conn.close()
+
+
+def test_will_when_the_broker_ends_the_connection_follows_rabbitmq_310(broker) -> None:
+    """RabbitMQ 3.10 publishes a 3.1.1 will only for a lost socket or a keepalive timeout,
+    not when it closes the connection itself (takeover, protocol error)."""
+    port = broker.mqtt_port
+    with RawMQTT(port) as watcher:
+        watcher.connect("w310")
+        watcher.send(p.Subscribe(1, [p.Subscription("w310/#", 0)]))
+        watcher.recv()
+        first = RawMQTT(port)
+        first.connect("w310-twin", will=p.Will("w310/takeover", b"x"))
+        second = RawMQTT(port)
+        second.connect("w310-twin")
+        assert first.closed()
+        bad = RawMQTT(port)
+        bad.connect("w310-bad", will=p.Will("w310/protocol", b"y"))
+        bad.send_bytes(b"\xc1\x00")
+        assert bad.closed()
+        with pytest.raises(TimeoutError):
+            watcher.recv(1.0)
+        for c in (first, second, bad):
+            c.close()

@@ -357,3 +357,18 @@ def test_paho_v5_client(broker) -> None:
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+def test_v5_will_on_takeover_and_protocol_error(broker) -> None:
+    watcher, _ = v5(broker, "w5")
+    with watcher:
+        watcher.send(p.Subscribe(1, [p.Subscription("w5/#", 0)]))
+        watcher.recv()
+        first, _ = v5(broker, "w5-twin", will=p.Will("w5/takeover", b"x"))
+        second, _ = v5(broker, "w5-twin")
+        assert watcher.recv().topic == "w5/takeover"
+        bad, _ = v5(broker, "w5-bad", will=p.Will("w5/protocol", b"y"))
+        bad.send_bytes(b"\xc1\x00")
+        assert watcher.recv().topic == "w5/protocol"
+        for c in (first, second, bad):
+            c.close()

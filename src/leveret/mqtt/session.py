@@ -203,12 +203,12 @@ class MQTTConnection:
         }
 
     def force_close(self, reason: str = "shutdown", text: str | None = None) -> None:
-        """Closed by an operator (the management API) or the broker: the will goes out."""
+        """Closed by an operator (the management API) or the broker."""
         log.info("MQTT connection %s closed: %s", self.transport.peer, text or reason)
         if self.version == pk.MQTT_5 and self.state == "open":
             code = pk.RC_SERVER_SHUTTING_DOWN if reason == "shutdown" else 0x98
             self._send(pk.Disconnect(code, {"reason_string": text or reason}))
-        self.close()
+        self.close(send_will=self._will_on_server_close)
 
     def receive(self, data: bytes) -> None:
         if self.state == "closed":
@@ -263,7 +263,7 @@ class MQTTConnection:
             except Exception:
                 # A fault of ours must not take other connections with it.
                 log.exception("MQTT connection %s: internal error, closing", self.transport.peer)
-                self.close()
+                self.close(send_will=self._will_on_server_close)
                 return
 
     def _send(self, packet: pk.Packet) -> None:
@@ -291,7 +291,15 @@ class MQTTConnection:
                 self._send(pk.Connack(False, pk.CONNACK_BAD_PROTOCOL))
         elif self.state == "open" and self.version == pk.MQTT_5:
             self._send(pk.Disconnect(exc.reason_code, {"reason_string": exc.text}))
-        self.close()
+        self.close(send_will=self._will_on_server_close)
+
+    @property
+    def _will_on_server_close(self) -> bool:
+        """Whether a close the broker decides (a protocol error, a takeover, an operator,
+        a refused operation) publishes the will. MQTT 5: yes, as the specification says
+        (3.1.2.5) and RabbitMQ 3.13 does; MQTT 3.1.1: no, as RabbitMQ 3.10, which
+        publishes it only when the socket is lost or the keepalive runs out."""
+        return self.version == pk.MQTT_5
 
     def close(self, send_will: bool = True) -> None:
         """End the connection (the will goes out unless the client said DISCONNECT)."""
@@ -541,7 +549,7 @@ class MQTTConnection:
         self._keepalive_timer = self.loop.call_later(limit - idle, self._check_keepalive)
 
     def taken_over(self) -> None:
-        """A new connection took this client id: end this one (its will goes out)."""
+        """A new connection took this client id: end this one."""
         log.warning(
             "MQTT connection %s: client id '%s' connected again, closing this connection",
             self.transport.peer,
@@ -549,7 +557,7 @@ class MQTTConnection:
         )
         if self.version == pk.MQTT_5:
             self._send(pk.Disconnect(pk.RC_SESSION_TAKEN_OVER))
-        self.close()
+        self.close(send_will=self._will_on_server_close)
 
     def _on_disconnect(self, packet: pk.Disconnect) -> None:
         if "session_expiry_interval" in packet.properties:
@@ -617,7 +625,7 @@ class MQTTConnection:
         log.warning("MQTT connection %s: %s", self.transport.peer, text)
         if self.version == pk.MQTT_5:
             self._send(pk.Disconnect(pk.RC_NOT_AUTHORIZED, {"reason_string": text}))
-        self.close()
+        self.close(send_will=self._will_on_server_close)
 
     def publish(
         self,
@@ -697,7 +705,7 @@ class MQTTConnection:
             packet_id, code = pubacks.popleft()
             if code < 0:
                 # MQTT 3.1.1 has no negative PUBACK: the client learns by the close.
-                self.close()
+                self.close(send_will=self._will_on_server_close)
                 return
             self._send(pk.PubAck(pk.PUBACK, packet_id, code if self.version == pk.MQTT_5 else 0))
 
