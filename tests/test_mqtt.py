@@ -679,3 +679,16 @@ def test_will_when_the_broker_ends_the_connection_follows_rabbitmq_310(broker) -
             watcher.recv(1.0)
         for c in (first, second, bad):
             c.close()
+
+
+def test_invalid_subscribe_filters_get_0x80_and_the_connection_stays(broker) -> None:
+    with RawMQTT(broker.mqtt_port) as c:
+        c.connect("filters")
+        c.send(
+            p.Subscribe(
+                1, [p.Subscription("a/#/b", 0), p.Subscription("a+", 1), p.Subscription("ok/#", 1)]
+            )
+        )
+        assert c.recv() == p.Suback(1, [0x80, 0x80, 1])
+        c.send(p.PingReq())
+        assert c.recv() == p.PingResp()

@@ -764,12 +764,11 @@ class MQTTConnection:
         retained: list[tuple[str, int]] = []
         for sub in packet.subscriptions:
             topic_filter = sub.topic_filter
-            if topic_filter_error(topic_filter) is not None:
-                if not v5:
-                    raise MQTTProtocolError(
-                        topic_filter_error(topic_filter) or "", pk.RC_TOPIC_FILTER_INVALID
-                    )
-                codes.append(pk.RC_TOPIC_FILTER_INVALID)
+            error = topic_filter_error(topic_filter)
+            if error is not None:
+                # MQTT 3.1.1's failure code is 0x80, MQTT 5's 0x8F; the client stays.
+                log.warning("MQTT connection %s: %s", self.transport.peer, error)
+                codes.append(pk.RC_TOPIC_FILTER_INVALID if v5 else pk.RC_UNSPECIFIED_ERROR)
                 continue
             if v5 and topic_filter.startswith(SHARED_PREFIX):
                 codes.append(pk.RC_SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
