@@ -355,6 +355,8 @@ class Decoder:
             raise malformed(f"reserved packet type {ptype}")
         if ptype != PUBLISH and flags != REQUIRED_FLAGS.get(ptype, 0):
             raise malformed(f"packet type {ptype} with invalid fixed-header flags 0x{flags:X}")
+        if ptype == PUBLISH and self.version is not None and self.version != MQTT_5:
+            return self._publish_311(flags, body)
         reader = _Reader(body)
         if ptype == CONNECT:
             packet: Packet = self._connect(reader)
@@ -467,6 +469,36 @@ class Decoder:
         if "subscription_identifier" in props and self.role == "server":
             raise protocol_error("a client may not send a subscription identifier")
         return Publish(topic, r.rest(), qos, bool(flags & 0x01), dup, packet_id, props)
+
+    def _publish_311(self, flags: int, body: memoryview) -> Publish:
+        """A 3.1/3.1.1 PUBLISH without the cursor: the one packet that comes per message."""
+        qos = (flags >> 1) & 0x03
+        if qos == 3:
+            raise malformed("PUBLISH with QoS 3")
+        dup = bool(flags & 0x08)
+        if dup and qos == 0 and self.version != MQTT_3_1:
+            raise malformed("DUP set on a QoS 0 PUBLISH")
+        size = len(body)
+        if size < 2:
+            raise malformed("packet ends inside its topic name")
+        end = 2 + ((body[0] << 8) | body[1])
+        if end > size:
+            raise malformed("packet ends inside its topic name")
+        try:
+            topic = str(body[2:end], "utf-8")
+        except UnicodeDecodeError:
+            raise malformed("topic name is not valid UTF-8") from None
+        if "\x00" in topic:
+            raise malformed("topic name contains U+0000")
+        packet_id = None
+        if qos:
+            if end + 2 > size:
+                raise malformed("packet ends inside its packet identifier")
+            packet_id = (body[end] << 8) | body[end + 1]
+            if packet_id == 0:
+                raise malformed("packet identifier 0")
+            end += 2
+        return Publish(topic, bytes(body[end:]), qos, bool(flags & 0x01), dup, packet_id)
 
     def _ack(self, r: _Reader, ptype: int) -> PubAck:
         packet_id = self._packet_id(r)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands as cmd
 
+import leveret.broker.queues  # noqa: F401  (before broker.durability: compiled, it needs them loaded)
 from leveret.auth.users import is_loopback
 from leveret.broker.consumer import Consumer
 from leveret.broker.durability import WriteBarrier
@@ -69,6 +70,7 @@ log = logging.getLogger("leveret.mqtt")
 MAX_PACKET_UNAUTHENTICATED = 65_536
 MAX_PACKET_SIZE = 268_435_455
 UINT32_MAX = 0xFFFFFFFF
+ROUTING_KEY_CACHE = 256  # topics a connection remembers the routing key of
 ALARM_POLL = 0.5  # seconds between looks at a resource alarm that blocks publishers
 # Headers the broker sets itself; never shown to MQTT 5 clients as user properties.
 OWN_HEADERS = frozenset(
@@ -152,6 +154,7 @@ class MQTTConnection:
         # its queues write it]; PUBACKs go out in this order (MQTT 4.6).
         self._pubacks: deque[list[Any]] = deque()
         self._topic_aliases: dict[int, str] = {}
+        self._routing_keys: dict[str, str] = {}  # topic → routing key, recently published
         self._receive_max = 65_535
         self._client_max_packet = MAX_PACKET_SIZE
         self._last_read = time.monotonic()
@@ -641,7 +644,11 @@ class MQTTConnection:
         while it is being written (`ack[1]` is set when the write is done)."""
         vhost = self.vhost
         assert vhost is not None
-        routing_key = to_amqp(topic)
+        routing_key = self._routing_keys.get(topic)
+        if routing_key is None:
+            if len(self._routing_keys) >= ROUTING_KEY_CACHE:
+                self._routing_keys.clear()
+            routing_key = self._routing_keys[topic] = to_amqp(topic)
         if self.guard is not None:
             self.guard.check_publish(self.exchange_name, routing_key)
         exchange = vhost.exchanges.get(self.exchange_name)
@@ -1116,9 +1123,27 @@ def _retained_props(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in ("topic_alias", "subscription_identifier")}
 
 
+# Content headers of messages without MQTT 5 properties, by (qos, dup, retain), less
+# the body size: class 60, weight 0, then the size, then these bytes.
+_PLAIN_HEADERS: dict[tuple[int, bool, bool], bytes] = {}
+_CLASS_AND_WEIGHT = b"\x00\x3c\x00\x00"
+
+
 def amqp_header(size: int, qos: int, dup: bool, retain: bool, props: dict[str, Any]) -> bytes:
     """The AMQP content header of an MQTT message: RabbitMQ 3.10's headers and delivery
     mode, and MQTT 5's properties as RabbitMQ 3.13 maps them."""
+    if not props:
+        key = (qos, dup, retain)
+        tail = _PLAIN_HEADERS.get(key)
+        if tail is None:
+            tail = _PLAIN_HEADERS[key] = _encode_amqp_header(0, qos, dup, retain, {})[12:]
+        return _CLASS_AND_WEIGHT + size.to_bytes(8, "big") + tail
+    return _encode_amqp_header(size, qos, dup, retain, props)
+
+
+def _encode_amqp_header(
+    size: int, qos: int, dup: bool, retain: bool, props: dict[str, Any]
+) -> bytes:
     headers: dict[str, Any] = {}
     for key, value in props.get("user_property", ()):
         headers[key] = value
