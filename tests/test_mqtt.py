@@ -15,6 +15,7 @@ import time
 
 import paho.mqtt.client as mqtt
 import pika
+import pika.exceptions
 import pytest
 
 from leveret.mqtt import packets as p
@@ -692,3 +693,40 @@ def test_invalid_subscribe_filters_get_0x80_and_the_connection_stays(broker) -> 
         assert c.recv() == p.Suback(1, [0x80, 0x80, 1])
         c.send(p.PingReq())
         assert c.recv() == p.PingResp()
+
+
+def test_operators_act_on_open_mqtt_connections(broker) -> None:
+    admin = broker.admin
+    admin.add_user("op", "pw")
+    admin.set_permissions("op", "/", ".*", ".*", ".*")
+    port = broker.mqtt_port
+    with RawMQTT(port) as c:
+        c.connect("op-1", "op", b"pw")
+        c.send(p.Publish("x", b"1", 1, packet_id=1))
+        assert c.recv() == p.PubAck(p.PUBACK, 1)
+        admin.set_permissions("op", "/", ".*", "^$", ".*")  # write taken away
+        c.send(p.Publish("x", b"2", 1, packet_id=2))
+        assert c.closed()
+    admin.set_permissions("op", "/", ".*", ".*", ".*")
+    with RawMQTT(port) as c:
+        c.connect("op-2", "op", b"pw")
+        admin.delete_user("op")
+        assert c.closed()
+    admin.add_vhost("gone")
+    admin.set_permissions("guest", "gone", ".*", ".*", ".*")
+    with RawMQTT(port) as c:
+        c.connect("op-3", "gone:guest")
+        admin.delete_vhost("gone")
+        assert c.closed()
+
+
+def test_mqtt_connections_count_for_amqp_connection_limits(broker) -> None:
+    broker.admin.add_vhost("lim2")
+    broker.admin.set_permissions("guest", "lim2", ".*", ".*", ".*")
+    broker.admin.set_vhost_limits("lim2", {"max-connections": 1})
+    with RawMQTT(broker.mqtt_port) as c:
+        assert c.connect("lim2-mqtt", "lim2:guest").reason_code == 0
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+            pika.BlockingConnection(
+                pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{broker.port}/lim2")
+            )

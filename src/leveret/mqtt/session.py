@@ -166,6 +166,10 @@ class MQTTConnection:
         # Why reading is paused: "flow" (a queue is far behind), "alarm" (a resource
         # alarm blocks publishers), "recovery" (the broker reads its messages back).
         self._paused_for: set[str] = set()
+        # What code written for AMQP connections reads of any client connection
+        # (broker.inventory, the channel limit): an MQTT connection has no channels.
+        self.channels: dict[int, Any] = {}
+        self.client_properties: dict[str, Any] = {}
         self._held: bytearray | None = None  # bytes that arrived during recovery
         self._alarm_timer: asyncio.TimerHandle | None = None
         self._no_local = False  # whether any subscription has no_local
@@ -478,6 +482,7 @@ class MQTTConnection:
             self._connect_timer.cancel()
             self._connect_timer = None
         self.state = "open"
+        self.client_properties = {"client_id": client_id, "product": "MQTT client"}
         ack_props: dict[str, Any] = {}
         if v5:
             ack_props = {
@@ -525,13 +530,17 @@ class MQTTConnection:
 
     def _connections_in(self, *, vhost: str | None = None, user: str | None = None) -> int:
         """Open AMQP and MQTT connections of a vhost or user (their max-connections)."""
-        count = len(self.server.broker.connections_of(vhost=vhost, user=user))
-        for conn in self.listeners.connections:
-            if conn.state == "open" and (
-                (vhost is None or conn.vhost.name == vhost) and (user is None or conn.user == user)
-            ):
-                count += 1
-        return count
+        return len(self.server.broker.connections_of(vhost=vhost, user=user))
+
+    def access_changed(self) -> None:
+        """The user's permissions changed (broker.admin): they apply from the next packet."""
+        if self.state != "open" or self.vhost is None:
+            return
+        access = self.server.broker.access
+        user = self.user or ""
+        perm = access.permission(user, self.vhost.name)
+        topics = access.topics(user, self.vhost.name)
+        self.guard = Guard(user, self.vhost, perm, topics) if Guard.needed(perm, topics) else None
 
     def _check_keepalive(self) -> None:
         self._keepalive_timer = None

@@ -89,7 +89,7 @@ def _mqtt_connection_json(conn: Any) -> dict[str, Any]:
         "peer_host": host,
         "peer_port": port,
         "connected_at": int(conn.connected_at * 1000),
-        "client_properties": {"client_id": conn.client_id, "product": "MQTT client"},
+        "client_properties": dict(conn.client_properties),
         "variable_map": {"client_id": conn.client_id},
         "ssl": conn.transport.kind == "tls",
         "recv_oct": conn.recv_oct,
