@@ -372,3 +372,13 @@ def test_v5_will_on_takeover_and_protocol_error(broker) -> None:
         assert watcher.recv().topic == "w5/protocol"
         for c in (first, second, bad):
             c.close()
+
+
+def test_broker_shutdown_tells_v5_clients() -> None:
+    with embedded_broker(mqtt_port=0) as b:
+        c, _ = v5(b, "bye")
+        b.stop()
+        reply = c.recv()
+        assert isinstance(reply, p.Disconnect)
+        assert reply.reason_code == p.RC_SERVER_SHUTTING_DOWN
+        c.close()

@@ -147,7 +147,7 @@ class MQTTListeners:
             server.close()
         self.wills.cancel_all()
         for conn in list(self.connections):
-            conn.close(send_will=False)
+            conn.shutdown()
         if self.web is not None:
             await self.web.stop()
             self.web = None

@@ -217,6 +217,12 @@ class MQTTConnection:
             self._send(pk.Disconnect(code, {"reason_string": text or reason}))
         self.close(send_will=self._will_on_server_close)
 
+    def shutdown(self) -> None:
+        """The broker stops: MQTT 5 clients hear why (0x8B); no will goes out."""
+        if self.version == pk.MQTT_5 and self.state == "open":
+            self._send(pk.Disconnect(pk.RC_SERVER_SHUTTING_DOWN))
+        self.close(send_will=False)
+
     def receive(self, data: bytes) -> None:
         if self.state == "closed":
             return
