@@ -382,3 +382,41 @@ def test_broker_shutdown_tells_v5_clients() -> None:
         assert isinstance(reply, p.Disconnect)
         assert reply.reason_code == p.RC_SERVER_SHUTTING_DOWN
         c.close()
+
+
+def test_expired_session_and_expired_messages_are_gone(broker) -> None:
+    props = {"session_expiry_interval": 1}
+    c, _ = v5(broker, "short", clean=False, properties=props)
+    with c:
+        c.send(p.Subscribe(1, [p.Subscription("short", 1)]))
+        c.recv()
+    time.sleep(2.5)  # past the session expiry: the queue expired (x-expires)
+    c, ack = v5(broker, "short", clean=False, properties=props)
+    with c:
+        assert not ack.session_present
+    keep = {"session_expiry_interval": 60}
+    c, _ = v5(broker, "msgexp", clean=False, properties=keep)
+    with c:
+        c.send(p.Subscribe(1, [p.Subscription("msgexp", 1)]))
+        c.recv()
+    pub, _ = v5(broker, "msgexp-pub")
+    with pub:
+        pub.send(
+            p.Publish("msgexp", b"brief", 1, packet_id=1, properties={"message_expiry_interval": 1})
+        )
+        pub.send(
+            p.Publish(
+                "msgexp", b"lasting", 1, packet_id=2, properties={"message_expiry_interval": 60}
+            )
+        )
+        assert [pub.recv().packet_id, pub.recv().packet_id] == [1, 2]
+    time.sleep(2.5)
+    c, ack = v5(broker, "msgexp", clean=False, properties=keep)
+    with c:
+        assert ack.session_present
+        m = c.recv()
+        assert m.payload == b"lasting"
+        assert m.properties["message_expiry_interval"] < 60
+        c.send(p.PubAck(p.PUBACK, m.packet_id))
+        with pytest.raises(TimeoutError):
+            c.recv(0.5)
