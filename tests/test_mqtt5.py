@@ -420,3 +420,27 @@ def test_expired_session_and_expired_messages_are_gone(broker) -> None:
         c.send(p.PubAck(p.PUBACK, m.packet_id))
         with pytest.raises(TimeoutError):
             c.recv(0.5)
+
+
+def test_outbound_topic_aliases_up_to_the_client_maximum(broker) -> None:
+    c, _ = v5(broker, "aliases-out", properties={"topic_alias_maximum": 1})
+    with c:
+        c.send(p.Subscribe(1, [p.Subscription("ao/+", 0)]))
+        c.recv()
+        for topic in ("ao/first", "ao/first", "ao/second", "ao/first"):
+            c.send(p.Publish(topic, topic.encode(), 0))
+        got = [c.recv() for _ in range(4)]
+        assert [(m.topic, m.properties.get("topic_alias")) for m in got] == [
+            ("ao/first", 1),
+            ("", 1),
+            ("ao/second", None),  # past the client's maximum: the full name
+            ("", 1),
+        ]
+        assert [m.payload for m in got] == [b"ao/first", b"ao/first", b"ao/second", b"ao/first"]
+    c, _ = v5(broker, "no-aliases")  # a client that takes none gets none
+    with c:
+        c.send(p.Subscribe(1, [p.Subscription("ao/+", 0)]))
+        c.recv()
+        c.send(p.Publish("ao/x", b"x", 0))
+        m = c.recv()
+        assert m.topic == "ao/x" and "topic_alias" not in m.properties

@@ -153,7 +153,9 @@ class MQTTConnection:
         # The client's QoS 1 PUBLISHes, in order: [packet id, reason code or None while
         # its queues write it]; PUBACKs go out in this order (MQTT 4.6).
         self._pubacks: deque[list[Any]] = deque()
-        self._topic_aliases: dict[int, str] = {}
+        self._topic_aliases: dict[int, str] = {}  # the client's, by alias
+        self._out_aliases: dict[str, int] = {}  # ours to the client (MQTT 5), by topic
+        self._alias_max_out = 0
         self._routing_keys: dict[str, str] = {}  # topic → routing key, recently published
         self._receive_max = 65_535
         self._client_max_packet = MAX_PACKET_SIZE
@@ -463,6 +465,9 @@ class MQTTConnection:
             )
             self._receive_max = props.get("receive_maximum", 65_535)
             self._client_max_packet = props.get("maximum_packet_size", MAX_PACKET_SIZE)
+            self._alias_max_out = min(
+                props.get("topic_alias_maximum", 0), config.mqtt_topic_alias_maximum
+            )
         else:
             self.session_expiry = 0 if packet.clean_start else config.mqtt_max_session_expiry
         self.will = packet.will
@@ -968,14 +973,29 @@ class MQTTConnection:
     def _send_publish(self, packet: pk.Publish) -> None:
         if self.state == "closed":
             return
+        new_alias = 0
+        if self._alias_max_out:
+            # MQTT 5 topic aliases to the client, as RabbitMQ 3.13 gives them: the first
+            # topics get 1, 2, ... up to the client's maximum; later PUBLISHes of such a
+            # topic carry the alias and an empty topic name.
+            alias = self._out_aliases.get(packet.topic)
+            if alias is not None:
+                packet.properties["topic_alias"] = alias
+                packet.topic = ""
+            elif len(self._out_aliases) < self._alias_max_out and len(packet.topic) > 1:
+                new_alias = len(self._out_aliases) + 1
+                packet.properties["topic_alias"] = new_alias
         data = encode_publish(packet, self.version)
         if len(data) > self._client_max_packet:
-            # Larger than the client takes (MQTT 5 3.1.2.11.4): dropped, as if delivered.
+            # Larger than the client takes (MQTT 5 3.1.2.11.4): dropped, as if delivered
+            # (and an alias it carried is not taken: the client never saw it).
             log.info("MQTT message of %d bytes dropped: client takes at most %d",
                      len(data), self._client_max_packet)  # fmt: skip
             if packet.packet_id is not None:
                 self._on_puback(packet.packet_id)
             return
+        if new_alias:
+            self._out_aliases[packet.topic] = new_alias
         self.send_oct += len(data)
         self.sent += 1
         self.transport.write(data)
