@@ -13,7 +13,8 @@ import sys
 
 #: the listeners a test broker does not get unless the test names a port for them
 QUIET_PORTS = (
-    "--management-port", "0", "--prometheus-port", "0", "--mqtt-port", "0", "--web-mqtt-port", "0",
+    "--management-port", "0", "--prometheus-port", "0",
+    "--mqtt-port", "0", "--web-mqtt-port", "0", "--mqtt-tls-port", "0",
 )  # fmt: skip
 
 

@@ -20,7 +20,8 @@ import urllib.request
 from pathlib import Path
 
 QUIET_PORTS = (
-    "--management-port", "0", "--prometheus-port", "0", "--mqtt-port", "0", "--web-mqtt-port", "0",
+    "--management-port", "0", "--prometheus-port", "0",
+    "--mqtt-port", "0", "--web-mqtt-port", "0", "--mqtt-tls-port", "0",
 )  # fmt: skip
 
 
