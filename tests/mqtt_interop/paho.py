@@ -167,7 +167,7 @@ def _child(root: Path, module: str, host: str, port: int, test: str, timeout: fl
         timed_out = True
     text = out.read_text()
     out.unlink()
-    tail = "\n".join(output.decode(errors="replace").splitlines()[-15:])
+    tail = "\n".join(output.decode(errors="replace").splitlines()[-40:])
     return (json.loads(text) if text else None), tail, timed_out
 
 
@@ -231,6 +231,8 @@ def clean_broker(host: str, port: int) -> None:
 # --- running ------------------------------------------------------------------------------
 
 
+#: " at 0x7f..." in a repr: differs from run to run
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.*)$")
 
 
@@ -244,7 +246,7 @@ def reason(outcome: str, text: str, tail: str) -> str:
     for line in (text + "\n" + tail).splitlines():
         match = _EXCEPTION.match(line.strip())
         if match and match.group(2) != "False != True":
-            found.append(f"{match.group(1)}: {match.group(2)}"[:200])
+            found.append(_ADDRESS.sub("", f"{match.group(1)}: {match.group(2)}")[:200])
     return found[0] if found else outcome
 
 
