@@ -52,7 +52,9 @@ class WebSocketTransport:
                 break
         if not self.ws.closed:
             code, reason = self._close_frame
-            await self.ws.close(code=code, message=reason.encode()[:123])
+            # A close reason holds at most 123 bytes of UTF-8 (RFC 6455 5.5).
+            message = reason.encode()[:123].decode("utf-8", "ignore").encode()
+            await self.ws.close(code=code, message=message)
 
     def write(self, data: bytes) -> None:
         if not self.closed:
