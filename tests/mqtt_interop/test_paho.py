@@ -7,9 +7,8 @@ here against a Leveret subprocess with an MQTT listener on a free port and must 
 
 The suite is fetched code and never committed: its checkout comes from
 `LEVERET_PAHO_DIR` or the git mirror (tests/mqtt_interop/paho.py says how). These
-tests skip only when that checkout is unavailable, saying so. Until Leveret's MQTT
-listener is merged, the server refuses `--mqtt-port` and these tests fail at setup
-with its message: waiting on the broker feature, not skipped.
+tests skip only when that checkout is unavailable, saying so; a server that does not
+start fails them at setup with its message.
 
 The whole suite, with every test's outcome, runs from the command line:
 `python -m tests.mqtt_interop.paho --port MQTT_PORT --details`.

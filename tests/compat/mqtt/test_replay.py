@@ -1,11 +1,8 @@
 """Replay the MQTT scenarios recorded from RabbitMQ 3.10's MQTT plugin against Leveret.
 
-WAITING ON THE BROKER FEATURE: these tests start `python -m leveret server` with
-`--mqtt-port` and `--web-mqtt-port` (Leveret's MQTT listener). Until that listener is
-merged, the server refuses those options and every replay test fails at setup with
-the server's own message ("unrecognized arguments: --mqtt-port ..."). That failure is
-expected and deliberate: the tests are not skipped, so the missing feature stays
-visible.
+These tests start `python -m leveret server` with `--mqtt-port` and
+`--web-mqtt-port` (Leveret's MQTT listeners). A server that does not start fails
+every replay test at setup with its own output; none is skipped.
 
 One Leveret subprocess (free ports, a fresh data directory) serves every scenario;
 each scenario makes and removes its own sessions, users and vhosts. Record again with
