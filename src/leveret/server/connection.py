@@ -279,6 +279,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
             if ch is not None:
+                # Confirms already due (transient messages, persistent ones on disk)
+                # go out before close-ok, as RabbitMQ sends those it has; the ones
+                # still waiting for the disk are dropped by cleanup().
+                if ch.confirm_mode:
+                    self.confirms_written(ch)
                 ch.cleanup()
         elif kind is pc.ChannelCloseOk:  # our channel.close is acknowledged
             self.channels.pop(event.channel, None)  # type: ignore[attr-defined]

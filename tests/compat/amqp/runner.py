@@ -36,6 +36,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -464,6 +465,22 @@ class Conn:
         reply_types = tuple(_reply_types(method))
         ev = self.wait(ch, *reply_types, timeout=timeout)
         return self._step(method_name(method), ch, reply=self._reply(ev))["reply"]
+
+    @contextmanager
+    def one_write(self) -> Iterator[None]:
+        """Everything the block sends (publishes, raw methods) leaves in one socket
+        write at its end, so the broker reads it together: a burst of publishes and
+        the channel.close behind it, as a client that pipelines them sends them."""
+        parts: list[bytes] = []
+        self.raw.send = parts.append  # type: ignore[method-assign]  # (send_method too)
+        try:
+            yield
+        finally:
+            del self.raw.send
+            try:
+                self.raw.send(b"".join(parts))
+            except OSError:
+                self.closed = True
 
     def send(self, ch: int, method: Any) -> None:
         """Send a method that has no reply (basic.ack, basic.reject, ...)."""
