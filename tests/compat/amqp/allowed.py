@@ -94,6 +94,22 @@ ALLOWED: list[Allowed] = [
         "a channel number above channel_max is refused, as the spec defines channel-max",
     ),
     Allowed(
+        "login.refused_with_capability*",
+        "value",
+        "steps.*.got.[01].slow",
+        "differences.md#amqp-login-refused-capable",
+        "the 403 for a client with authentication_failure_close comes after the login "
+        "delay, not at once (the delay then slows guessing with such clients too)",
+    ),
+    Allowed(
+        "login.refused_with_frames_behind_the_start_ok",
+        "*",
+        "steps.[01].got.*",
+        "differences.md#amqp-login-refused-frames",
+        "a connection.close sent behind a refused start-ok is not answered with close-ok "
+        "at once (that would tell a guesser the login failed before the delay is over)",
+    ),
+    Allowed(
         "quorum.counts_and_purge",
         "value",
         "steps.6.reply.consumer_count",
