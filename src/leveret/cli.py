@@ -307,6 +307,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus metrics (/metrics, RabbitMQ's metric names) on --host; 0 turns "
         "them off (default %(default)s)",
     )
+    mqtt = server.add_argument_group("MQTT (docs/mqtt.md)")
+    mqtt.add_argument(
+        "--mqtt-port",
+        type=_port,
+        default=1883,
+        help="MQTT 3.1, 3.1.1 and 5.0 on --host; 0 turns it off (default %(default)s)",
+    )
+    mqtt.add_argument(
+        "--web-mqtt-port",
+        type=_port,
+        default=15675,
+        help="MQTT over WebSockets (ws://HOST:PORT/ws); 0 turns it off (default %(default)s)",
+    )
+    mqtt.add_argument(
+        "--mqtt-tls-port",
+        type=_port,
+        default=8883,
+        help="with --tls-cert, MQTT over TLS on this port; 0 turns it off (default %(default)s)",
+    )
     server.add_argument(
         "--load-definitions",
         metavar="FILE",
@@ -480,6 +499,9 @@ def run_server(args: argparse.Namespace) -> int:
         load_definitions=args.load_definitions,
         management_port=args.management_port or None,
         prometheus_port=args.prometheus_port or None,
+        mqtt_port=args.mqtt_port or None,
+        web_mqtt_port=args.web_mqtt_port or None,
+        mqtt_tls_port=(args.mqtt_tls_port or None) if tls_given else None,
         cluster_etcd=args.cluster_etcd,
         **({"cluster_name": args.cluster_name} if args.cluster_name else {}),
         node_name=args.node_name,
@@ -518,7 +540,8 @@ def run_server(args: argparse.Namespace) -> int:
             # Most often a RabbitMQ on the same machine, which holds 5672, 15672, 15692.
             log.error(
                 "another process listens there (a RabbitMQ?); pick free ports with "
-                "--port (or --listen), --management-port and --prometheus-port"
+                "--port (or --listen), --management-port, --prometheus-port, --mqtt-port "
+                "and --web-mqtt-port"
             )
         return 1
 

@@ -113,6 +113,26 @@ class ServerConfig:
     cluster_advertise: str | None = None
     cluster_min_replicas: int = 0  # 0: a majority of the cluster's nodes
     cluster_lease_seconds: float = 5.0
+    # MQTT (leveret.mqtt, docs/mqtt.md) on host:mqtt_port, MQTT over WebSockets on
+    # host:web_mqtt_port (path /ws) and MQTT over TLS on host:mqtt_tls_port (with the
+    # tls_* files); None: off (the CLI's defaults are 1883, 15675 and, with TLS, 8883).
+    mqtt_port: int | None = None
+    web_mqtt_port: int | None = None
+    mqtt_tls_port: int | None = None
+    # RabbitMQ's mqtt.exchange, mqtt.vhost (for user names without "vhost:"),
+    # mqtt.prefetch, mqtt.subscription_ttl (ms; 0: none) and mqtt.allow_anonymous with
+    # mqtt.default_user / default_pass (who a CONNECT without credentials logs in as).
+    mqtt_exchange: str = "amq.topic"
+    mqtt_vhost: str = "/"
+    mqtt_prefetch: int = 10
+    mqtt_subscription_ttl_ms: int = 86_400_000
+    mqtt_allow_anonymous: bool = True
+    mqtt_default_user: str = "guest"
+    mqtt_default_pass: str = "guest"
+    # MQTT 5: the longest session expiry granted (RabbitMQ 3.13's
+    # max_session_expiry_interval_seconds) and the topic aliases a client may use.
+    mqtt_max_session_expiry: int = 86_400
+    mqtt_topic_alias_maximum: int = 16
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

@@ -75,6 +75,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "list_exchanges": ("list exchanges", (), True),
     "list_bindings": ("list bindings", (), True),
     "list_connections": ("list client connections", (), False),
+    "list_mqtt_connections": ("list MQTT connections (client id, connection name, ...)", (), False),
     # Runtime parameters: shovels and federation (leveret.links), as rabbitmqctl's.
     "set_parameter": (
         "set a runtime parameter, e.g. shovel NAME '{\"src-uri\": ...}'",

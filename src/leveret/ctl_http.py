@@ -436,6 +436,23 @@ class HttpControl:
             )
         return sorted(rows, key=lambda r: r["name"])
 
+    def op_list_mqtt_connections(self) -> list[dict[str, Any]]:
+        rows = []
+        for c in self.request("GET", "/connections"):
+            if not str(c.get("protocol", "")).startswith("MQTT"):
+                continue
+            props = c.get("client_properties") or {}
+            rows.append(
+                {
+                    "client_id": props.get("client_id"),
+                    "conn_name": c["name"],
+                    "user": c.get("user"),
+                    "vhost": c.get("vhost"),
+                    "protocol": c.get("protocol"),
+                }
+            )
+        return sorted(rows, key=lambda r: r["conn_name"])
+
     # --- runtime parameters, shovels, federation (leveret.links) ---------------
 
     def op_set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:

@@ -62,6 +62,16 @@ class EmbeddedBroker:
         return self.server.port
 
     @property
+    def mqtt_port(self) -> int:
+        """The MQTT listener's port (start it with `mqtt_port=0`: a free one)."""
+        return self.server.mqtt.addresses["mqtt"][1]
+
+    @property
+    def web_mqtt_port(self) -> int:
+        """The Web MQTT listener's port (`web_mqtt_port=0`), path /ws."""
+        return self.server.mqtt.addresses["web-mqtt"][1]
+
+    @property
     def url(self) -> str:
         user, password = self.config.default_user, self.config.default_pass
         return f"amqp://{quote(user)}:{quote(password)}@127.0.0.1:{self.port}/%2F"

@@ -41,6 +41,7 @@ class Broker:
         # Open (connection.open done) client connections, for vhost limits and for
         # closing or re-checking them when their vhost or user changes.
         self.connections: set[ClientConnection] = set()
+        self.mqtt: Any = None  # the server's leveret.mqtt.listener.MQTTListeners, if serving MQTT
         self.direct_reply = DirectReplyRegistry()
         # Opened since start (closed = opened - open now); read by the Prometheus metrics.
         self.connections_opened = 0
@@ -93,9 +94,14 @@ class Broker:
         return username in self.access.users
 
     def connections_of(self, *, user: str | None = None, vhost: str | None = None) -> list:
+        """Open client connections of a user and/or vhost: AMQP ones and, when the broker
+        serves MQTT, MQTT ones (for limits, access changes, closes and listings)."""
+        conns = self.connections
+        if self.mqtt is not None:
+            conns = [*conns, *self.mqtt.open_connections()]
         return [
             c
-            for c in self.connections
+            for c in conns
             if (user is None or c.user == user)
             and (vhost is None or (c.vhost is not None and c.vhost.name == vhost))
         ]

@@ -19,7 +19,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-QUIET_PORTS = ("--management-port", "0", "--prometheus-port", "0")
+QUIET_PORTS = (
+    "--management-port", "0", "--prometheus-port", "0",
+    "--mqtt-port", "0", "--web-mqtt-port", "0", "--mqtt-tls-port", "0",
+)  # fmt: skip
 
 
 _GIVEN: set[int] = set()

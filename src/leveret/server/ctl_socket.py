@@ -93,6 +93,9 @@ OTHER_OPERATIONS: dict[str, Callable[..., Any]] = {
     "list_exchanges": _vhost_view(inventory.exchanges),
     "list_bindings": _vhost_view(inventory.bindings),
     "list_connections": lambda broker, vhost=None: inventory.connections(broker, vhost),
+    "list_mqtt_connections": lambda broker: [
+        c.info() for c in (broker.mqtt.open_connections() if broker.mqtt is not None else [])
+    ],
     # Runtime parameters and the links that act on them (leveret.links).
     "set_parameter": lambda broker, vhost, component, name, value: (
         broker.parameters.set(vhost, component, name, value) and None

@@ -57,6 +57,7 @@ class Server:
         self.prometheus: Any = None  # leveret.management.prometheus.PrometheusServer
         self.links: Any = None  # leveret.links.manager.LinkManager once started
         self.cluster: Any = None  # leveret.cluster.node.ClusterNode when this node leads
+        self.mqtt: Any = None  # leveret.mqtt.listener.MQTTListeners when an MQTT port is set
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
@@ -121,6 +122,7 @@ class Server:
             self._servers.clear()
             raise
         self.port = self.addresses[0][1]
+        await self._start_mqtt()
         if self.config.management_port is not None:
             from leveret.management.app import ManagementServer
 
@@ -170,6 +172,25 @@ class Server:
             except Exception:
                 await self.stop()  # listening, but the data dir could not be read
                 raise
+
+    async def _start_mqtt(self) -> None:
+        """MQTT, MQTT over TLS and Web MQTT (leveret.mqtt), when a port is configured;
+        a port taken stops the start, as an AMQP one does."""
+        config = self.config
+        ports = (config.mqtt_port, config.web_mqtt_port, config.mqtt_tls_port)
+        if all(port is None for port in ports):
+            return
+        from leveret.mqtt.listener import MQTTListeners
+
+        mqtt = MQTTListeners(self)
+        try:
+            await mqtt.start()
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
+            raise
+        self.mqtt = self.broker.mqtt = mqtt
 
     async def _recover(self) -> None:
         """Read the stored messages back in a worker thread, then let clients in."""
@@ -263,6 +284,9 @@ class Server:
         if self.prometheus is not None:
             await self.prometheus.stop()
             self.prometheus = None
+        if self.mqtt is not None:
+            await self.mqtt.stop()
+            self.mqtt = None
         for server in self._servers:
             server.close()
         for conn in list(self.connections):

@@ -68,9 +68,56 @@ def _direct_connection_json(conn: Any, props: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _mqtt_connection_json(conn: Any) -> dict[str, Any]:
+    """An MQTT connection (leveret.mqtt) as RabbitMQ's MQTT plugin shows one: its
+    protocol ("MQTT 3.1.1", "MQTT 5-0") and client id, type "direct"."""
+    host, port = _peer(conn)
+    local_host, _, local_port = conn.transport.local.rpartition(":")
+    return {
+        "name": conn.name,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+        "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "channels": 1,
+        "channel_max": 1,
+        "frame_max": 0,
+        "state": "running",
+        "type": "direct",
+        "protocol": conn.protocol_name,
+        "host": local_host.strip("[]"),
+        "port": int(local_port) if local_port.isdigit() else 0,
+        "peer_host": host,
+        "peer_port": port,
+        "connected_at": int(conn.connected_at * 1000),
+        "client_properties": dict(conn.client_properties),
+        "variable_map": {"client_id": conn.client_id},
+        "ssl": conn.transport.kind == "tls",
+        "recv_oct": conn.recv_oct,
+        "recv_oct_details": {"rate": 0.0},
+        "recv_cnt": conn.received,
+        "send_oct": conn.send_oct,
+        "send_oct_details": {"rate": 0.0},
+        "send_cnt": conn.sent,
+        "send_pend": 0,
+        "node": NODE,
+        **process_stand_ins(),
+    }
+
+
+def _all_connections(request: web.Request) -> list[Any]:
+    """AMQP connections and, when the broker serves MQTT, MQTT ones."""
+    broker = _broker(request)
+    conns = list(broker.connections)
+    if broker.mqtt is not None:
+        conns += broker.mqtt.open_connections()
+    return conns
+
+
 def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
     """RabbitMQ's fields; `single` (GET of one connection) gives "" where a list gives
     null for the TLS fields of a plain connection, as RabbitMQ does."""
+    if hasattr(conn, "protocol_name"):
+        return _mqtt_connection_json(conn)
     props = conn.client_properties or {}
     if getattr(conn, "direct", None):
         return _direct_connection_json(conn, props)
@@ -128,7 +175,7 @@ def _visible_connections(request: web.Request) -> list[Any]:
     """Open connections in the vhosts the user sees; a plain management user sees its own."""
     vhosts = [_vhost(request)] if "vhost" in request.match_info else _visible_vhosts(request)
     user = request["user"]
-    conns = [c for c in _broker(request).connections if c.vhost in vhosts]
+    conns = [c for c in _all_connections(request) if c.vhost in vhosts]
     if not is_monitor(request):
         conns = [c for c in conns if c.user == user.name]
     return sorted(conns, key=lambda c: c.name)
@@ -142,7 +189,7 @@ async def list_connections(request: web.Request) -> web.Response:
 
 def _connection(request: web.Request) -> Any:
     name = request.match_info["name"]
-    for conn in _broker(request).connections:
+    for conn in _all_connections(request):
         if conn.name == name:
             return conn
     raise NotFound(name)
@@ -276,7 +323,8 @@ async def list_channels(request: web.Request) -> web.Response:
 
 async def connection_channels(request: web.Request) -> web.Response:
     conn = _visible_connection(request)
-    return listing(request, [_channel_json(ch) for ch in conn.channels.values()])
+    channels = getattr(conn, "channels", {})  # an MQTT connection has none to show
+    return listing(request, [_channel_json(ch) for ch in channels.values()])
 
 
 async def get_channel(request: web.Request) -> web.Response:

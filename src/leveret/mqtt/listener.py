@@ -1,0 +1,157 @@
+"""The MQTT listeners (TCP, TLS, WebSocket) and what their connections share.
+
+`MQTTListeners(server)` is started by the broker's Server when any MQTT port is
+configured. It owns the client-id registry (one connection per client id), the
+retained-message store and the delayed wills; each connection is an
+`MQTTConnection` (mqtt/session.py) behind a small transport adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from leveret.mqtt.retained import RetainedStore
+from leveret.mqtt.session import MQTTConnection
+from leveret.mqtt.will import PendingWills
+
+if TYPE_CHECKING:
+    from leveret.server.listener import Server
+
+log = logging.getLogger("leveret.mqtt")
+
+
+class MQTTProtocol(asyncio.Protocol):
+    """An asyncio transport as a session's Transport (mqtt/session.py)."""
+
+    def __init__(self, listeners: MQTTListeners, kind: str = "tcp") -> None:
+        self.listeners = listeners
+        self.kind = kind
+        self.transport: asyncio.Transport | None = None
+        self.session: MQTTConnection | None = None
+        self.peer = "?"
+        self.peer_host = ""
+        self.local = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # (uvloop's is not a subclass)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.peer_host = str(peer[0])
+            self.peer = f"{peer[0]}:{peer[1]}"
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.local = f"{local[0]}:{local[1]}"
+        self.session = MQTTConnection(self.listeners, self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.session is not None:
+            self.session.receive(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is not None:
+            self.session.connection_lost()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.set_writable(True)
+
+    # --- the session's Transport --------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+
+class MQTTListeners:
+    """Every MQTT listener of one broker, and the state their connections share."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        config = server.config
+        self.connections: set[MQTTConnection] = set()
+        self.clients: dict[str, MQTTConnection] = {}  # client id → its connection
+        self.wills = PendingWills(server.loop)
+        directory = config.data_dir if config.persistence else None
+        self.retained = RetainedStore(directory)
+        self._servers: list[asyncio.base_events.Server] = []
+        self.web: Any = None  # leveret.mqtt.ws.WebMQTT
+        self.addresses: dict[str, tuple[str, int]] = {}  # "mqtt", "mqtts", "web-mqtt"
+
+    @property
+    def port(self) -> int | None:
+        return self.addresses.get("mqtt", (None, None))[1]
+
+    def open_connections(self) -> list[MQTTConnection]:
+        """Connections past CONNECT, by name (the management API, leveret ctl)."""
+        return sorted((c for c in self.connections if c.state == "open"), key=lambda c: c.name)
+
+    async def start(self) -> None:
+        """Listen on every configured port; OSError (a port taken) stops them all."""
+        config = self.server.config
+        try:
+            if config.mqtt_port is not None:
+                await self._listen("mqtt", config.mqtt_port, None)
+            if config.mqtt_tls_port is not None and config.tls_cert:
+                from leveret.server.tls import server_context
+
+                await self._listen("mqtts", config.mqtt_tls_port, server_context(config))
+            if config.web_mqtt_port is not None:
+                from leveret.mqtt.ws import WebMQTT
+
+                web = WebMQTT(self, config.host, config.web_mqtt_port)
+                await web.start()
+                self.web = web
+                self.addresses["web-mqtt"] = (config.host, web.port)
+                log.info("Leveret listening for MQTT over WebSockets on ws://%s:%d/ws",
+                         config.host, web.port)  # fmt: skip
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _listen(self, kind: str, port: int, ssl: Any) -> None:
+        host = self.server.config.host
+        server = await self.server.loop.create_server(
+            lambda: MQTTProtocol(self, "tls" if ssl else "tcp"),
+            host,
+            port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=ssl,
+        )
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        self.addresses[kind] = (host, bound)
+        log.info("Leveret listening for MQTT%s on %s:%d", " over TLS" if ssl else "", host, bound)
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        self.wills.cancel_all()
+        for conn in list(self.connections):
+            conn.shutdown()
+        if self.web is not None:
+            await self.web.stop()
+            self.web = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        self.retained.close()
