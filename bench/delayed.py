@@ -84,7 +84,18 @@ class Broker:
     def start(self) -> float:
         """Start; returns the seconds until the log says the messages are back."""
         env = {**os.environ, "PYTHONPATH": str(SRC)}
-        argv = [sys.executable, "-m", "leveret", "server", "--port", str(self.port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "leveret",
+            "server",
+            "--mqtt-port",
+            "0",
+            "--web-mqtt-port",
+            "0",
+            "--port",
+            str(self.port),
+        ]
         argv += ["--data-dir", self.data_dir, "--management-port", str(self.mport)]
         argv += ["--prometheus-port", "0", "--log-level", "info"]
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0

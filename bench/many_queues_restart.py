@@ -30,7 +30,20 @@ def _start(tree: str, port: int, data: str) -> tuple[subprocess.Popen, float, fl
     env = {**os.environ, "PYTHONPATH": os.path.join(tree, "src")}
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data],
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "server",
+            "--mqtt-port",
+            "0",
+            "--web-mqtt-port",
+            "0",
+            "--port",
+            str(port),
+            "--data-dir",
+            data,
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

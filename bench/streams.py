@@ -93,7 +93,20 @@ def start_leveret(data_dir: str) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir],
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "server",
+            "--mqtt-port",
+            "0",
+            "--web-mqtt-port",
+            "0",
+            "--port",
+            str(port),
+            "--data-dir",
+            data_dir,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

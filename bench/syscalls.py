@@ -65,7 +65,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(args.tree.resolve() / "src")}
     with tempfile.TemporaryDirectory() as data:
         broker = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data,
+            [sys.executable, "-m", "leveret", "server", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(port), "--data-dir", data,
              "--management-port", "0", "--prometheus-port", str(prom), "--fsync", args.fsync,
              "--log-level", "warning"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -6,14 +6,15 @@ frame on it: in a Node service that kills the process.  So a confirm that is
 ready goes out before the close; one that is not is never sent.
 
 What RabbitMQ 3.10.8 does (recorded with these tests against it, and with
-tests/compat/amqp): once a channel is closing, by the client's channel.close
-or by a channel error, the channel process sends nothing but close-ok; the
-confirms it had not sent by then are dropped (for a burst of publishes read
-together with the close, that is most of them, and every persistent message's
-confirm still waiting for the disk).  Leveret does the same for the client's
-channel.close, and on a channel error sends the confirms that are ready before
-its channel.close.  On the client's connection.close, ready confirms go out
-before connection.close-ok; those waiting for the disk are dropped.
+tests/compat/amqp): on the client's channel.close it sends the confirms its
+queues have returned by then, then close-ok, and nothing after it (for a burst
+of 1,000 transient publishes read together with the close, acks up to about
+900; none for persistent messages still waiting for the disk).  Leveret sends
+every confirm that is due when the close is read (every transient one, the
+persistent ones already on disk) before close-ok and drops the rest; on a
+channel error it sends the ready confirms before its channel.close.  On the
+client's connection.close, ready confirms go out before connection.close-ok;
+those waiting for the disk are dropped.
 
 Each case runs with an in-memory broker (every confirm ready at once) and with a
 persistent broker whose fsync is slow (`--fsync always`, 30 ms a sync): then
@@ -129,7 +130,7 @@ def _count(client: RawClient, channel: int, name: str) -> int:
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["transient", "persistent"])
 def test_client_channel_close_sends_nothing_after_close_ok(broker_port, names, persistent):
-    host, port, _slow = broker_port
+    host, port, slow = broker_port
     name = names.queue("close-ok")
     client = _client(host, port)
     try:
@@ -145,7 +146,11 @@ def test_client_channel_close_sends_nothing_after_close_ok(broker_port, names, p
             lambda ch, f: ch == 1 and isinstance(f, commands.Channel.CloseOk),
         )
         assert _after(frames, 1, commands.Channel.CloseOk) == []
-        _check_acks(frames, BURST)
+        acked = _check_acks(frames, BURST)
+        if not against_rabbitmq() and not (persistent and slow):
+            # Every confirm was due when the close was read: all go out before
+            # close-ok (RabbitMQ sends those its queues have returned by then).
+            assert acked == BURST
         # The channel is gone, its messages are not: every publish was routed.
         if not any(c == 2 and isinstance(f, commands.Channel.OpenOk) for c, f in frames):
             client.wait_for(commands.Channel.OpenOk, channel=2)

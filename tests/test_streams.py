@@ -134,7 +134,7 @@ def test_not_implemented_for_streams(amqp_url, stream, action, text):
 
 
 @pytest.mark.leveret_only
-@pytest.mark.parametrize("offset", ["bogus", True, b"\x00"])
+@pytest.mark.parametrize("offset", ["bogus", True, b"\x00", b"1h", b"2"])
 def test_bad_offset_is_a_clear_error(connection, stream, offset):
     """RabbitMQ 3.10.8 crashes the connection with 541 INTERNAL_ERROR here;
     Leveret names the argument (docs/differences.md)."""
@@ -146,6 +146,60 @@ def test_bad_offset_is_a_clear_error(connection, stream, offset):
     assert info.value.reply_code == 406
     assert "invalid arg 'x-stream-offset'" in info.value.reply_text
     assert connection.is_open
+
+
+def test_offset_names_in_a_byte_array(connection, stream):
+    """pika sends Python bytes as a byte array (field type 'x'); first, last and
+    next in one work as in a longstr (RabbitMQ 3.10.8 takes them too)."""
+    _publish(connection.channel(), stream, [b"m0", b"m1", b"m2"])
+    assert _consume(connection, stream, 3, offset=b"first") == [(0, b"m0"), (1, b"m1"), (2, b"m2")]
+    assert _consume(connection, stream, 1, offset=b"last") == [(2, b"m2")]
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=10)
+    got = []
+    ch.basic_consume(
+        stream,
+        lambda c, m, p, b: (got.append(b), c.basic_ack(m.delivery_tag)),
+        arguments={"x-stream-offset": b"next"},
+    )
+    connection.process_data_events(0.3)
+    assert got == []
+    _publish(connection.channel(), stream, [b"m3"])
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert got == [b"m3"]
+
+
+@pytest.mark.leveret_only
+def test_offset_longstr_that_is_not_utf8_is_a_clear_error(amqp_url, stream):
+    """A longstr pamqp cannot decode as UTF-8 reaches the stream as bytes: 406 with
+    the bytes shown as U+FFFD, not an internal error (RabbitMQ: 406 with the raw
+    bytes, or 541; docs/differences.md)."""
+    from pamqp import commands
+
+    from rawamqp import RawClient, method_frame
+
+    host, port = pika.URLParameters(amqp_url).host, pika.URLParameters(amqp_url).port
+    client = RawClient(host, port)
+    try:
+        client.handshake()
+        client.open_channel(1)
+        client.rpc(1, commands.Basic.Qos(prefetch_count=10), commands.Basic.QosOk)
+        consume = commands.Basic.Consume(
+            queue=stream, consumer_tag="t", arguments={"x-stream-offset": "@@@"}
+        )
+        # The same length, so the frame's sizes still hold: "1", 0xFF, "h".
+        client.send(
+            method_frame(1, consume).replace(b"S\x00\x00\x00\x03@@@", b"S\x00\x00\x00\x031\xffh")
+        )
+        _ch, close = client.wait_for(commands.Channel.Close, channel=1)
+        assert close.reply_code == 406
+        assert close.reply_text.endswith('{invalid_stream_offset_arg,{longstr,<<"1\ufffdh">>}}')
+        client.send_method(1, commands.Channel.CloseOk())
+        client.open_channel(2)  # the connection carries on
+    finally:
+        client.close()
 
 
 def test_offsets_and_header(connection, stream):
@@ -194,6 +248,60 @@ def test_ack_gives_credit_and_deletes_nothing(connection, stream):
     assert [o for o, _ in acked] == list(range(10))
     again = _consume(connection, stream, 10, offset="first")  # acks removed nothing
     assert len(again) == 10
+
+
+def test_each_acked_message_is_one_more_credit(connection, stream):
+    """Prefetch 20: a multiple ack of 5 lets 5 more come, then each single ack one
+    more, at once (RabbitMQ 3.10.8 does the same; one message per chunk here, as
+    each publish waits for its confirm)."""
+    _publish(connection.channel(), stream, [b"%d" % i for i in range(30)])
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=20)
+    got = []
+    ch.basic_consume(
+        stream, lambda c, m, p, b: got.append(m.delivery_tag), arguments={"x-stream-offset": 0}
+    )
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(got) < n and time.monotonic() < deadline:
+            connection.process_data_events(0.05)
+        connection.process_data_events(0.2)  # anything beyond the credit would come now
+        assert got == list(range(1, n + 1))
+
+    wait_for(20)
+    ch.basic_ack(5, multiple=True)
+    wait_for(25)
+    ch.basic_ack(6)
+    wait_for(26)
+    ch.basic_ack(7)
+    wait_for(27)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_ack(1)  # acked already
+        ch.queue_declare(stream, passive=True)  # waits, and gets the close instead
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406,
+        "PRECONDITION_FAILED - unknown delivery tag 1",
+    )
+
+
+@pytest.mark.parametrize("size", [3_000_000_001, 2**63 - 1])
+def test_segment_size_above_the_maximum_is_refused(connection, names, size):
+    name = names.queue("s")
+    connection.channel().queue_declare(
+        name, durable=True, arguments={**STREAM, "x-stream-max-segment-size-bytes": 3_000_000_000}
+    )
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(
+            names.queue("s"),
+            durable=True,
+            arguments={**STREAM, "x-stream-max-segment-size-bytes": size},
+        )
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406,
+        "PRECONDITION_FAILED - Exceeded max value for x-stream-max-segment-size-bytes",
+    )
 
 
 # --- the tail-offsets extension ---------------------------------------------------

@@ -55,8 +55,9 @@ class ServerConfig:
     default_vhost: str = "/"
     # Users who may log in from loopback addresses only (RabbitMQ's loopback_users).
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
-    # Seconds a failed login waits before the close, to slow password guessing.
-    auth_failure_delay: float = 1.0
+    # Seconds a failed login waits before the close, to slow password guessing
+    # (RabbitMQ's reader sleeps 3 s before closing a failed handshake).
+    auth_failure_delay: float = 3.0
     # A RabbitMQ definitions JSON file imported at every boot (load_definitions).
     load_definitions: str | None = None
     # TLS for "amqps" listeners: PEM files. tls_verify asks for a client

@@ -154,6 +154,39 @@ def test_refused_login_reaches_the_client_as_connection_closed():
     assert client.state == pc.CLOSED
 
 
+def test_what_a_refused_client_sends_is_ignored():
+    """After refuse_login the core acts on nothing the client sends (RabbitMQ's
+    reader sleeps through it): handshake methods, a channel, a close, broken frames.
+    close() still queues the 403 for a client that asked for one."""
+    server = pc.Connection(pc.SERVER)
+    client = pc.Connection(pc.CLIENT, password="wrong")
+    client.initiate()
+    _, sev = pump(client, server)
+    assert [type(e) for e in sev] == [pc.StartOkReceived]
+    server.refuse_login()
+    assert server.state == pc.LOGIN_REFUSED
+    events = feed(
+        server,
+        pamqp_frame.marshal(cmd.Connection.TuneOk(0, 131072, 0), 0)
+        + pamqp_frame.marshal(cmd.Connection.Open("/"), 0)
+        + pamqp_frame.marshal(cmd.Channel.Open(), 1)
+        + pamqp_frame.marshal(cmd.Connection.Close(200, "bye", 0, 0), 0)
+        + b"\x03\x00\x00\x00\x00\x00\x01x\x00",  # a body on channel 0, bad frame end
+    )
+    assert events == [] and server.data_to_send() == b""
+    assert server.state == pc.LOGIN_REFUSED
+    server.close(k.ACCESS_REFUSED, "ACCESS_REFUSED - Login was refused")
+    assert server.state == pc.CLOSED
+    cev, _ = pump(client, server)
+    assert [(type(e), e.reply_code) for e in cev] == [(pc.ConnectionClosed, 403)]
+
+
+def test_refuse_login_outside_a_login_is_a_usage_error():
+    client, server = handshake()
+    with pytest.raises(pc.UsageError):
+        server.refuse_login()
+
+
 # -- channels -----------------------------------------------------------------------
 
 

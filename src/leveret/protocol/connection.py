@@ -128,6 +128,7 @@ from leveret.protocol.states import (  # noqa: F401
     CLOSING,
     DEFAULT_CHANNEL_MAX,
     DEFAULT_FRAME_MAX,
+    LOGIN_REFUSED,
     MAX_BODY_SIZE,
     NEW,
     OPEN,
@@ -377,6 +378,13 @@ class Connection:
     def accept_login(self) -> None:
         """Server role: the credentials of StartOkReceived are good; queue connection.tune."""
         handshake.accept_login(self)
+
+    def refuse_login(self) -> None:
+        """Server role: the credentials of StartOkReceived are refused. Everything
+        the client sends from now on is ignored, as a broker that makes a failed
+        login wait ignores it; close() then sends the 403 (to a client that asked
+        for one), or the caller just drops the connection."""
+        handshake.refuse_login(self)
 
     def accept_open(self) -> None:
         """Server role: the vhost of OpenRequested is fine; queue open-ok."""

@@ -53,6 +53,7 @@ from leveret.protocol.states import (
     AWAITING_TUNE_OK,
     CLOSED,
     DEFAULT_FRAME_MAX,
+    LOGIN_REFUSED,
     NEW,
     OPEN,
     OPENING,
@@ -273,6 +274,13 @@ def accept_login(conn: Connection) -> None:
             channel_max=conn.channel_max, frame_max=conn.frame_max, heartbeat=conn.heartbeat
         ),
     )
+
+
+def refuse_login(conn: Connection) -> None:
+    """Connection.refuse_login."""
+    if conn.state != AUTHENTICATING:
+        raise UsageError(f"refuse_login() in state {conn.state}")
+    conn.state = LOGIN_REFUSED
 
 
 def accept_open(conn: Connection) -> None:

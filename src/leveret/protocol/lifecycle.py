@@ -58,6 +58,7 @@ from leveret.protocol.states import (
     CH_OPENING,
     CLOSED,
     CLOSING,
+    LOGIN_REFUSED,
     NEW,
     OPEN,
     UsageError,
@@ -104,6 +105,8 @@ def connection_method(conn: Connection, payload: bytes) -> None:
             conn._reply(0, cmd.Connection.CloseOk())
             conn.state = CLOSED
             conn._events.append(ConnectionCloseOk())
+    elif state == LOGIN_REFUSED:
+        return  # nothing a refused client sends is acted on, its close included
     elif index == CONNECTION_CLOSE:  # the peer gives up during the handshake
         peer_closed(conn, wire.decode_method(payload))
     elif conn.client:
@@ -126,7 +129,7 @@ def frame_for_other_channel(
     conn: Connection, frame_type: int, number: int, payload: bytes, ch: _Channel | None
 ) -> None:
     """A frame for a channel that is not open, or before/after the connection is."""
-    if conn.state == CLOSING:
+    if conn.state == CLOSING or conn.state == LOGIN_REFUSED:
         return  # after connection.close everything but close/close-ok is dropped
     if conn.state != OPEN:
         raise ConnectionError_(
@@ -202,6 +205,8 @@ def protocol_error(conn: Connection, exc: AMQPError) -> None:
     """The peer broke the protocol: queue connection.close with the error and report
     it. Broken framing, or an error before the handshake finished, leaves nothing to
     wait for (`ProtocolError.drop`): the caller writes the close and hangs up."""
+    if conn.state == LOGIN_REFUSED:
+        return  # a refused client's bytes are not read: broken ones are no exception
     drop = isinstance(exc, FrameError) or conn.state in (AWAITING_HEADER, NEW)
     if conn.state not in (CLOSING, CLOSED):
         conn._method(

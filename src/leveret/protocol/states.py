@@ -17,12 +17,14 @@ MAX_BODY_SIZE = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
 
 # Connection states. Client: NEW → AWAITING_START → AWAITING_TUNE → AWAITING_OPEN_OK → OPEN.
 # Server: AWAITING_HEADER → AWAITING_START_OK → (caller accepts) → AWAITING_TUNE_OK
-#         → AWAITING_OPEN → (caller accepts) → OPEN. Either: OPEN → CLOSING → CLOSED.
+#         → AWAITING_OPEN → (caller accepts) → OPEN; or (caller refuses the login)
+#         → LOGIN_REFUSED → CLOSED. Either: OPEN → CLOSING → CLOSED.
 NEW = "new"
 AWAITING_HEADER = "awaiting-header"
 AWAITING_START = "awaiting-start"
 AWAITING_START_OK = "awaiting-start-ok"
 AUTHENTICATING = "authenticating"
+LOGIN_REFUSED = "login-refused"  # server: the caller refused the login; input is ignored
 AWAITING_TUNE = "awaiting-tune"
 AWAITING_TUNE_OK = "awaiting-tune-ok"
 AWAITING_OPEN = "awaiting-open"

@@ -279,6 +279,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
             if ch is not None:
+                # Confirms already due (transient messages, persistent ones on disk)
+                # go out before close-ok, as RabbitMQ sends those it has; the ones
+                # still waiting for the disk are dropped by cleanup().
+                if ch.confirm_mode:
+                    self.confirms_written(ch)
                 ch.cleanup()
         elif kind is pc.ChannelCloseOk:  # our channel.close is acknowledged
             self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
@@ -589,6 +594,7 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         during the handshake and, as with RabbitMQ, just sees the socket close.
         """
         self.state = "start-ok"
+        self.core.refuse_login()  # what the client sends meanwhile is ignored
         self._pause_reading()
         if self.capabilities.get("authentication_failure_close") is True:
             then: Callable[[], None] = partial(self.close_with_error, exc)
@@ -601,9 +607,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             then()
 
     def _drop_silently(self) -> None:
-        if self.transport is not None and self.state != "closed":
-            self.state = "closed"
-            self.transport.close()
+        """The refused client gets a FIN and no close method (what it sent during
+        the delay is read and discarded meanwhile, so the close is no reset)."""
+        self._linger()
 
     def _on_open(self, event: pc.OpenRequested) -> None:
         self.state = "open"
@@ -798,7 +804,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             self._reading_paused = False
             transport.resume_reading()
         if transport.can_write_eof():
-            transport.write_eof()
+            try:
+                transport.write_eof()
+            except OSError:  # the client is gone already (a reset while we waited)
+                transport.close()
+                return
         timer = self.loop.call_later(LINGER_TIMEOUT, transport.close)
         self._timers.append(timer)
 

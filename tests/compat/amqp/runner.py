@@ -30,12 +30,14 @@ import fnmatch
 import importlib
 import json
 import re
+import socket
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from rawamqp import (  # noqa: E402
     Timeout,
     content_frames,
     method_frame,
+    plain_response,
 )
 
 from ..common import VOLATILE, Difference, read_json, write_json  # noqa: E402
@@ -465,6 +468,22 @@ class Conn:
         ev = self.wait(ch, *reply_types, timeout=timeout)
         return self._step(method_name(method), ch, reply=self._reply(ev))["reply"]
 
+    @contextmanager
+    def one_write(self) -> Iterator[None]:
+        """Everything the block sends (publishes, raw methods) leaves in one socket
+        write at its end, so the broker reads it together: a burst of publishes and
+        the channel.close behind it, as a client that pipelines them sends them."""
+        parts: list[bytes] = []
+        self.raw.send = parts.append  # type: ignore[method-assign]  # (send_method too)
+        try:
+            yield
+        finally:
+            del self.raw.send
+            try:
+                self.raw.send(b"".join(parts))
+            except OSError:
+                self.closed = True
+
     def send(self, ch: int, method: Any) -> None:
         """Send a method that has no reply (basic.ack, basic.reject, ...)."""
         self._send(ch, method)
@@ -705,6 +724,93 @@ def _reply_types(method: Any) -> Iterator[type]:
         yield commands.Channel.CloseOk
 
 
+# --- a refused login, answered later --------------------------------------------------------
+
+#: a broker's wait before it ends a failed login is recorded as "at least this long"
+#: or not: a lower bound only, so a slow machine cannot change what is recorded
+SLOW_ANSWER = 2.0
+
+
+class RefusedLogin:
+    """A login with a wrong password whose answer a scenario takes later
+    (Session.refused_login), so that it can use other connections meanwhile.
+
+    `finish()` records what ended it (a connection.close, or the socket closing
+    with no close method) and, for each, whether it came SLOW_ANSWER seconds or
+    more after the start-ok: a broker that makes failed logins wait, and whether
+    it made this one wait, without recording how fast either broker is."""
+
+    def __init__(
+        self,
+        session: Session,
+        label: str,
+        capable: bool,
+        answer_close: bool,
+        then: list[tuple[int, Any]],
+    ) -> None:
+        self.session = session
+        self.label = label
+        self.answer_close = answer_close
+        self.raw = RawClient(session.target.host, session.target.port, timeout=WAIT)
+        caps = {"publisher_confirms": True, "basic.nack": True}
+        if capable:
+            caps["authentication_failure_close"] = True
+        self.raw.send_protocol_header()
+        self.raw.wait_for(commands.Connection.Start)
+        start_ok = commands.Connection.StartOk(
+            client_properties={"capabilities": caps},
+            mechanism="PLAIN",
+            response=plain_response(session.target.user, "not-the-password"),
+        )
+        data = method_frame(0, start_ok) + b"".join(method_frame(ch, m) for ch, m in then)
+        self.raw.send(data)
+        self.sent = time.monotonic()
+
+    def still_open(self) -> bool:
+        """Whether the broker has not ended it yet (recorded; nothing is waited for)."""
+        sock = self.raw.sock
+        sock.setblocking(False)
+        try:
+            is_open = sock.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            is_open = True
+        except OSError:
+            is_open = False
+        finally:
+            sock.settimeout(WAIT)
+        self.session.steps.append({"conn": self.label, "op": "login.pending", "open": is_open})
+        return is_open
+
+    def finish(self, limit: float = 15.0) -> list[dict]:
+        """Read until the broker closes the socket (up to `limit` seconds); record
+        every frame and the close, each with whether it came slowly."""
+        got: list[dict] = []
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                _ch, frame = self.raw.read_frame(timeout=max(0.001, deadline - time.monotonic()))
+            except ConnectionLost:
+                got.append({"method": "(socket closed)", "slow": self._slow()})
+                break
+            except Timeout:
+                got.append({"method": "(still open)"})
+                break
+            out = method_fields(frame, self.session.names)
+            out["slow"] = self._slow()
+            got.append(out)
+            if isinstance(frame, commands.Connection.Close) and self.answer_close:
+                try:
+                    self.raw.send_method(0, commands.Connection.CloseOk())
+                except OSError:
+                    pass
+        self.raw.sock.close()
+        self.session.steps.append({"conn": self.label, "op": "login.refused", "got": got})
+        return got
+
+    def _slow(self) -> bool:
+        return time.monotonic() - self.sent >= SLOW_ANSWER
+
+
 # --- a session: one scenario on one broker -----------------------------------------------
 
 
@@ -721,6 +827,7 @@ class Session:
         self.steps: list[dict[str, Any]] = []
         self.names = Placeholders()
         self.conns: list[Conn] = []
+        self.refused: list[RefusedLogin] = []
         self.users: list[str] = []
 
     def expected_step(self, index: int) -> dict[str, Any] | None:
@@ -777,6 +884,22 @@ class Session:
         conn._step("connect", None, reply=conn._reply(ev))
         return conn
 
+    def refused_login(
+        self,
+        capable: bool,
+        answer_close: bool = True,
+        then: list[tuple[int, Any]] | None = None,
+        label: str | None = None,
+    ) -> RefusedLogin:
+        """Start a login with a wrong password (with or without the client's
+        `authentication_failure_close` capability; `then`: (channel, method) pairs
+        sent in the same write, as a client that does not wait); its answer is
+        recorded by the returned RefusedLogin's finish()."""
+        label = label or f"refused{len(self.refused) + 1}"
+        login = RefusedLogin(self, label, capable, answer_close, then or [])
+        self.refused.append(login)
+        return login
+
     def user(self, name: str, password: str, conf: str, write: str, read: str) -> None:
         """A user with these permissions in the scenario's vhost (removed afterwards)."""
         self.target.admin.add_user(name, password)
@@ -823,6 +946,8 @@ def run(target: Target, sc: Scenario, expected: dict[str, Any] | None = None) ->
                 conn.raw.sock.close()
             except OSError:
                 pass
+        for login in session.refused:
+            login.raw.sock.close()
         admin.delete_vhost(sc.vhost)
         for user in session.users:
             admin.delete_user(user)

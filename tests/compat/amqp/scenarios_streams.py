@@ -390,3 +390,84 @@ def publish_to_stream(s: Session) -> None:
     c.rpc(2, C.Basic.Qos(prefetch_count=10))
     c.consume(2, "s", "t", arguments={"x-stream-offset": "first"})
     c.deliveries(2, 3)
+
+
+@scenario
+def binary_offsets(s: Session) -> None:
+    """x-stream-offset as a byte array (field type 'x', what pika sends for Python
+    bytes): first, last and next as in a longstr; an interval or a number in one is
+    refused (each refusal on a connection of its own)."""
+    c = s.connect()
+    c.open(1)
+    _stream(c, 1, "s")
+    _publish(c, 1, "s", ["m0", "m1", "m2"])
+    for n, (offset, count) in enumerate([(b"first", 3), (b"last", 1)], start=2):
+        c.open(n)
+        c.rpc(n, C.Basic.Qos(prefetch_count=10))
+        c.consume(n, "s", f"at-{offset.decode()}", arguments={"x-stream-offset": bytearray(offset)})
+        c.deliveries(n, count)
+    c.open(5)
+    c.rpc(5, C.Basic.Qos(prefetch_count=10))
+    c.consume(5, "s", "at-next", arguments={"x-stream-offset": bytearray(b"next")})
+    c.events(5)
+    c.publish(1, "", "s", b"m3")
+    c.confirms(1)
+    c.deliveries(5, 1)
+    for offset in (b"1h", b"2", b"bogus"):
+        d = s.connect()
+        d.open(1)
+        d.rpc(1, C.Basic.Qos(prefetch_count=10))
+        d.consume(1, "s", "t", arguments={"x-stream-offset": bytearray(offset)})
+        d.alive()
+
+
+@scenario
+def credit_per_ack(s: Session) -> None:
+    """Each acked message is one more credit at once: prefetch 20, a multiple ack of 5
+    lets 5 more come, then each single ack one more; an ack of a tag already acked
+    is 406 (unknown delivery tag)."""
+    s.mask("message_count")
+    c = s.connect()
+    c.open(1)
+    _stream(c, 1, "s")
+    _publish(c, 1, "s", [f"m{i}" for i in range(30)])
+    c.open(2)
+    c.rpc(2, C.Basic.Qos(prefetch_count=20))
+    c.consume(2, "s", "t", arguments={"x-stream-offset": "first"})
+    c.deliveries(2, 20)
+    c.events(2)
+    c.ack(2, 5, multiple=True)
+    c.deliveries(2, 5)
+    c.events(2)
+    c.ack(2, 6)
+    c.deliveries(2, 1)
+    c.ack(2, 7)
+    c.deliveries(2, 1)
+    c.events(2)
+    c.ack(2, 1)
+    c.events(2)
+    c.alive()
+
+
+@scenario
+def segment_size_maximum(s: Session) -> None:
+    """x-stream-max-segment-size-bytes above 3,000,000,000 is refused, after the
+    flags and the other arguments are checked; a redeclaration compares it first."""
+    c = s.connect()
+    big = {"x-stream-max-segment-size-bytes": 3_000_000_001}
+    cases = [
+        ({"durable": True}, {"x-stream-max-segment-size-bytes": 3_000_000_000}),
+        ({"durable": True}, big),
+        ({"durable": True}, {"x-stream-max-segment-size-bytes": 2**63 - 1}),
+        ({"durable": False}, big),
+        ({"durable": True, "exclusive": True}, big),
+        ({"durable": True}, {**big, "x-message-ttl": 5}),
+        ({"durable": True}, {**big, "x-max-length-bytes": -1}),
+    ]
+    for n, (flags, args) in enumerate(cases, start=1):
+        c.open(n)
+        c.rpc(n, C.Queue.Declare(queue=f"s{n}", arguments={**STREAM, **args}, **flags))
+    c.open(20)
+    _stream(c, 20, "small", **{"x-stream-max-segment-size-bytes": 1000})
+    _stream(c, 20, "small", **big)
+    c.alive()

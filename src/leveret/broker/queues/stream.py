@@ -9,6 +9,7 @@ calls against it (tests/test_streams.py).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import re
 import struct
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
 
 DEFAULT_SEGMENT_BYTES = 500_000_000  # RabbitMQ's default x-stream-max-segment-size-bytes
+MAX_SEGMENT_BYTES = 3_000_000_000  # the largest RabbitMQ 3.10 accepts in a declaration
 _OFFSET_ENTRY = b"\x0fx-stream-offset" + b"l"
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -195,6 +197,8 @@ class StreamQueue(Queue):
         self._readers: dict[Consumer, Any] = {}
         self._last_header = b""  # one-entry cache for _offset_header_parts
         self._header_parts = (b"", b"")
+        self._refill_handle: asyncio.Handle | None = None  # a small refill, due this turn
+        self._refilling = False
 
     # --- declaration ------------------------------------------------------------
 
@@ -236,6 +240,8 @@ class StreamQueue(Queue):
                 raise PreconditionFailed(
                     f"invalid arg '{key}' for {describe}: {{value_negative,{size}}}"
                 )
+            if size > MAX_SEGMENT_BYTES:  # RabbitMQ checks this last, with no name
+                raise PreconditionFailed(f"Exceeded max value for {key}")
 
     def apply_policy(self, arguments: dict[str, Any], options: QueueOptions) -> None:
         """Retention and segment size from the effective arguments; old segments go at once."""
@@ -279,9 +285,13 @@ class StreamQueue(Queue):
             if reader is None or not consumer.channel.deliverable:
                 continue
             credit = consumer.prefetch - consumer.unacked
-            if credit <= 0 or (consumer.unacked and credit < consumer.prefetch // 4):
-                # Refill in batches: reading one record per ack costs a read call
-                # and a batch's setup per message.
+            if credit <= 0:
+                continue
+            if consumer.unacked and credit < consumer.prefetch // 4 and not self._refilling:
+                # Every acked message is one more credit at once, as with RabbitMQ,
+                # but a small refill waits for the end of the loop turn: the acks
+                # of one read then cost one read of the log, not one each.
+                self._refill_soon()
                 continue
             channel = consumer.channel
             for rec in reader.read(credit):
@@ -296,6 +306,25 @@ class StreamQueue(Queue):
                 )
                 self.unacked += 1
                 channel.deliver(consumer, self, QueueEntry(rec.offset, message))
+
+    def _refill_soon(self) -> None:
+        if self._refill_handle is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # (no event loop: a test driving the queue directly)
+                self._refill()
+                return
+            self._refill_handle = loop.call_soon(self._refill)
+
+    def _refill(self) -> None:
+        self._refill_handle = None
+        if self.deleted or not self.consumers:
+            return
+        self._refilling = True
+        try:
+            self.dispatch()
+        finally:
+            self._refilling = False
 
     # --- acks give credit back; nothing is removed ----------------------------------
 
@@ -340,24 +369,28 @@ class StreamQueue(Queue):
             # Past the end: the consumer starts at that offset once it exists (a
             # reader resuming at a stored offset must not get what came before it).
             return max(spec, log.first)
-        elif isinstance(spec, str | bytes):
-            text = spec.decode() if isinstance(spec, bytes) else spec
+        elif isinstance(spec, str | bytes | bytearray):
+            # A longstr (str, or bytes when it is not UTF-8) or a byte array (field
+            # type 'x', what pika sends for Python bytes). RabbitMQ takes the three
+            # names in either type, an interval only in a longstr.
+            text = spec if isinstance(spec, str) else spec.decode(errors="replace")
             if text == "first":
                 return log.first
             if text == "last":
                 return max(log.first, log.next - 1)
             if text == "next":
                 return log.next
-            age = parse_age(text)
+            age = parse_age(text) if not isinstance(spec, bytearray) else None
             if age is not None:
                 return log.offset_for_timestamp(int(time.time() * 1000) - age)
         elif isinstance(spec, datetime.datetime):
             ts = spec if spec.tzinfo else spec.replace(tzinfo=datetime.UTC)
             return log.offset_for_timestamp(int(ts.timestamp() * 1000))
         # RabbitMQ's text; it answers some of these (a word that is no interval, a
-        # boolean, a float) with 541 INTERNAL_ERROR and closes the connection.
-        if isinstance(spec, str | bytes):
-            text = spec.decode(errors="replace") if isinstance(spec, bytes) else spec
+        # boolean, a float, any other byte array) with 541 INTERNAL_ERROR and
+        # closes the connection.
+        if isinstance(spec, str | bytes | bytearray):
+            text = spec if isinstance(spec, str) else spec.decode(errors="replace")
             shown = f'<<"{text}">>'
         elif isinstance(spec, bool):
             shown = "true" if spec else "false"
@@ -399,6 +432,9 @@ class StreamQueue(Queue):
         """Streams have no x-expires; nothing to re-arm."""
 
     def stop_timers(self) -> None:
+        if self._refill_handle is not None:
+            self._refill_handle.cancel()
+            self._refill_handle = None
         for reader in self._readers.values():
             reader.close()
 
