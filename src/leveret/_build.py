@@ -9,9 +9,12 @@ the `.py` runs as it is.
 At run time LEVERET_PURE_PYTHON=1 makes an installed build import the Python sources
 instead of its extensions (to compare the two, or to rule the compiled code out),
 and an extension whose source changed since it was built (an editable install, then
-an edit or a checkout) is skipped (logged at info, listed by build_info()): the
-edited `.py` runs, never stale machine code. setup.py writes each source's hash beside the extensions
-(`_compiled.json`) when it builds them.
+an edit or a checkout) is skipped (listed by build_info()): the edited `.py` runs,
+never stale machine code. setup.py writes each source's hash beside the extensions
+(`_compiled.json`) when it builds them; the `.py` and `.pxd` it hashes are both
+installed (pyproject.toml's package data), so an installed build hashes the same.
+`leveret server` logs hot_path() at start: which hot path runs, and why not the
+compiled one.
 
 This module is read by setup.py before the package can be imported: it imports
 nothing from leveret.
@@ -98,10 +101,13 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 
 
 _skipped: set[str] = set()
+#: what setup.py compiled (module -> source hash), None where it compiled nothing
+_built: dict[str, str] | None = None
 
 
 def install() -> None:
     """Called once by leveret/__init__.py, before any hot-path module is imported."""
+    global _built
     if pure_requested():
         _skipped.update(COMPILED_MODULES)
     else:
@@ -110,6 +116,7 @@ def install() -> None:
                 built = json.load(f)
         except (OSError, ValueError):
             return  # nothing was compiled: the sources run anyway
+        _built = built
         for module in COMPILED_MODULES:
             want = built.get(module)
             if want is None:
@@ -122,7 +129,7 @@ def install() -> None:
                 _skipped.add(module)
         if _skipped:
             # Logged, not warned: a warning on stderr would change what every command
-            # prints. build_info() lists them too.
+            # prints. build_info() lists them too, and `leveret server` warns (hot_path()).
             logging.getLogger("leveret").info(
                 "the source of %s changed since it was compiled; running the Python "
                 "source (rebuild with `pip install -e .` or "
@@ -149,3 +156,45 @@ def build_info() -> dict[str, object]:
         "pure_requested": pure_requested(),
         "stale": sorted(_skipped - set(COMPILED_MODULES if pure_requested() else ())),
     }
+
+
+def hot_path() -> tuple[int, str]:
+    """The line `leveret server` logs at start, with its level: INFO when every module
+    of COMPILED_MODULES runs compiled, else a WARNING that says which run as Python and
+    why. The fallback is slower, and nothing else tells the operator that it runs."""
+    total = len(COMPILED_MODULES)
+    if pure_requested():
+        return logging.WARNING, (
+            f"hot path: pure Python (slower): {PURE_ENV}={os.environ[PURE_ENV]} asks for "
+            f"the Python sources of the {total} compiled modules; unset it to run them compiled"
+        )
+    compiled = set(build_info()["compiled"])
+    if len(compiled) == total:
+        return logging.INFO, f"hot path: compiled ({total} modules)"
+    python = [m for m in COMPILED_MODULES if m not in compiled]
+    if _built is None:
+        reasons = [
+            "not compiled: this install has no compiled modules (it was built without a C "
+            f"compiler or without Cython, or with {PURE_ENV}=1); reinstall where a C "
+            "compiler is found"
+        ]
+    else:
+        groups = {
+            "stale (the source changed since it was compiled; reinstall, or run `python "
+            "setup.py build_ext --inplace` in a checkout)": [m for m in python if m in _skipped],
+            "not compiled (its compilation failed when the package was built)": [
+                m for m in python if m not in _built
+            ],
+            "extension missing (compiled, but its extension file is not installed)": [
+                m for m in python if m in _built and m not in _skipped
+            ],
+        }
+        reasons = [f"{why}: {_names(mods)}" for why, mods in groups.items() if mods]
+    return logging.WARNING, (
+        f"hot path: Python fallback (slower) for {len(python)} of {total} compiled "
+        f"modules: {'; '.join(reasons)}"
+    )
+
+
+def _names(modules: list[str]) -> str:
+    return "all of them" if len(modules) == len(COMPILED_MODULES) else ", ".join(modules)
