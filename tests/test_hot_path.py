@@ -157,3 +157,10 @@ def test_a_fallback_is_a_warning_that_says_why(tmp_path, damage, python, reason)
     assert info["stale"] == (python if damage is _edited_source else [])
     lines = hot_path_lines(sys.executable, env, str(tmp_path))
     assert lines == [("WARNING", f"hot path: Python fallback (slower) for {reason}")]
+
+
+def test_the_docs_quote_the_line_the_server_logs() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for doc in ("README.md", "docs/architecture.md"):
+        with open(os.path.join(root, doc)) as f:
+            assert f"`hot path: compiled ({TOTAL} modules)`" in f.read(), doc
