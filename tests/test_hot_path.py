@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,25 +86,44 @@ def _no_compiled_modules(root: str) -> None:
         os.remove(_extension(root, module))
 
 
-def _edited_source(root: str) -> None:
-    with open(
-        _build.source_path("leveret.protocol.events", os.path.join(root, "leveret")), "a"
-    ) as f:
+# The channel: no other compiled module cimports it, so it falls back alone.
+LEAF = "leveret.server.channel"
+
+
+def _edit(root: str, module: str) -> None:
+    with open(_build.source_path(module, os.path.join(root, "leveret")), "a") as f:
         f.write("\n# an edit after the build\n")
+
+
+def _edited_source(root: str) -> None:
+    _edit(root, LEAF)
 
 
 def _failed_compilation(root: str) -> None:
     path = os.path.join(root, "leveret", _build.MANIFEST)
     with open(path) as f:
         built = json.load(f)
-    del built["leveret.broker.stats"]  # what setup.py writes when a module fails
+    del built[LEAF]  # what setup.py writes when a module fails
     with open(path, "w") as f:
         json.dump(built, f)
-    os.remove(_extension(root, "leveret.broker.stats"))
+    os.remove(_extension(root, LEAF))
 
 
 def _missing_extension(root: str) -> None:
-    os.remove(_extension(root, "leveret.broker.stats"))
+    os.remove(_extension(root, LEAF))
+
+
+def _copy(tmp_path) -> tuple[str, dict[str, str]]:
+    """A copy of this checkout's compiled package, and the environment that runs it."""
+    if not _compiled_here():
+        pytest.skip("this checkout is not compiled: there is no compiled install to copy")
+    root = tmp_path / "site"
+    shutil.copytree(
+        PACKAGE_DIR,
+        root / "leveret",
+        ignore=shutil.ignore_patterns("*.c", "*.html", "__pycache__"),
+    )
+    return str(root), _env(PYTHONPATH=str(root))
 
 
 @pytest.mark.parametrize(
@@ -118,45 +138,80 @@ def _missing_extension(root: str) -> None:
         ),
         (
             _edited_source,
-            ["leveret.protocol.events"],
+            [LEAF],
             f"1 of {TOTAL} compiled modules: stale (the source changed since it was "
             "compiled; reinstall, or run `python setup.py build_ext --inplace` in a "
-            "checkout): leveret.protocol.events",
+            f"checkout): {LEAF}",
         ),
         (
             _failed_compilation,
-            ["leveret.broker.stats"],
-            f"1 of {TOTAL} compiled modules: not compiled (its compilation failed when the "
-            "package was built): leveret.broker.stats",
+            [LEAF],
+            f"1 of {TOTAL} compiled modules: not compiled (the build left it out: its "
+            "compilation failed, or the build is older than its place in "
+            f"COMPILED_MODULES): {LEAF}",
         ),
         (
             _missing_extension,
-            ["leveret.broker.stats"],
+            [LEAF],
             f"1 of {TOTAL} compiled modules: extension missing (compiled, but its extension "
-            "file is not installed): leveret.broker.stats",
+            f"file is not installed): {LEAF}",
         ),
     ],
     ids=["not-compiled", "stale", "failed", "missing"],
 )
 def test_a_fallback_is_a_warning_that_says_why(tmp_path, damage, python, reason) -> None:
-    if not _compiled_here():
-        pytest.skip("this checkout is not compiled: there is no compiled install to copy")
-    root = tmp_path / "site"
-    shutil.copytree(
-        PACKAGE_DIR,
-        root / "leveret",
-        ignore=shutil.ignore_patterns("*.c", "*.html", "__pycache__"),
-    )
-    damage(str(root))
-    env = _env(PYTHONPATH=str(root))
+    root, env = _copy(tmp_path)
+    damage(root)
     path, info = _build_info(env, str(tmp_path))
-    assert path == str(root / "leveret" / "__init__.py")  # the copy runs, not the checkout
+    assert path == os.path.join(root, "leveret", "__init__.py")  # the copy, not the checkout
     assert sorted(set(_build.COMPILED_MODULES) - set(info["compiled"])) == sorted(
         python or _build.COMPILED_MODULES
     )
     assert info["stale"] == (python if damage is _edited_source else [])
     lines = hot_path_lines(sys.executable, env, str(tmp_path))
     assert lines == [("WARNING", f"hot path: Python fallback (slower) for {reason}")]
+
+
+def _cimported_by(root: str) -> dict[str, set[str]]:
+    """For each compiled module, the compiled modules whose .pxd cimports it."""
+    users: dict[str, set[str]] = {m: set() for m in _build.COMPILED_MODULES}
+    for module in _build.COMPILED_MODULES:
+        pxd = _build.source_path(module, os.path.join(root, "leveret"))[:-3] + ".pxd"
+        if os.path.exists(pxd):
+            with open(pxd) as f:
+                for name in re.findall(r"from (leveret[\w.]+) cimport", f.read()):
+                    users.setdefault(name, set()).add(module)
+    return users
+
+
+def test_a_stale_module_takes_the_modules_compiled_against_its_types_with_it(tmp_path) -> None:
+    # Their extensions would take its Python class for the C type they were compiled
+    # against (Cython checks only the size at import) and read fields at C offsets.
+    root, env = _copy(tmp_path)
+    edited = "leveret.server.model_methods"
+    _edit(root, edited)
+    users = _cimported_by(root)
+    assert users[edited], "the example needs a module other modules cimport"
+    expected, todo = {edited}, [edited]
+    while todo:
+        for user in users[todo.pop()] - expected:
+            expected.add(user)
+            todo.append(user)
+    path, info = _build_info(env, str(tmp_path))  # imports every module: none fails
+    assert path == os.path.join(root, "leveret", "__init__.py")
+    assert set(info["stale"]) == expected
+    assert set(info["compiled"]) == set(_build.COMPILED_MODULES) - expected
+    others = [m for m in _build.COMPILED_MODULES if m in expected - {edited}]
+    lines = hot_path_lines(sys.executable, env, str(tmp_path))
+    assert lines == [
+        (
+            "WARNING",
+            f"hot path: Python fallback (slower) for {len(expected)} of {TOTAL} compiled "
+            "modules: stale (the source changed since it was compiled; reinstall, or run "
+            f"`python setup.py build_ext --inplace` in a checkout): {edited}; compiled "
+            "against the C types of one of those, so run as Python too: " + ", ".join(others),
+        )
+    ]
 
 
 def test_the_docs_quote_the_line_the_server_logs() -> None:

@@ -196,18 +196,18 @@ def test_an_edited_installed_source_runs_as_python_and_the_server_warns(
     sdist_venv: Venv, tmp_path
 ) -> None:
     source = Path(
-        _build.source_path("leveret.protocol.events", os.path.join(sdist_venv.site, "leveret"))
+        _build.source_path("leveret.server.channel", os.path.join(sdist_venv.site, "leveret"))
     )
     original = source.read_bytes()
     source.write_bytes(original + b"\n# an edit after the install\n")
     try:
         report = sdist_venv.report()
-        assert report["info"]["stale"] == ["leveret.protocol.events"]
-        assert report["files"]["leveret.protocol.events"] == str(source)
+        assert report["info"]["stale"] == ["leveret.server.channel"]
+        assert report["files"]["leveret.server.channel"] == str(source)
         lines = hot_path_lines(sdist_venv.python, sdist_venv.env, str(tmp_path))
     finally:
         source.write_bytes(original)
     assert len(lines) == 1 and lines[0][0] == "WARNING", lines
     assert lines[0][1].startswith(f"hot path: Python fallback (slower) for 1 of {len(MODULES)}")
-    assert lines[0][1].endswith(": leveret.protocol.events")
+    assert lines[0][1].endswith(": leveret.server.channel")
     _assert_installed_and_compiled(sdist_venv)  # the source back, the extension runs again
