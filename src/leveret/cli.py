@@ -12,7 +12,7 @@ import sys
 import urllib.parse
 from pathlib import Path
 
-from leveret import __version__
+from leveret import __version__, _build
 from leveret.config import Listener, ServerConfig
 
 log = logging.getLogger("leveret")
@@ -474,6 +474,10 @@ def run_server(args: argparse.Namespace) -> int:
     if (wants_tls or amqps) and not tls_given:
         log.error("--tls-verify, --tls-ca and amqps:// listeners need --tls-cert and --tls-key")
         return 2
+    # Here, once logging is set up: the fallback runs slower, and a build that fell back
+    # (no compiler, stale modules) says so nowhere else an operator looks.
+    level, line = _build.hot_path()
+    log.log(level, "%s", line)
     config = ServerConfig(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
