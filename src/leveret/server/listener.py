@@ -26,7 +26,7 @@ from leveret.server.tls import TLSAcceptor, server_context
 from leveret.store.message_store import RecoveryCancelled
 
 if TYPE_CHECKING:
-    from leveret.store.durable_state import DurableState
+    from leveret.persistence.durable_state import DurableState
 
 log = logging.getLogger("leveret.server")
 
@@ -253,7 +253,7 @@ class Server:
         )
 
     def _open_store(self) -> None:
-        from leveret.store.durable_state import DurableState
+        from leveret.persistence.durable_state import DurableState
 
         state = DurableState(
             self.config.data_dir,
