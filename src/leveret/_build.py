@@ -50,7 +50,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.broker.queues.base",
     "leveret.broker.queues.classic",
     "leveret.broker.durability",
-    "leveret.store.durable_state",
+    "leveret.persistence.durable_state",
     "leveret.server.model_methods",
     "leveret.server.publishing",
     "leveret.server.channel",

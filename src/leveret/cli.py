@@ -561,13 +561,13 @@ async def _serve_cluster_node(config: ServerConfig) -> int:
 
 
 async def _serve(config: ServerConfig) -> int:
+    from leveret.launcher import Node
     from leveret.server import gc_tuning
-    from leveret.server.listener import Server
 
     loop = asyncio.get_running_loop()
     if config.cluster_etcd:
         return await _serve_cluster_node(config)
-    server = Server(config, loop=loop)
+    server = Node(config, loop=loop)
     # Handlers first: a SIGTERM that arrives while start() finishes (the port already
     # listens) must still stop the broker cleanly.
     stop = asyncio.Event()
