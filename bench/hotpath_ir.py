@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The broker's hot path in one process, without sockets: work per message, repeatably.
 
-A real `Server` (its model, queues, store) and real `AMQPConnection`s, fed the bytes a
-client would send through an in-memory transport: a publisher connection gets batches
-of basic.publish frames, a consumer connection takes the deliveries and acks them. No
+A real node (`launcher.Node`: its model, queues, store) and real `AMQPConnection`s, fed
+the bytes a client would send through an in-memory transport: a publisher connection
+gets batches of basic.publish frames, a consumer connection takes the deliveries and acks them. No
 load generator shares the CPU and no kernel socket work is counted, so under valgrind
 the figure is the same from run to run whatever else the machine does:
 
@@ -118,7 +118,7 @@ async def turn() -> None:
 
 
 class Client:
-    """One AMQPConnection of the server, driven with raw frames."""
+    """One AMQPConnection of the node's listener, driven with raw frames."""
 
     def __init__(self, server: object) -> None:
         from leveret.server.connection import AMQPConnection
@@ -156,7 +156,7 @@ class Client:
 
 async def run(case: str, messages: int, warmup: int) -> dict[str, float]:
     from leveret.config import ServerConfig
-    from leveret.server.listener import Server
+    from leveret.launcher import Node
 
     spec = CASES[case]
     data_dir = tempfile.mkdtemp(prefix="leveret-hotpath-")
@@ -164,9 +164,9 @@ async def run(case: str, messages: int, warmup: int) -> dict[str, float]:
         port=0, data_dir=data_dir, persistence=True, fsync="never",  # as `leveret server`
         management_port=None, prometheus_port=None,
     )  # fmt: skip
-    server = Server(config, loop=asyncio.get_running_loop())
+    server = Node(config, loop=asyncio.get_running_loop())
     await server.start()
-    pub, con = Client(server), Client(server)
+    pub, con = Client(server.listener), Client(server.listener)
     await pub.open()
     await con.open()
     durable = spec["persistent"]

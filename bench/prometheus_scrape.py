@@ -15,7 +15,6 @@ import statistics
 import time
 
 from leveret.config import ServerConfig
-from leveret.management.prometheus import BrokerCollector
 from leveret.testing import embedded_broker
 
 
@@ -37,7 +36,7 @@ def main() -> None:
 
             def scrape(mode: str = mode) -> tuple[float, int]:
                 started = time.perf_counter()
-                body = BrokerCollector(broker.server, mode).render()
+                body = broker.server.prometheus.metrics.render(mode)
                 return time.perf_counter() - started, len(body)
 
             runs = [broker.call(scrape) for _ in range(args.runs)]

@@ -9,7 +9,11 @@ test does not ask for are off (`0`); a test that wants one passes its own
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
+import time
 
 #: the listeners a test broker does not get unless the test names a port for them
 QUIET_PORTS = (
@@ -21,3 +25,33 @@ QUIET_PORTS = (
 def server_argv(*args: str) -> list[str]:
     """`python -m leveret server` with the HTTP listeners off, then ``args``."""
     return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *args]
+
+
+def hot_path_lines(
+    python: str, env: dict[str, str], workdir: str, timeout: float = 60.0
+) -> list[tuple[str, str]]:
+    """Starts `python -m leveret server` in `workdir` (its data dir under it) on a port
+    the OS picks, waits until it listens, stops it, and returns the (level, text) of
+    each `hot path:` line of its log."""
+    path = os.path.join(workdir, "server.log")
+    with open(path, "w") as log:  # read through another open: the child owns this offset
+        proc = subprocess.Popen(
+            [python, "-m", "leveret", "server", *QUIET_PORTS, "--port", "0",
+             "--data-dir", os.path.join(workdir, "data")],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            with open(path) as f:
+                if "listening for AMQP" in f.read():
+                    break
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    with open(path) as f:
+        text = f.read()
+    if "listening for AMQP" not in text:
+        raise AssertionError(f"`leveret server` did not start listening:\n{text}")
+    return re.findall(r"^\S+ \S+ (\w+) leveret: (hot path: .*)$", text, re.MULTILINE)

@@ -74,7 +74,7 @@ def test_a_window_must_be_positive():
 def test_off_by_default():
     broker = EmbeddedBroker().start()
     try:
-        assert broker.server.busy_wait is None
+        assert broker.server.listener.busy_wait is None
     finally:
         broker.stop()
 
@@ -115,7 +115,7 @@ def test_persistent_confirmed_messages_flow_while_the_loop_polls(busy_broker):
         assert got == list(range(300))
     finally:
         conn.close()
-    busy = busy_broker.server.busy_wait
+    busy = busy_broker.server.listener.busy_wait
     assert busy.turns > 0  # reads armed it
 
     # Once traffic stops the loop sleeps again.

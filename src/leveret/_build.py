@@ -9,9 +9,13 @@ the `.py` runs as it is.
 At run time LEVERET_PURE_PYTHON=1 makes an installed build import the Python sources
 instead of its extensions (to compare the two, or to rule the compiled code out),
 and an extension whose source changed since it was built (an editable install, then
-an edit or a checkout) is skipped (logged at info, listed by build_info()): the
-edited `.py` runs, never stale machine code. setup.py writes each source's hash beside the extensions
-(`_compiled.json`) when it builds them.
+an edit or a checkout) is skipped (listed by build_info()): the edited `.py` runs,
+never stale machine code, and so do the modules compiled against its C types (their
+`.pxd` cimports it). setup.py writes each source's hash beside the extensions
+(`_compiled.json`) when it builds them; the `.py` and `.pxd` it hashes are both
+installed (pyproject.toml's package data), so an installed build hashes the same.
+`leveret server` logs hot_path() at start: which hot path runs, and why not the
+compiled one.
 
 This module is read by setup.py before the package can be imported: it imports
 nothing from leveret.
@@ -26,6 +30,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 
 # The modules the profile names and instruction counts keep
@@ -45,7 +50,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.broker.queues.base",
     "leveret.broker.queues.classic",
     "leveret.broker.durability",
-    "leveret.store.durable_state",
+    "leveret.persistence.durable_state",
     "leveret.server.model_methods",
     "leveret.server.publishing",
     "leveret.server.channel",
@@ -97,40 +102,72 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
 
-_skipped: set[str] = set()
+#: the compiled modules that run as Python though the install compiled (a manifest),
+#: and why: "stale" (the source changed since), "failed" (setup.py could not compile
+#: it), "missing" (no extension file), "cimports" (it cimports one of the others)
+_python: dict[str, str] = {}
+#: what setup.py compiled (module -> source hash), None where it compiled nothing
+_built: dict[str, str] | None = None
+
+_CIMPORT = re.compile(
+    r"^\s*(?:from\s+(leveret(?:\.\w+)+)\s+cimport|cimport\s+(leveret(?:\.\w+)+))", re.M
+)
+
+
+def cimports(module: str, root: str = _HERE) -> set[str]:
+    """The compiled modules whose C types `module`'s `.pxd` cimports: its extension was
+    compiled against their layout, so it can run only where they run compiled."""
+    try:
+        with open(source_path(module, root)[:-3] + ".pxd") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    return {a or b for a, b in _CIMPORT.findall(text)} & set(COMPILED_MODULES)
+
+
+def _has_extension(module: str) -> bool:
+    base = source_path(module)[:-3]
+    return any(os.path.exists(base + s) for s in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def install() -> None:
     """Called once by leveret/__init__.py, before any hot-path module is imported."""
+    global _built
     if pure_requested():
-        _skipped.update(COMPILED_MODULES)
-    else:
-        try:
-            with open(os.path.join(_HERE, MANIFEST)) as f:
-                built = json.load(f)
-        except (OSError, ValueError):
-            return  # nothing was compiled: the sources run anyway
-        for module in COMPILED_MODULES:
-            want = built.get(module)
-            if want is None:
-                continue
+        sys.meta_path.insert(0, _SourceFirst(set(COMPILED_MODULES)))
+        return
+    try:
+        with open(os.path.join(_HERE, MANIFEST)) as f:
+            built = json.load(f)
+    except (OSError, ValueError):
+        return  # nothing was compiled: the sources run anyway
+    _built = built
+    for module in COMPILED_MODULES:
+        if module not in built:  # an extension left there would be of another source
+            _python[module] = "failed"
+        elif not _has_extension(module):
+            _python[module] = "missing"
+        else:
             try:
-                stale = source_hash(source_path(module)) != want
+                if source_hash(source_path(module)) != built[module]:
+                    _python[module] = "stale"
             except OSError:
                 continue
-            if stale:
-                _skipped.add(module)
-        if _skipped:
-            # Logged, not warned: a warning on stderr would change what every command
-            # prints. build_info() lists them too.
-            logging.getLogger("leveret").info(
-                "the source of %s changed since it was compiled; running the Python "
-                "source (rebuild with `pip install -e .` or "
-                "`python setup.py build_ext --inplace`)",
-                ", ".join(sorted(_skipped)),
-            )
-    if _skipped:
-        sys.meta_path.insert(0, _SourceFirst(set(_skipped)))
+    # An extension that cimports a module running as Python would take that module's
+    # Python class for its C type: Cython checks only the size at import, then reads
+    # fields at the compiled offsets. Such a module runs as Python too, and so on.
+    while _python:
+        more = [m for m in COMPILED_MODULES if m not in _python and cimports(m) & set(_python)]
+        if not more:
+            break
+        _python.update(dict.fromkeys(more, "cimports"))
+    if _python:
+        # Logged, not warned: a warning on stderr would change what every command
+        # prints. build_info() lists them too, and `leveret server` warns (hot_path()).
+        logging.getLogger("leveret").info(
+            "running the Python source of %d compiled modules: %s", len(_python), _reasons()
+        )
+        sys.meta_path.insert(0, _SourceFirst(set(_python)))
 
 
 def build_info() -> dict[str, object]:
@@ -147,5 +184,55 @@ def build_info() -> dict[str, object]:
     return {
         "compiled": compiled,
         "pure_requested": pure_requested(),
-        "stale": sorted(_skipped - set(COMPILED_MODULES if pure_requested() else ())),
+        "stale": sorted(m for m, why in _python.items() if why in ("stale", "cimports")),
     }
+
+
+_WHY = {
+    "stale": "stale (the source changed since it was compiled; reinstall, or run `python "
+    "setup.py build_ext --inplace` in a checkout)",
+    "failed": "not compiled (the build left it out: its compilation failed, or the build "
+    "is older than its place in COMPILED_MODULES)",
+    "missing": "extension missing (compiled, but its extension file is not installed)",
+    "cimports": "compiled against the C types of one of those, so run as Python too",
+}
+
+
+def _reasons() -> str:
+    """Why the modules of `_python` run as Python, grouped by reason."""
+    return "; ".join(
+        f"{text}: {_names([m for m in COMPILED_MODULES if _python.get(m) == why])}"
+        for why, text in _WHY.items()
+        if why in _python.values()
+    )
+
+
+def hot_path() -> tuple[int, str]:
+    """The line `leveret server` logs at start, with its level: INFO when every module
+    of COMPILED_MODULES runs compiled, else a WARNING that says which run as Python and
+    why. The fallback is slower, and nothing else tells the operator that it runs."""
+    total = len(COMPILED_MODULES)
+    if pure_requested():
+        return logging.WARNING, (
+            f"hot path: pure Python (slower): {PURE_ENV}={os.environ[PURE_ENV]} asks for "
+            f"the Python sources of the {total} compiled modules; unset it to run them compiled"
+        )
+    compiled = build_info()["compiled"]
+    if len(compiled) == total:
+        return logging.INFO, f"hot path: compiled ({total} modules)"
+    if _built is None:
+        why = (
+            "not compiled: this install has no compiled modules (it was built without a C "
+            f"compiler or without Cython, or with {PURE_ENV}=1); reinstall where a C "
+            "compiler is found"
+        )
+    else:
+        why = _reasons()
+    return logging.WARNING, (
+        f"hot path: Python fallback (slower) for {total - len(compiled)} of {total} "
+        f"compiled modules: {why}"
+    )
+
+
+def _names(modules: list[str]) -> str:
+    return "all of them" if len(modules) == len(COMPILED_MODULES) else ", ".join(modules)

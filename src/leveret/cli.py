@@ -12,7 +12,7 @@ import sys
 import urllib.parse
 from pathlib import Path
 
-from leveret import __version__
+from leveret import __version__, _build
 from leveret.config import Listener, ServerConfig
 
 log = logging.getLogger("leveret")
@@ -474,6 +474,10 @@ def run_server(args: argparse.Namespace) -> int:
     if (wants_tls or amqps) and not tls_given:
         log.error("--tls-verify, --tls-ca and amqps:// listeners need --tls-cert and --tls-key")
         return 2
+    # Here, once logging is set up: the fallback runs slower, and a build that fell back
+    # (no compiler, stale modules) says so nowhere else an operator looks.
+    level, line = _build.hot_path()
+    log.log(level, "%s", line)
     config = ServerConfig(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -557,13 +561,13 @@ async def _serve_cluster_node(config: ServerConfig) -> int:
 
 
 async def _serve(config: ServerConfig) -> int:
+    from leveret.launcher import Node
     from leveret.server import gc_tuning
-    from leveret.server.listener import Server
 
     loop = asyncio.get_running_loop()
     if config.cluster_etcd:
         return await _serve_cluster_node(config)
-    server = Server(config, loop=loop)
+    server = Node(config, loop=loop)
     # Handlers first: a SIGTERM that arrives while start() finishes (the port already
     # listens) must still stop the broker cleanly.
     stop = asyncio.Event()

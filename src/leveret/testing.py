@@ -15,7 +15,7 @@ from dataclasses import replace
 from urllib.parse import quote
 
 from leveret.config import ServerConfig
-from leveret.server.listener import Server
+from leveret.launcher import Node
 
 
 class AdminProxy:
@@ -47,7 +47,7 @@ class EmbeddedBroker:
     def __init__(self, config: ServerConfig | None = None) -> None:
         self.config = config or ServerConfig(port=0, persistence=False)
         self.loop = asyncio.new_event_loop()
-        self.server = Server(self.config, loop=self.loop)
+        self.server = Node(self.config, loop=self.loop)  # the node (leveret.launcher)
         self._thread = threading.Thread(target=self._run, name="leveret-broker", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None

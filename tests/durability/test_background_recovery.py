@@ -23,7 +23,7 @@ import pytest
 
 from leveret.config import ServerConfig
 from leveret.ctl import CtlError, call
-from leveret.server.listener import Server
+from leveret.launcher import Node
 from leveret.store.message_store import MessageStore
 
 QUEUE = "recovering"
@@ -69,7 +69,7 @@ async def _fill(data_dir: Path, *, crash: bool = True, **queue_args: Any) -> Non
     """STORED persistent messages, the first ACKED of them acked; then stop. With
     `crash`, the clean-shutdown index is removed, as a SIGKILL leaves the data dir,
     so the next start scans the log."""
-    server = Server(_config(data_dir))
+    server = Node(_config(data_dir))
     await server.start()
     try:
         conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{server.port}/")
@@ -93,7 +93,7 @@ async def _fill(data_dir: Path, *, crash: bool = True, **queue_args: Any) -> Non
         clean.unlink()
 
 
-async def _held_connections(server: Server) -> None:
+async def _held_connections(server: Node) -> None:
     """Wait until some connection holds an operation (the broker got it, and waits)."""
     while not any(conn.publisher_pause.recovery for conn in server.connections):
         await asyncio.sleep(0.01)
@@ -129,7 +129,7 @@ def test_clients_wait_for_recovery_and_see_everything(
         await _fill(tmp_path, crash=crash)
         held.release.clear()
         held.entered.clear()
-        server = Server(_config(tmp_path, management_port=0))
+        server = Node(_config(tmp_path, management_port=0))
         await server.start(wait_for_recovery=False)
         try:
             assert server.recovering and server.durable_state is not None
@@ -199,7 +199,7 @@ def test_stop_during_recovery_writes_no_clean_index(tmp_path: Path, held: HeldRe
         held.release.set()
         await _fill(tmp_path)
         held.release.clear()
-        server = Server(_config(tmp_path))
+        server = Node(_config(tmp_path))
         await server.start(wait_for_recovery=False)
         conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{server.port}/")
         ch = await conn.channel()
@@ -215,7 +215,7 @@ def test_stop_during_recovery_writes_no_clean_index(tmp_path: Path, held: HeldRe
             await asyncio.wait_for(declare, 30)  # closed by the shutdown, not answered
         assert not os.path.exists(tmp_path / "msgs" / "clean.idx")
 
-        again = Server(_config(tmp_path))
+        again = Node(_config(tmp_path))
         await again.start()
         try:
             conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{again.port}/")
@@ -239,7 +239,7 @@ def test_queue_does_not_expire_while_recovering(tmp_path: Path, held: HeldRecove
         held.release.set()
         await _fill(tmp_path, **{"x-expires": 1000})
         held.release.clear()
-        server = Server(_config(tmp_path))
+        server = Node(_config(tmp_path))
         await server.start(wait_for_recovery=False)
         try:
             await asyncio.sleep(1.5)  # longer than the expiry, all of it recovering

@@ -16,7 +16,7 @@ import aio_pika
 import pytest
 
 from leveret.config import ServerConfig
-from leveret.server.listener import Server
+from leveret.launcher import Node
 from leveret.store.message_store import MessageStore
 from leveret.store.segments import list_segments
 
@@ -36,7 +36,7 @@ def test_a_corrupt_paged_record_is_dropped_and_the_rest_delivered(
     bodies = [b"m%04d-" % i + b"x" * 1000 for i in range(COUNT)]
 
     async def fill() -> None:
-        server = Server(config)
+        server = Node(config)
         await server.start()
         try:
             conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{server.port}/")
@@ -51,7 +51,7 @@ def test_a_corrupt_paged_record_is_dropped_and_the_rest_delivered(
             await server.stop()
 
     async def drain() -> list[bytes]:
-        server = Server(config)
+        server = Node(config)
         await server.start()
         try:
             conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{server.port}/")

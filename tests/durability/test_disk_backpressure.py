@@ -7,8 +7,8 @@ import time
 import pika
 import pytest
 
+from leveret.persistence import durable_state
 from leveret.server.connection import AMQPConnection
-from leveret.store import durable_state
 from leveret.testing import embedded_broker
 
 pytestmark = pytest.mark.leveret_only

@@ -13,7 +13,7 @@ import pika
 import pytest
 
 from leveret.config import ServerConfig
-from leveret.store.durable_state import ENTRY_OVERHEAD, HEADS_CHECK_FROM
+from leveret.persistence.durable_state import ENTRY_OVERHEAD, HEADS_CHECK_FROM
 from leveret.testing import EmbeddedBroker
 
 pytestmark = pytest.mark.leveret_only

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from typing import Any, Protocol
 
-from leveret import links
 from leveret.auth.users import AccessControl
 from leveret.broker.admin import Admin
 from leveret.broker.direct_reply import DirectReplyRegistry
 from leveret.broker.durability import DurabilityHooks
 from leveret.broker.global_parameters import CLUSTER_NAME, GlobalParameters
 from leveret.broker.parameters import RuntimeParameters
+from leveret.broker.ports import Extension
 from leveret.broker.stats import NodeCounters
 from leveret.broker.vhost import VirtualHost
 from leveret.config import ServerConfig
@@ -33,7 +34,12 @@ class ClientConnection(Protocol):
 
 
 class Broker:
-    def __init__(self, config: ServerConfig, hooks: DurabilityHooks | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        hooks: DurabilityHooks | None = None,
+        extensions: Iterable[Extension] = (),
+    ) -> None:
         self.config = config
         self.hooks = hooks or DurabilityHooks()
         self.access = AccessControl()
@@ -51,10 +57,12 @@ class Broker:
         self.counters = NodeCounters()  # node totals that outlive their objects (Prometheus)
         self.admin = Admin(self)
         self.admin.load()
-        # Shovels and federation upstreams (leveret.links acts on them).
+        # Runtime parameters (shovels, federation upstreams): their components come
+        # from the extensions (leveret.links), registered before the stored ones load.
         records = self.hooks.catalog_load() or {}
         self.parameters = RuntimeParameters(self)
-        links.register(self)
+        for extend in extensions:
+            extend(self)
         self.parameters.load(records)
         # RabbitMQ's global parameters: cluster_name (once set), internal_cluster_id.
         self.global_parameters = GlobalParameters(self.hooks, records)

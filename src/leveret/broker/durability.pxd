@@ -1,6 +1,6 @@
 # The C layout of broker/durability.py's DurabilityHooks when compiled (see
 # broker/message.pxd): the per-message hooks are cpdef, so a compiled queue calls the
-# store's compiled overrides (store/durable_state.pxd) as C calls.
+# store's compiled overrides (persistence/durable_state.pxd) as C calls.
 
 from leveret.broker.queues.base cimport Queue, QueueEntry
 

@@ -1,7 +1,7 @@
 """The model's interface to the disk.
 
-The broker model never imports the store. It calls these hooks, and the store
-package (leveret.store.durable_state) implements them. The in-memory broker
+The broker model never imports the store. It calls these hooks, and the persistence
+package (leveret.persistence.durable_state) implements them on the store. The in-memory broker
 (tests, `persistence=False`) uses the no-op DurabilityHooks.
 """
 

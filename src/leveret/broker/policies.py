@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from leveret.broker.erlang_terms import proplist, string, term
 from leveret.broker.errors import InvalidValue
 from leveret.broker.queue_args import DEAD_LETTER_STRATEGIES, OVERFLOW_MODES, QUEUE_MODES
 from leveret.broker.queues.stream import parse_age
-from leveret.links.erlang_terms import proplist, string, term
 
 
 class PolicyError(InvalidValue, ValueError):

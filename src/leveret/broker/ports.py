@@ -1,4 +1,5 @@
-"""What the model needs from the server and the store, as small typed interfaces.
+"""What the model needs from the server and the store, as small typed interfaces,
+and what packages above it may add to it (`Extension`).
 
 The broker model (queues, consumers, flow control) hands work to objects it does
 not own: a consumer's channel takes deliveries, a publishing connection is
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
     from leveret.broker.consumer import Consumer
     from leveret.broker.queues import Queue, QueueEntry
 
@@ -59,3 +61,16 @@ class PagedTail(Protocol):
 
     def hold(self, entry: QueueEntry, size: int) -> None:
         """Keep `entry` in its place behind the tail; it counts for `size` bytes."""
+
+
+class Extension(Protocol):
+    """Something a package above the model adds to every broker it is part of (the
+    launcher passes them to `Broker`): runtime parameter components, policy keys.
+
+    It is called with the new broker before its stored runtime parameters are read,
+    so that those it validates are validated as they load. `leveret.links.register`
+    is one (shovels, federation upstreams and their policy keys): the model never
+    imports the packages that extend it.
+    """
+
+    def __call__(self, broker: Broker) -> None: ...

@@ -657,7 +657,7 @@ class ClusterNode:
     # ---- leading ---------------------------------------------------------------------
 
     async def _lead(self) -> None:
-        from leveret.server.listener import Server
+        from leveret.launcher import Node
 
         self.role = "leader"
         await self._stop_following()
@@ -669,7 +669,7 @@ class ClusterNode:
         self.tap = tap
         self.links = {}
         replica.TAP = tap
-        server = Server(self.config, loop=self.loop)
+        server = Node(self.config, loop=self.loop)
         server.cluster = self
         tap.output_batch = server.output_batch
         self.server = server

@@ -9,7 +9,8 @@ another, acking at the source only once the destination confirmed.
 
 - `uris.py`: URIs read as RabbitMQ reads them (no host: this broker).
 - `direct.py`: an in-memory transport that joins leveret.client to this broker.
-- `validation.py`, `erlang_terms.py`: the parameters' checks, in RabbitMQ's words.
+- `validation.py`: the parameters' checks, in RabbitMQ's words (broker/erlang_terms.py
+  writes the values in them).
 - `headers.py`: x-shovelled, x-received-from and the other headers links write.
 - `forwarder.py`: the consumer → publisher pipe with ack modes and flow control.
 - `shovel.py`: a shovel's life (connect, declare, forward, delete-after, restart).

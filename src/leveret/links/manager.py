@@ -1,7 +1,7 @@
 """Runs this broker's shovels and federation links, and reports on them.
 
-The server makes one LinkManager once its store is open and starts it after
-it listens (links to `amqp://` go through the direct transport, and wait like
+The launcher makes one LinkManager per node once its store is open and starts
+it after the node listens (links to `amqp://` go through the direct transport, and wait like
 any client while stored messages are read back). The manager follows the
 runtime parameters (a shovel set, changed or cleared; an upstream or set
 changed), the policies and the topology (federation), and keeps what the
@@ -25,7 +25,7 @@ from leveret.links.shovel import Shovel
 from leveret.links.uris import LinkURI
 
 if TYPE_CHECKING:
-    from leveret.server.listener import Server
+    from leveret.handle import NodeHandle
 
 log = logging.getLogger("leveret.links")
 
@@ -33,9 +33,9 @@ NODE = "leveret@localhost"  # the node name the management API shows (routes.com
 
 
 class LinkManager:
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.broker = server.broker
+    def __init__(self, node: NodeHandle) -> None:
+        self.node = node
+        self.broker = node.broker
         self.shovels: dict[tuple[str, str], Shovel] = {}
         # ("shovel", vhost, name) / ("federation", vhost, kind, name, upstream) →
         # messages moved since this broker started (links that went keep their count)
@@ -54,7 +54,7 @@ class LinkManager:
 
         self._started = True
         self.broker.parameters.listeners.append(self._parameter_changed)
-        for name, value in sorted(self.server.config.shovels.items()):
+        for name, value in sorted(self.node.config.shovels.items()):
             self._start_shovel("/", name, value, "static")
         for (vhost, component, name), value in sorted(self.broker.parameters.values.items()):
             if component == "shovel":
@@ -154,12 +154,6 @@ class LinkManager:
         """("shovel", vhost, name) or ("federation", vhost, kind, name, upstream)."""
         self.moved[key] = self.moved.get(key, 0) + n
 
-    def metrics(self) -> Any:
-        """Prometheus families (management.prometheus calls this on a scrape)."""
-        from leveret.links.metrics import families
-
-        return families(self)
-
     # --- connections -------------------------------------------------------------------
 
     async def connect(
@@ -198,4 +192,4 @@ class LinkManager:
     ) -> Any:
         if not self._started:  # a link reconnecting while the broker stops
             raise ConnectionRefusedError("the broker is stopping")
-        return await direct.open_connection(self.server, protocol_factory, user)
+        return await direct.open_connection(self.node.listener, protocol_factory, user)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
+from leveret.broker.erlang_terms import string
 from leveret.client.url import DEFAULT_PORTS, ConnectionParameters
-from leveret.links.erlang_terms import string
 
 INTEGER_OPTIONS = {
     "heartbeat": "heartbeat",

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.erlang_terms import binary, proplist, term
 from leveret.links import uris
-from leveret.links.erlang_terms import binary, proplist, term
 
 if TYPE_CHECKING:
     from leveret.auth.users import User

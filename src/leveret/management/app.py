@@ -28,7 +28,7 @@ from leveret.management.columns import parse_columns, select_columns
 from leveret.store import replica
 
 if TYPE_CHECKING:
-    from leveret.server.listener import Server
+    from leveret.handle import NodeHandle
 
 log = logging.getLogger("leveret.management")
 
@@ -159,7 +159,7 @@ async def _replicated(handler: Handler, request: web.Request) -> web.StreamRespo
     return response
 
 
-def _authenticate(server: Server, header: str) -> Any:
+def _authenticate(server: NodeHandle, header: str) -> Any:
     scheme, _, encoded = header.partition(" ")
     if scheme.lower() != "basic" or not encoded:
         return None
@@ -170,7 +170,7 @@ def _authenticate(server: Server, header: str) -> Any:
     return server.broker.access.authenticate(username, password)
 
 
-def build_app(server: Server) -> web.Application:
+def build_app(server: NodeHandle) -> web.Application:
     from leveret.management import routes, ui
 
     app = web.Application(middlewares=[errors_and_auth])
@@ -200,7 +200,7 @@ async def read_json(request: web.Request, reason: str = "not_json") -> Any:
 class ManagementServer:
     """Starts and stops the HTTP listener beside the AMQP ones."""
 
-    def __init__(self, server: Server, host: str, port: int) -> None:
+    def __init__(self, server: NodeHandle, host: str, port: int) -> None:
         self.server = server
         self.host = host
         self.port = port

@@ -1,7 +1,8 @@
 """The MQTT listeners (TCP, TLS, WebSocket) and what their connections share.
 
-`MQTTListeners(server)` is started by the broker's Server when any MQTT port is
-configured. It owns the client-id registry (one connection per client id), the
+`MQTTListeners(server)` (the AMQP listeners' `Server`, whose broker, alarms and
+recovery gate MQTT connections share) is started by the launcher when any MQTT
+port is configured. It owns the client-id registry (one connection per client id), the
 retained-message store and the delayed wills; each connection is an
 `MQTTConnection` (mqtt/session.py) behind a small transport adapter.
 """

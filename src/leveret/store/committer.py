@@ -101,7 +101,7 @@ class GroupCommitter:
         self._pending: list[tuple[int, object, object]] = []
         # Records queued but not yet taken by the writer thread (approximate: read
         # without the lock). A plain attribute, not a property: every connection
-        # reads it once a read (store/durable_state.py's disk_backlogged).
+        # reads it once a read (persistence/durable_state.py's disk_backlogged).
         self.backlog = 0
         self._closing = False
         self._written: dict[int, int] = {}

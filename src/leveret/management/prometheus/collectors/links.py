@@ -13,15 +13,23 @@ never goes backwards while the process lives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from leveret.links.manager import LinkManager
+from leveret.management.prometheus.scrape import Scrape
+from leveret.management.prometheus.text import Family, Rendered, rendered
 
 
-def families(manager: LinkManager) -> list[Any]:
-    from leveret.management.prometheus import Family, _rendered
+class LinkManager(Protocol):
+    """What these families read of leveret.links.manager.LinkManager."""
 
+    #: ("shovel", vhost, name) / ("federation", vhost, kind, name, upstream) -> moved
+    moved: dict[tuple[str, ...], int]
+    shovels: dict[tuple[str, str], Any]  # (vhost, name) -> Shovel, with its `state`
+    federation: Any  # Federation, its `links` by (vhost, kind, name, upstream), or None
+
+
+def families(manager: LinkManager) -> list[Rendered]:
     shovel_moved = Family("leveret_shovel_messages", "counter", "Messages a shovel moved")
     shovel_running = Family("leveret_shovel_running", "gauge", "1 while a shovel runs, else 0")
     link_moved = Family(
@@ -47,4 +55,13 @@ def families(manager: LinkManager) -> list[Any]:
         if ("federation", vhost, kind, name, upstream) not in manager.moved:
             link_moved.add(0, **labels)
         link_running.add(1 if link.status_name == "running" else 0, **labels)
-    return [_rendered(f) for f in (shovel_moved, shovel_running, link_moved, link_running)]
+    return [rendered(f) for f in (shovel_moved, shovel_running, link_moved, link_running)]
+
+
+class LinksCollector:
+    def __init__(self, manager: LinkManager) -> None:
+        self.manager = manager
+
+    def collect(self, s: Scrape) -> Iterator[Rendered]:
+        if s.mode != "detailed":
+            yield from families(self.manager)

@@ -25,12 +25,12 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import parse_expiration
 from leveret.broker.queues.base import Queue, QueueEntry
+from leveret.persistence.delayed_messages import StoredDelays
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store import replica
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.delay_queue import DELAYED, is_delay_key
-from leveret.store.delayed_messages import StoredDelays
 from leveret.store.errors import StoreError
 from leveret.store.locations import SharedRecord
 from leveret.store.message_store import MessageStore

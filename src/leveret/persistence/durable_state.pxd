@@ -1,4 +1,4 @@
-# The C layout of store/durable_state.py's DurableState when compiled (see
+# The C layout of persistence/durable_state.py's DurableState when compiled (see
 # broker/message.pxd): the per-message hooks (message_enqueued, message_removed) are
 # the compiled overrides of broker/durability.pxd's, and the figures they keep are C
 # integers. Everything else runs as compiled Python.
