@@ -22,6 +22,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=None, help="how long to inject faults")
     ap.add_argument("--events", type=int, default=None, help="or how many nemesis events")
     ap.add_argument("--lease", type=float, default=2.0, help="--cluster-lease-seconds")
+    ap.add_argument("--hold", type=float, default=None, help="each fault's length in leases")
     ap.add_argument("--only", default=None, help=f"comma-separated of {','.join(nemeses.ALL)}")
     ap.add_argument("--dir", default=None, help="where records and logs go")
     ap.add_argument("--keep", action="store_true", help="keep records and logs of a passed run")
@@ -39,6 +40,7 @@ def main() -> int:
             only=only,
             directory=args.dir,
             keep=args.keep,
+            hold=args.hold,
         ).run()
     except Unavailable as exc:
         print(f"cannot run: {exc}", file=sys.stderr)

@@ -178,8 +178,13 @@ def check_queue(
     return v
 
 
+def confirm_times(publisher_paths: list[str]) -> list[float]:
+    """When each confirm came (wall clock), in order."""
+    return sorted(ev["t"] for path in publisher_paths for ev in read(path) if ev["e"] == "ok")
+
+
 def confirm_gaps(publisher_paths: list[str], threshold: float = 1.0) -> list[tuple[float, float]]:
     """Periods of at least `threshold` s in which no publisher had a confirm: (start,
     length), in wall-clock time, to set against the nemesis timeline."""
-    times = sorted(ev["t"] for path in publisher_paths for ev in read(path) if ev["e"] == "ok")
+    times = confirm_times(publisher_paths)
     return [(a, b - a) for a, b in zip(times, times[1:], strict=False) if b - a >= threshold]

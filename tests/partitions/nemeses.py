@@ -24,6 +24,9 @@ from .net import Net
 class Nemesis:
     name: str
     describe: str = ""
+    # whether a majority of nodes and of etcd members still reach each other (and the
+    # clients reach one of them): then confirms must go on
+    available: bool = True
     undo: list = field(default_factory=list)
 
     def start(self, net: Net, cluster: NetCluster, rng: random.Random, clients: list[str]) -> None:
@@ -110,6 +113,7 @@ class EtcdDown(Nemesis):
         rng.shuffle(members)
         n = 1 if rng.random() < 0.5 else 2
         down = members[:n]
+        self.available = n == 1
         for m in down:
             cluster.etcds[m].kill()
 

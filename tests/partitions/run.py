@@ -33,6 +33,7 @@ class Event:
     healed: float = 0.0  # when the cluster was whole again (leader + full in-sync set)
     leader_before: str | None = None
     leader_after: str | None = None
+    available: bool = True  # a majority of nodes and of etcd still reach each other
     problems: list[str] = field(default_factory=list)
 
 
@@ -51,11 +52,13 @@ class Run:
         only: list[str] | None = None,
         directory: str | None = None,
         keep: bool = False,
+        hold: float | None = None,
         say: Callable[[str], None] = _say,
     ) -> None:
         self.seed, self.minutes, self.events, self.lease = seed, minutes, events, lease
         self.kinds = only or sorted(nemeses.ALL)
         self.keep, self.say = keep, say
+        self.hold = hold  # each fault's length in leases (default: random)
         self.directory = directory or tempfile.mkdtemp(prefix=f"leveret-partitions-{seed}-")
         self.rng = random.Random(seed)
         self.timeline: list[Event] = []
@@ -157,7 +160,9 @@ class Run:
         self.say(f"{kind}: {nemesis.describe}")
         self.timeline.append(ev)
         # long enough for a lease to run out and the cluster to act, sometimes much longer
-        time.sleep(rng.uniform(1.5, 4.0) * self.lease + (rng.random() < 0.2) * 5 * self.lease)
+        hold = rng.uniform(1.5, 4.0) + (rng.random() < 0.2) * 5
+        ev.available = nemesis.available
+        time.sleep((self.hold or hold) * self.lease)
         nemesis.stop()
         ev.stop = time.time()
         for name, p in cluster.nodes.items():
@@ -214,11 +219,22 @@ class Run:
         ]
         pubs = [p for n, p in self.records.items() if n.startswith("p-")]
         gaps = checker.confirm_gaps(pubs)
+        confirm_times = checker.confirm_times(pubs)
         events = []
         for ev in self.timeline:
             gap = max(
                 (g for t, g in gaps if ev.start - 1 <= t <= (ev.healed or ev.stop)), default=0.0
             )
+            # A fault a majority of nodes and of etcd still reach each other through
+            # must not stop confirms for good: past 6 leases, some must come in its
+            # last third.
+            window = ev.stop - ev.start
+            if ev.available and window >= 6 * self.lease:
+                late = [t for t in confirm_times if ev.start + 2 * window / 3 <= t <= ev.stop]
+                if not late:
+                    ev.problems.append(
+                        f"unavailable: no confirm in the last {window / 3:.1f} s of the fault"
+                    )
             changes = [c for c in cluster.seen.changes if ev.start <= c[0] <= (ev.healed or 0)]
             new_leader = next((c for c in changes if c[1] not in (None, ev.leader_before)), None)
             events.append(

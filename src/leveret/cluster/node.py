@@ -105,6 +105,8 @@ class ClusterNode:
         self._tasks: list[asyncio.Task[Any]] = []
         self._isr_busy = False
         self._down_since: dict[str, float] = {}
+        self._cut_off_since: float | None = None  # leading, unlinked from running followers
+        self._campaign_after = 0.0  # a leader that gave the lead up lets others go first
         self._repl_server: asyncio.base_events.Server | None = None
         self._ctl_server: asyncio.base_events.Server | None = None
         self._stopping = False
@@ -429,6 +431,8 @@ class ClusterNode:
     async def _campaign(self) -> bool:
         if not self.eligible() or self.lease_lost or not self.lease_ok():
             return False
+        if time.monotonic() < self._campaign_after:
+            return False
         if self.handover and self.handover.get("target") != self.name:
             # A leader handed over to another node on purpose: let it go first.
             if time.monotonic() - self.handover.setdefault("_seen", time.monotonic()) < self.ttl:
@@ -726,12 +730,50 @@ class ClusterNode:
                 if await self._hand_over(target):
                     return "handover"
             await self._maintain_isr()
+            if self._cut_off(now):
+                log.warning(
+                    "cluster: %s cannot reach the in-sync followers it needs to confirm "
+                    "(%s), which etcd says run: it is cut off from them; giving the lead up "
+                    "so that one of them leads",
+                    self.name,
+                    ", ".join(self._unlinked()),
+                )
+                return "cut off"
             if self.tap is not None:
                 self.tap.check()
             if now - last_status > 1.0:
                 last_status = now
                 await self._publish_status()
             await self._wait(0.1)
+
+    def _unlinked(self) -> list[str]:
+        """In-sync followers with no live link to this leader."""
+        out = []
+        for name in self.isr:
+            link = self.links.get(name)
+            if name != self.name and (link is None or link.closed or link.state != "live"):
+                out.append(name)
+        return out
+
+    def _cut_off(self, now: float) -> bool:
+        """Whether this leader has been unable to confirm for a while because in-sync
+        followers it needs have no link to it, while etcd says they run (their leases
+        are renewed): a partition between it and them, not their death.
+
+        Dead followers (their leases expired) keep the leader as it is: confirms wait
+        until one returns. Cut-off ones could lead without it (they reach etcd and may
+        reach each other), while it, holding its lease, would keep the cluster from
+        confirming for as long as the partition lasts: past two leases (at least 3 s:
+        the time a follower takes to find a dead link and connect again) it gives up
+        the lead."""
+        unlinked = self._unlinked()
+        linked = len(self.isr) - len(unlinked)  # this leader included
+        if linked >= self.min_replicas() or not any(n in self.alive for n in unlinked):
+            self._cut_off_since = None
+            return False
+        if self._cut_off_since is None:
+            self._cut_off_since = now
+        return now - self._cut_off_since > max(3.0, 2 * self.ttl)
 
     def _disk_failed(self, path: str, error: BaseException) -> None:
         """The store could not write or fsync (a full disk, an I/O error). What it rolled
@@ -773,7 +815,12 @@ class ClusterNode:
             except Exception:  # noqa: BLE001 - a failing disk; the node follows all the same
                 log.exception("cluster: the broker did not stop cleanly")
         self.role = "follower"
-        if reason == "disk":
+        if reason == "cut off":
+            # Those that run without it elect one of them; this node follows that one
+            # once it can reach it (it stays in the set only while it is needed there).
+            self._campaign_after = time.monotonic() + 2 * self.ttl
+        self._cut_off_since = None
+        if reason in ("disk", "cut off"):
             # No in-sync follower to hand over to: give the lead up all the same; this
             # node may win it again and start its broker over its copy.
             try:
