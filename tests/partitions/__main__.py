@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 
 from . import nemeses
@@ -31,6 +32,8 @@ def main() -> int:
         args.minutes = 5
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     only = args.only.split(",") if args.only else None
+    # a SIGTERM ends the run through its cleanup (namespaces, processes) like ^C
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         report = Run(
             seed,

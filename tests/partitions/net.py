@@ -81,6 +81,12 @@ def sweep() -> list[str]:
         except ValueError:
             continue
         if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            # what that run started there (nodes, etcd, clients) outlived it: end it
+            for left in _run("ip", "netns", "pids", name, check=False).split():
+                try:
+                    os.kill(int(left), 9)
+                except (ValueError, OSError):
+                    pass
             _run("ip", "netns", "del", name, check=False)
             gone.append(name)
     return gone
