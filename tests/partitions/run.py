@@ -62,6 +62,7 @@ class Run:
         self.directory = directory or tempfile.mkdtemp(prefix=f"leveret-partitions-{seed}-")
         self.rng = random.Random(seed)
         self.timeline: list[Event] = []
+        self._deck: list[str] = []
         self.clients: dict[str, Proc] = {}
         self.records: dict[str, str] = {}
 
@@ -150,7 +151,10 @@ class Run:
     def _event(self, net: Net, cluster: NetCluster) -> None:
         rng = self.rng
         time.sleep(rng.uniform(1.0, 3.0) * self.lease)
-        kind = rng.choice(self.kinds)
+        if not self._deck:  # every kind once per round, in the seed's order
+            self._deck = list(self.kinds)
+            rng.shuffle(self._deck)
+        kind = self._deck.pop()
         nemesis = nemeses.ALL[kind](kind)
         before = cluster.leader()
         clients = [c for c in self.clients]
