@@ -3,7 +3,7 @@ when it starts (which node leads now), does its damage, and undoes it when it st
 `describe` says what it did, for the timeline.
 
 Leases and the leader's lease deadline read the monotonic clock
-(`cluster/node.py`: `time.monotonic()`, and etcd expires leases on its own
+(`cluster/lease.py`: `time.monotonic()`, and etcd expires leases on its own
 monotonic clock), so a wall-clock jump on a node moves no lease; the clock-jump
 nemesis is left out (CLOCK_REALTIME is not per namespace: jumping it would move the
 whole machine's clock).
