@@ -46,3 +46,15 @@ def test_leader_cut_from_followers_gives_the_lead_up() -> None:
     (event,) = report["events"]
     before, after = event["leader"].split(" -> ")
     assert before != after, format_report(report)
+
+
+def test_follower_disk_errors_and_a_paused_leader() -> None:
+    """A follower whose replication writes fail with EIO (the datadir test hook) leaves
+    the in-sync set while the leader confirms with the other, and rejoins once its
+    disk works; then the leader's process group is paused past its lease or a follower
+    is (the seed decides): nothing confirmed is lost."""
+    report = _run(seed=3, events=2, only=["follower-eio", "pause"], hold=4)
+    assert report["failures"] == 0, format_report(report)
+    assert [e["nemesis"] for e in report["events"]] == ["pause", "follower-eio"] or [
+        e["nemesis"] for e in report["events"]
+    ] == ["follower-eio", "pause"]
