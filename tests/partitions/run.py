@@ -21,6 +21,9 @@ from .cluster import NetCluster, Proc
 from .net import Net, Unavailable, why_unavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# how long a pika client may take to find its connection dead (2 s heartbeats, checked
+# every heartbeat + 5 s: no bytes over one whole check interval, so up to two of them)
+CLIENT_DETECTION = 2 * (2 + 5)
 QUEUES = [("pt-classic", "classic"), ("pt-quorum", "quorum"), ("pt-stream", "stream")]
 
 
@@ -164,7 +167,7 @@ class Run:
         self.say(f"{kind}: {nemesis.describe}")
         self.timeline.append(ev)
         # long enough for a lease to run out and the cluster to act, sometimes much longer
-        hold = rng.uniform(1.5, 4.0) + (rng.random() < 0.2) * 5
+        hold = rng.uniform(1.5, 4.0) + (rng.random() < 0.2) * 12
         ev.available = nemesis.available
         time.sleep((self.hold or hold) * self.lease)
         nemesis.stop()
@@ -230,14 +233,19 @@ class Run:
                 (g for t, g in gaps if ev.start - 1 <= t <= (ev.healed or ev.stop)), default=0.0
             )
             # A fault a majority of nodes and of etcd still reach each other through
-            # must not stop confirms for good: past 6 leases, some must come in its
-            # last third.
+            # must not stop confirms for good. The cluster has 4 leases to act (a leader
+            # cut from its followers gives the lead up after about 3); a client whose
+            # connection went through a node that is now paused or cut learns it only
+            # from its own heartbeats, which pika checks every heartbeat + 5 s, so it
+            # may take CLIENT_DETECTION s more to connect elsewhere. Past both, with
+            # at least 2 s of the fault left, some confirm must come.
             window = ev.stop - ev.start
-            if ev.available and window >= 6 * self.lease:
-                late = [t for t in confirm_times if ev.start + 2 * window / 3 <= t <= ev.stop]
-                if not late:
+            due = ev.start + 4 * self.lease + CLIENT_DETECTION
+            if ev.available and ev.stop - due >= 2:
+                if not [t for t in confirm_times if due <= t <= ev.stop]:
                     ev.problems.append(
-                        f"unavailable: no confirm in the last {window / 3:.1f} s of the fault"
+                        f"unavailable: no confirm in the last {ev.stop - due:.1f} s of "
+                        f"the {window:.1f} s fault"
                     )
             changes = [c for c in cluster.seen.changes if ev.start <= c[0] <= (ev.healed or 0)]
             new_leader = next((c for c in changes if c[1] not in (None, ev.leader_before)), None)

@@ -40,8 +40,10 @@ def test_short_schedule() -> None:
 def test_leader_cut_from_followers_gives_the_lead_up() -> None:
     """The leader cut from both followers while it still reaches etcd held its lease
     and confirmed nothing for as long as the partition lasted; now it gives the lead
-    up past two leases, a follower leads, and confirms go on during the partition."""
-    report = _run(seed=1, events=1, only=["leader-isolated"], hold=7)
+    up past two leases, a follower leads, and confirms go on during the partition (held
+    for 14 leases: the checker wants confirms once 4 leases and the clients' own
+    detection of dead connections have passed)."""
+    report = _run(seed=1, events=1, only=["leader-isolated"], hold=14)
     assert report["failures"] == 0, format_report(report)
     (event,) = report["events"]
     before, after = event["leader"].split(" -> ")
