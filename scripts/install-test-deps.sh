@@ -45,6 +45,15 @@ if ! command -v etcd >/dev/null && [ ! -x $tools/etcd/etcd ]; then
   rm -rf "$work"
 fi
 
+# The partition tests (tests/partitions) put each node, etcd member and client in a network
+# namespace of its own (`ip netns`, veth pairs on a bridge) and cut links with nftables
+# inside them: Debian's iproute2 and nftables (tc comes with iproute2).
+if ! command -v ip >/dev/null || ! command -v nft >/dev/null; then
+  echo "install-test-deps: installing Debian's iproute2 and nftables for the partition tests"
+  apt_update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables >/dev/null
+fi
+
 # Node's amqplib runs its own tests against Leveret (tests/peers/node_amqplib.py): node,
 # npm, and amqplib's package with mocha, fetched from npm into .cache/peers.
 if ! command -v npm >/dev/null; then

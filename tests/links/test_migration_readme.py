@@ -38,6 +38,7 @@ def test_the_migration_commands_move_every_queue(tmp_path):
         old_mport = old.server.management.port
         script = migration_block()
         script = script.replace("15672", str(old_mport)).replace("5672", str(old.port))
+        script = script.replace("15693", str(free_port()))
         script = script.replace("15673", str(mport)).replace("5673", str(port))
         script = script.replace("python -m leveret", f"{sys.executable} -m leveret")
         # Remember the server's pid (to stop it) and wait until its control socket answers.

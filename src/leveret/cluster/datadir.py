@@ -10,6 +10,7 @@ image of the database, which is small.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -26,6 +27,11 @@ SYNCING_MARK = "cluster-syncing"  # present while a snapshot is half applied
 NODE_STATE = "cluster-node.json"  # cluster/nodestate.py: each node's own, never replicated
 _SKIP_NAMES = {DEFINITIONS, DEFINITIONS + "-wal", DEFINITIONS + "-shm", SYNCING_MARK, NODE_STATE}
 CHUNK = 1 << 20
+# A test hook for disk errors other than a full disk (tests/partitions): while this
+# variable names a file that exists, the follower's writer fails each write, replace
+# and fsync with EIO, as a failing disk would. Unset (always, outside tests), the
+# writer is the plain one: the check is installed only when the variable is set.
+EIO_FILE_ENV = "LEVERET_TEST_EIO_FILE"
 
 Manifest = dict[str, tuple[int, int]]  # path → (size, crc32)
 
@@ -121,6 +127,21 @@ class Applier:
         self._dirty: set[str] = set()
         self._dirs: set[str] = set()
         self._db: sqlite3.Connection | None = None
+        flag = os.environ.get(EIO_FILE_ENV)
+        if flag:
+            self._fail_if_flagged(flag)
+
+    def _fail_if_flagged(self, flag: str) -> None:
+        """Wrap this writer's disk operations so each fails with EIO while `flag` exists."""
+        for name in ("write", "replace", "truncate", "sync"):
+            plain = getattr(self, name)
+
+            def checked(*args: object, _plain: object = plain, _name: str = name) -> object:
+                if os.path.exists(flag):
+                    raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} ({_name}: test fault)")
+                return _plain(*args)  # type: ignore[operator]
+
+            setattr(self, name, checked)
 
     def _full(self, rel: str) -> str:
         return os.path.join(self.root, wire.safe_path(rel))

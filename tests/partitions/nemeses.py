@@ -1,0 +1,180 @@
+"""The faults a run injects. Each nemesis picks its victims from the cluster's state
+when it starts (which node leads now), does its damage, and undoes it when it stops;
+`describe` says what it did, for the timeline.
+
+Leases and the leader's lease deadline read the monotonic clock
+(`cluster/lease.py`: `time.monotonic()`, and etcd expires leases on its own
+monotonic clock), so a wall-clock jump on a node moves no lease; the clock-jump
+nemesis is left out (CLOCK_REALTIME is not per namespace: jumping it would move the
+whole machine's clock).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from dataclasses import dataclass, field
+
+from .cluster import NetCluster
+from .net import Net
+
+
+@dataclass
+class Nemesis:
+    name: str
+    describe: str = ""
+    # whether a majority of nodes and of etcd members still reach each other (and the
+    # clients reach one of them): then confirms must go on
+    available: bool = True
+    undo: list = field(default_factory=list)
+
+    def start(self, net: Net, cluster: NetCluster, rng: random.Random, clients: list[str]) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for fn in reversed(self.undo):
+            fn()
+        self.undo.clear()
+
+
+def _roles(cluster: NetCluster, rng: random.Random) -> tuple[str, list[str]]:
+    leader = cluster.leader() or rng.choice(sorted(cluster.nodes))
+    followers = [n for n in sorted(cluster.nodes) if n != leader]
+    rng.shuffle(followers)
+    return leader, followers
+
+
+class FollowerCut(Nemesis):
+    """A follower cut from the leader only (both still reach etcd and the clients)."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        f = followers[0]
+        net.cut(leader, f)
+        self.undo.append(lambda: net.heal(leader, f))
+        self.describe = f"{f} cut from leader {leader}"
+
+
+class LeaderIsolated(Nemesis):
+    """The leader cut from both followers; it still reaches etcd and the clients."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        for f in followers:
+            net.cut(leader, f)
+            self.undo.append(lambda f=f: net.heal(leader, f))
+        self.describe = f"leader {leader} cut from followers {followers}"
+
+
+class Asymmetric(Nemesis):
+    """A hears B, B does not hear A (a one-way cut between two nodes, one of them the
+    leader, either way round)."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        a, b = (leader, followers[0]) if rng.random() < 0.5 else (followers[0], leader)
+        net.cut(b, a, way="a->b")  # b's packets to a are lost: a does not hear b
+        self.undo.append(lambda: net.heal(a, b))
+        self.describe = f"{a} does not hear {b} ({b} hears {a}); leader {leader}"
+
+
+class Bridge(Nemesis):
+    """Two nodes cut from each other, both still reaching the third (the bridge)."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        if rng.random() < 0.5:
+            a, b, bridge = leader, followers[0], followers[1]
+        else:
+            a, b, bridge = followers[0], followers[1], leader
+        net.cut(a, b)
+        self.undo.append(lambda: net.heal(a, b))
+        self.describe = f"{a} and {b} cut, both reach {bridge}; leader {leader}"
+
+
+class ClientCut(Nemesis):
+    """Every client cut from the leader only (they reach the followers)."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, _ = _roles(cluster, rng)
+        for c in clients:
+            net.cut(c, leader)
+            self.undo.append(lambda c=c: net.heal(c, leader))
+        self.describe = f"clients cut from leader {leader}"
+
+
+class EtcdDown(Nemesis):
+    """One etcd member of three SIGKILLed, then (half the time) a second: quorum lost.
+    Restarted on stop, on their data dirs."""
+
+    def start(self, net, cluster, rng, clients):
+        members = sorted(cluster.etcds)
+        rng.shuffle(members)
+        n = 1 if rng.random() < 0.5 else 2
+        down = members[:n]
+        self.available = n == 1
+        for m in down:
+            cluster.etcds[m].kill()
+
+        def restart() -> None:
+            for m in down:
+                cluster.etcds[m].start()
+
+        self.undo.append(restart)
+        self.describe = f"etcd {down} killed ({3 - n} of 3 left)"
+
+
+class Pause(Nemesis):
+    """A node's process group SIGSTOPped past its lease (the leader, or a follower a
+    third of the time), SIGCONT on stop."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        victim = followers[0] if rng.random() < 1 / 3 else leader
+        proc = cluster.nodes[victim]
+        proc.signal(signal.SIGSTOP)
+        self.undo.append(lambda: proc.signal(signal.SIGCONT))
+        role = "leader" if victim == leader else "follower"
+        self.describe = f"{role} {victim} paused (SIGSTOP)"
+
+
+class FollowerEio(Nemesis):
+    """A follower's replication writes fail with EIO (the test hook in
+    cluster/datadir.py) until stop."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        f = followers[0]
+        path = cluster.fault_file(f)
+        open(path, "w").close()
+        self.undo.append(lambda: os.path.exists(path) and os.unlink(path))
+        self.describe = f"follower {f}'s disk fails writes with EIO; leader {leader}"
+
+
+class Lossy(Nemesis):
+    """The links of the leader to one follower drop a share of their packets, and the
+    follower is slowed (netem delay, or a rate limit)."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        f = followers[0]
+        pct = rng.choice([5, 20, 40])
+        net.lossy(leader, f, pct)
+        net.slow(f)
+        self.undo.append(lambda: net.heal(leader, f))
+        self.undo.append(lambda: net.heal(f, f))
+        self.describe = f"{pct}% loss between {leader} and {f}; {f} slowed"
+
+
+ALL = {
+    "follower-cut": FollowerCut,
+    "leader-isolated": LeaderIsolated,
+    "asymmetric": Asymmetric,
+    "bridge": Bridge,
+    "client-cut": ClientCut,
+    "etcd-down": EtcdDown,
+    "pause": Pause,
+    "follower-eio": FollowerEio,
+    "lossy": Lossy,
+}
