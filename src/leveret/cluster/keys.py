@@ -1,11 +1,11 @@
 """The cluster's keys in etcd.
 
 Everything lives under `leveret/<cluster>/`. The keys that belong to one leader
-(`leader`, `isr`, `term`, `handover`, `transfer`, `status`) hang off a *scope*:
-today the scope is the cluster itself, so the leader key is
-`leveret/<cluster>/leader`. Per-vhost leadership later gives each vhost its own
-scope, `leveret/<cluster>/vhosts/<vhost>/`, with the same keys under it, while
-`nodes/` and `members/` stay cluster-wide.
+(`leader`, `isr`, `term`, `handover`, `transfer`, `status`) hang off a *scope*.
+One leader serves the whole cluster, so the scope is the cluster itself and the leader
+key is `leveret/<cluster>/leader`. The scope is a seam for leadership per shard: each
+would have a scope of its own with the same keys under it, while `nodes/` and
+`members/` stay cluster-wide.
 
 - `leader`: JSON naming the leader and its addresses, under the leader's lease.
   Its mod revision is the leader's epoch, which fences an older leader.
@@ -36,7 +36,7 @@ class Keys:
 
     @property
     def scope(self) -> str:
-        """Where one leader's keys are: the whole broker today."""
+        """Where one leader's keys are: the cluster's base, one leader for the broker."""
         return self.base
 
     @property
