@@ -140,6 +140,7 @@ def test_login_outcomes(broker) -> None:
         ("mq", b"secret", p.CONNACK_NOT_AUTHORIZED),  # no permissions in "/"
         ("mqv:mq", b"secret", p.CONNACK_ACCEPTED),
         ("guest", None, p.CONNACK_BAD_CREDENTIALS),
+        (None, b"guest", p.CONNACK_BAD_CREDENTIALS),  # a password without a user name
     ]
     for username, password, code in cases:
         with RawMQTT(port) as c:
@@ -549,6 +550,37 @@ def test_websocket_offers_the_mqtt_subprotocol(broker) -> None:
                 return ws.protocol
 
     assert asyncio.run(probe()) == "mqtt"
+
+
+def test_websocket_close_frames_name_the_refusal(broker) -> None:
+    """As RabbitMQ's Web MQTT: a refused CONNECT and a first packet that is not CONNECT
+    end with close code 1002 and the refusal's name (the CONNACK goes out first)."""
+    import asyncio
+
+    import aiohttp
+
+    from leveret.mqtt.codec import Decoder, encode
+
+    async def answers(data: bytes) -> tuple[list, int | None, str]:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{broker.web_mqtt_port}/ws"
+            async with session.ws_connect(url, protocols=("mqtt",)) as ws:
+                await ws.send_bytes(data)
+                packets = []
+                while True:
+                    msg = await ws.receive(timeout=5)
+                    if msg.type != aiohttp.WSMsgType.BINARY:
+                        break
+                    packets += Decoder("client", 4).feed(msg.data)
+                assert msg.type == aiohttp.WSMsgType.CLOSE, msg
+                return packets, msg.data, msg.extra
+
+    bad = encode(p.Connect("ws-bad", username="guest", password=b"wrong"), 4)
+    packets, code, reason = asyncio.run(answers(bad))
+    assert packets == [p.Connack(False, p.CONNACK_BAD_CREDENTIALS)]
+    assert (code, reason) == (1002, "unauthenticated")
+    packets, code, reason = asyncio.run(answers(encode(p.PingReq(), 4)))
+    assert (packets, code, reason) == ([], 1002, "connect_expected")
 
 
 def test_tls_listener(tmp_path) -> None:

@@ -226,6 +226,48 @@ def test_no_local_and_retain_as_published_and_retain_handling(broker) -> None:
         assert (m.payload, m.retain) == (b"again", False)
 
 
+def test_retain_header_only_for_retain_as_published(broker) -> None:
+    """A retained PUBLISH reaches AMQP as RabbitMQ 3.10 sends it (no x-mqtt-retain)
+    unless an MQTT 5 subscription in the vhost asks for retain-as-published; that
+    subscriber then sees a 3.1.1 client's live retained message with RETAIN set."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "amq.topic", "rap.#")
+
+    def amqp_headers() -> dict:
+        for _ in range(50):
+            _m, props, _body = ch.basic_get(q, auto_ack=True)
+            if _m is not None:
+                return props.headers
+            time.sleep(0.1)
+        raise AssertionError("no message reached the AMQP queue")
+
+    pub = RawMQTT(broker.mqtt_port)
+    with pub:
+        pub.connect("rap-pub")
+        pub.send(p.Publish("rap/a", b"1", 1, retain=True, packet_id=1))
+        assert isinstance(pub.recv(), p.PubAck)
+        assert "x-mqtt-retain" not in amqp_headers()
+        sub, _ = v5(broker, "rap-sub")
+        with sub:
+            sub.send(p.Subscribe(1, [p.Subscription("rap/a", 0, retain_as_published=True,
+                                                    retain_handling=2)]))  # fmt: skip
+            assert sub.recv() == p.Suback(1, [0])
+            pub.send(p.Publish("rap/a", b"2", 1, retain=True, packet_id=2))
+            assert isinstance(pub.recv(), p.PubAck)
+            assert amqp_headers()["x-mqtt-retain"] is True
+            live = sub.recv()
+            assert (live.payload, live.retain) == (b"2", True)
+        deadline = time.monotonic() + 5
+        while broker.server.mqtt.retain_as_published and time.monotonic() < deadline:
+            time.sleep(0.05)  # the subscriber's close reaches the broker
+        pub.send(p.Publish("rap/a", b"3", 1, retain=True, packet_id=3))
+        assert isinstance(pub.recv(), p.PubAck)
+        assert "x-mqtt-retain" not in amqp_headers()
+    conn.close()
+
+
 def test_receive_maximum_limits_unacknowledged_deliveries(broker) -> None:
     c, _ = v5(broker, "recvmax", properties={"receive_maximum": 2})
     with c:

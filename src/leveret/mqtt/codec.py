@@ -424,8 +424,9 @@ class Decoder:
             raise malformed("will QoS or retain set without the will flag")
         has_password = bool(flags & 0x40)
         has_username = bool(flags & 0x80)
-        if has_password and not has_username and level != MQTT_5:
-            raise malformed("password flag without user name flag")
+        # MQTT 3.1.1 forbids a password without a user name (3.1.2-22); it is decoded
+        # all the same so that the session refuses it with CONNACK 4 (bad user name or
+        # password), as RabbitMQ 3.10 does, rather than closing without a word.
         keepalive = r.u16("keep alive")
         props = decode_properties(r, "connect") if level == MQTT_5 else {}
         client_id = r.utf8("client identifier")

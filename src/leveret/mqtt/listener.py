@@ -69,7 +69,7 @@ class MQTTProtocol(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def close(self) -> None:
+    def close(self, ws_close: tuple[int, str] | None = None) -> None:
         if self.transport is not None:
             self.transport.close()
 
@@ -90,6 +90,8 @@ class MQTTListeners:
         config = server.config
         self.connections: set[MQTTConnection] = set()
         self.clients: dict[str, MQTTConnection] = {}  # client id → its connection
+        # vhost → open connections with a retain-as-published subscription (MQTT 5)
+        self.retain_as_published: dict[str, int] = {}
         self.wills = PendingWills(server.loop)
         directory = config.data_dir if config.persistence else None
         self.retained = RetainedStore(directory)

@@ -72,6 +72,15 @@ MAX_PACKET_SIZE = 268_435_455
 UINT32_MAX = 0xFFFFFFFF
 ROUTING_KEY_CACHE = 256  # topics a connection remembers the routing key of
 ALARM_POLL = 0.5  # seconds between looks at a resource alarm that blocks publishers
+# The WebSocket close frame (code, reason) of a refused CONNECT, by its MQTT 3.1.1
+# return code: RabbitMQ's Web MQTT sends 1002 and the refusal's name.
+WS_REFUSED = {
+    pk.CONNACK_BAD_PROTOCOL: (1002, "unsupported_protocol_version"),
+    pk.CONNACK_ID_REJECTED: (1002, "invalid_client_id"),
+    pk.CONNACK_SERVER_UNAVAILABLE: (1002, "unavailable"),
+    pk.CONNACK_BAD_CREDENTIALS: (1002, "unauthenticated"),
+    pk.CONNACK_NOT_AUTHORIZED: (1002, "unauthorized"),
+}
 # Headers the broker sets itself; never shown to MQTT 5 clients as user properties.
 OWN_HEADERS = frozenset(
     {
@@ -95,7 +104,8 @@ class Transport(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, ws_close: tuple[int, str] | None = None) -> None:
+        """`ws_close`: a WebSocket close code and reason (Web MQTT; others ignore it)."""
 
     def pause_reading(self) -> None: ...
 
@@ -175,6 +185,8 @@ class MQTTConnection:
         self._held: bytearray | None = None  # bytes that arrived during recovery
         self._alarm_timer: asyncio.TimerHandle | None = None
         self._no_local = False  # whether any subscription has no_local
+        # Whether this connection counts in listeners.retain_as_published.
+        self._retain_as_published = False
         self.connected_at = time.time()
         self.recv_oct = 0
         self.send_oct = 0
@@ -297,7 +309,13 @@ class MQTTConnection:
 
     def _protocol_error(self, exc: MQTTProtocolError) -> None:
         log.warning("MQTT connection %s: protocol error: %s", self.transport.peer, exc.text)
+        # Web MQTT: RabbitMQ's close frames for a client that did not CONNECT first and
+        # for a refused protocol level; 1002 and the problem for other protocol errors.
+        ws_close = (1002, exc.text)
+        if self.state == "connecting" and not self.decoder.connect_seen:
+            ws_close = (1002, "connect_expected")
         if self.state == "connecting" and exc.reason_code == pk.RC_UNSUPPORTED_PROTOCOL_VERSION:
+            ws_close = WS_REFUSED[pk.CONNACK_BAD_PROTOCOL]
             level = self.decoder.version
             if level == pk.MQTT_5:
                 self.version = pk.MQTT_5
@@ -306,7 +324,7 @@ class MQTTConnection:
                 self._send(pk.Connack(False, pk.CONNACK_BAD_PROTOCOL))
         elif self.state == "open" and self.version == pk.MQTT_5:
             self._send(pk.Disconnect(exc.reason_code, {"reason_string": exc.text}))
-        self.close(send_will=self._will_on_server_close)
+        self.close(send_will=self._will_on_server_close, ws_close=ws_close)
 
     @property
     def _will_on_server_close(self) -> bool:
@@ -316,12 +334,13 @@ class MQTTConnection:
         publishes it only when the socket is lost or the keepalive runs out."""
         return self.version == pk.MQTT_5
 
-    def close(self, send_will: bool = True) -> None:
-        """End the connection (the will goes out unless the client said DISCONNECT)."""
+    def close(self, send_will: bool = True, ws_close: tuple[int, str] | None = None) -> None:
+        """End the connection (the will goes out unless the client said DISCONNECT);
+        `ws_close` is the WebSocket close frame a Web MQTT client gets."""
         if self.state == "closed":
             return
         self._teardown(send_will)
-        self.transport.close()
+        self.transport.close(ws_close)
 
     def connection_lost(self) -> None:
         """The transport is gone (peer close, error, or our close)."""
@@ -369,7 +388,7 @@ class MQTTConnection:
             self._send(pk.Connack(False, code_5, {"reason_string": text}))
         else:
             self._send(pk.Connack(False, code_311))
-        self.close(send_will=False)
+        self.close(send_will=False, ws_close=WS_REFUSED.get(code_311))
 
     def _on_connect(self, packet: pk.Connect) -> None:
         self.version = packet.protocol_level
@@ -648,7 +667,7 @@ class MQTTConnection:
         log.warning("MQTT connection %s: %s", self.transport.peer, text)
         if self.version == pk.MQTT_5:
             self._send(pk.Disconnect(pk.RC_NOT_AUTHORIZED, {"reason_string": text}))
-        self.close(send_will=self._will_on_server_close)
+        self.close(send_will=self._will_on_server_close, ws_close=(1002, "access_refused"))
 
     def publish(
         self,
@@ -681,7 +700,10 @@ class MQTTConnection:
             self.listeners.retained.retain(
                 vhost.name, topic, Retained(bytes(payload), qos, _retained_props(props))
             )
-        header = amqp_header(len(payload), qos, dup, retain, props)
+        # RabbitMQ 3.10 marks no message as retained; the header exists for MQTT 5's
+        # retain-as-published, so only while a subscription in the vhost asks for it.
+        marked = retain and vhost.name in self.listeners.retain_as_published
+        header = amqp_header(len(payload), qos, dup, marked, props)
         message = Message(
             exchange.name,
             routing_key,
@@ -815,6 +837,7 @@ class MQTTConnection:
                 qos, sub.no_local, sub.retain_as_published, sub.retain_handling, identifier
             )
             self._no_local = any(s.no_local for s in self.subscriptions.values())
+            self._count_retain_as_published()
             codes.append(qos)
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and previous is None):
                 retained.append((topic_filter, qos))
@@ -899,6 +922,7 @@ class MQTTConnection:
                 vhost.unbind(self.exchange_name, consumer.queue.name, True, routing_key, {})
             codes.append(pk.RC_SUCCESS)
         self._no_local = any(s.no_local for s in self.subscriptions.values())
+        self._count_retain_as_published()
         self._send(pk.Unsuback(packet.packet_id, codes if self.version == pk.MQTT_5 else []))
 
     def _send_retained(self, topic_filter: str, sub_qos: int) -> None:
@@ -1071,6 +1095,23 @@ class MQTTConnection:
             self.consumers[qos] = None
             for topic_filter in [f for f, s in self.subscriptions.items() if s.qos == qos]:
                 del self.subscriptions[topic_filter]
+            self._count_retain_as_published()
+
+    def _count_retain_as_published(self) -> None:
+        """Keep listeners.retain_as_published (open connections per vhost with an MQTT 5
+        retain-as-published subscription) up to date: only while there is one does a
+        retained PUBLISH carry the `x-mqtt-retain` header its live deliveries need."""
+        on = self.state == "open" and any(
+            s.retain_as_published for s in self.subscriptions.values()
+        )
+        if on == self._retain_as_published or self.vhost is None:
+            return
+        self._retain_as_published = on
+        counts = self.listeners.retain_as_published
+        name = self.vhost.name
+        counts[name] = counts.get(name, 0) + (1 if on else -1)
+        if not counts[name]:
+            del counts[name]
 
     def _redispatch(self) -> None:
         for consumer in self.consumers:
@@ -1083,6 +1124,7 @@ class MQTTConnection:
         was_open = self.state == "open"
         self.state = "closed"
         self.deliverable = False
+        self._count_retain_as_published()
         self.listeners.connections.discard(self)
         for timer in (self._connect_timer, self._keepalive_timer, self._alarm_timer):
             if timer is not None:

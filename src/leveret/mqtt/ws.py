@@ -37,6 +37,7 @@ class WebSocketTransport:
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._sender = asyncio.ensure_future(self._send_all())
         self.closed = False
+        self._close_frame = (1000, "")  # the WebSocket close code and reason
         self.readable = asyncio.Event()  # cleared while the session pauses reading
         self.readable.set()
 
@@ -50,14 +51,21 @@ class WebSocketTransport:
             except (ConnectionError, RuntimeError):
                 break
         if not self.ws.closed:
-            await self.ws.close()
+            code, reason = self._close_frame
+            # A close reason holds at most 123 bytes of UTF-8 (RFC 6455 5.5).
+            message = reason.encode()[:123].decode("utf-8", "ignore").encode()
+            await self.ws.close(code=code, message=message)
 
     def write(self, data: bytes) -> None:
         if not self.closed:
             self._out.put_nowait(data)
 
-    def close(self) -> None:
+    def close(self, ws_close: tuple[int, str] | None = None) -> None:
+        """`ws_close`: the close frame's code and reason (as RabbitMQ's Web MQTT sends
+        them when it refuses a client: 1002 and the refusal's name); 1000 otherwise."""
         if not self.closed:
+            if ws_close is not None:
+                self._close_frame = ws_close
             self.closed = True
             self.readable.set()
             self._out.put_nowait(None)
