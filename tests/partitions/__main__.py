@@ -49,7 +49,7 @@ def main() -> int:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))
-    return 1 if report["failures"] else 0
+    return 1 if report["failures"] or report.get("slow") else 0
 
 
 if __name__ == "__main__":
