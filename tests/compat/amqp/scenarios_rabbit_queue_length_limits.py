@@ -33,21 +33,9 @@ def _publish(c: Conn, q: str, *bodies: str) -> None:
     c.confirms(1)
 
 
-def _drops_head(c: Conn, q: str, p1: str, p2: str, p3: str) -> None:
-    c.confirm_select(1)
-    c.get(1, q)
-    _publish(c, q, p1)
-    c.get(1, q)
-    c.get(1, q)
-    _publish(c, q, p1, p2)
-    c.get(1, q)
-    c.get(1, q)
-    _publish(c, q, p1, p2, p3)
-    c.get(1, q)
-    c.get(1, q)
-
-
-def _drops_publish(c: Conn, q: str, p1: str, p2: str, p3: str) -> None:
+def _one_stays(c: Conn, q: str, p1: str, p2: str, p3: str) -> None:
+    """The suite's check_max_length_drops_head and check_max_length_drops_publish: the
+    same publishes and gets (which message stays is what differs, and is recorded)."""
     if 1 not in c.confirm_seq:
         c.confirm_select(1)
     c.get(1, q)
@@ -94,30 +82,30 @@ def _test(group: str, name: str) -> Callable[[Session], None]:
         if name in ("max_length_default", "max_length_drop_head"):
             extra = {"x-overflow": "drop-head"} if name.endswith("drop_head") else {}
             _declare(c, group, q, **{"x-max-length": 1}, **extra)
-            _drops_head(c, q, *SMALL)
+            _one_stays(c, q, *SMALL)
         elif name in ("max_length_bytes_default", "max_length_bytes_drop_head"):
             extra = {"x-overflow": "drop-head"} if name.endswith("drop_head") else {}
             _declare(c, group, q, **{"x-max-length-bytes": 100}, **extra)
-            _drops_head(c, q, *BYTES)
+            _one_stays(c, q, *BYTES)
         elif name == "max_length_reject_confirm":
             _declare(c, group, q, **{"x-max-length": 1}, **reject)
             c.confirm_select(1)
-            _drops_publish(c, q, *SMALL)
+            _one_stays(c, q, *SMALL)
             _rejects(c, q, *SMALL)
         elif name == "max_length_bytes_reject_confirm":
             _declare(c, group, q, **{"x-max-length-bytes": 100}, **reject)
             c.confirm_select(1)
-            _drops_publish(c, q, *BYTES)
+            _one_stays(c, q, *BYTES)
             _rejects(c, q, *BYTES)
         elif name == "max_length_drop_publish":
             _declare(c, group, q, **{"x-max-length": 1}, **reject)
-            _drops_publish(c, q, *SMALL)
+            _one_stays(c, q, *SMALL)
         elif name == "max_length_drop_publish_requeue":
             _declare(c, group, q, **{"x-max-length": 1}, **reject)
             _requeue(c, q, *SMALL[:2])
         elif name == "max_length_bytes_drop_publish":
             _declare(c, group, q, **{"x-max-length-bytes": 100}, **reject)
-            _drops_publish(c, q, *BYTES)
+            _one_stays(c, q, *BYTES)
         c.rpc(1, C.Queue.Delete(queue=q))
 
     run.__name__ = f"{group}_{name}"

@@ -33,10 +33,10 @@ def gap_key(diff: Difference) -> str:
     return f"{diff.case} {diff.kind} {diff.path or '-'}"
 
 
-def known_gaps() -> set[str]:
-    if not KNOWN_GAPS.exists():
+def known_gaps(path: Path = KNOWN_GAPS) -> set[str]:
+    if not path.exists():
         return set()
-    return {line.strip() for line in KNOWN_GAPS.read_text().splitlines() if line.strip()}
+    return {line.strip() for line in path.read_text().splitlines() if line.strip()}
 
 
 def recordings() -> dict[str, dict[str, Any]]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..common import Difference, compare, read_json, split_allowed
 from ..http.allowed import ALLOWED as HTTP_ALLOWED
-from ..http.replay import leveret
+from ..http.replay import gap_key, leveret
+from ..http.replay import known_gaps as http_known_gaps
 from ..http.runner import Target
 from .allowed import ALLOWED
 from .scenario import run_scenarios
@@ -30,14 +31,8 @@ RECORDINGS = Path(__file__).resolve().parent / "recordings"
 KNOWN_GAPS = Path(__file__).resolve().parent / "known_gaps.txt"
 
 
-def gap_key(diff: Difference) -> str:
-    return f"{diff.case} {diff.kind} {diff.path or '-'}"
-
-
 def known_gaps() -> set[str]:
-    if not KNOWN_GAPS.exists():
-        return set()
-    return {line.strip() for line in KNOWN_GAPS.read_text().splitlines() if line.strip()}
+    return http_known_gaps(KNOWN_GAPS)
 
 
 def differences(
