@@ -44,6 +44,7 @@ PAGE = """<!doctype html>
 <script>
 "use strict";
 window.received = [];
+window.sent = [];  // the PUBLISH packets as MQTT.js wrote them (topic, topic alias)
 let client = null;
 function show(text) { document.getElementById("status").textContent = text; }
 // Connects; resolves with the CONNACK's fields, rejects with MQTT.js's error message.
@@ -56,6 +57,12 @@ window.start = (url, options) => new Promise((resolve, reject) => {
              code: ack.reasonCode === undefined ? ack.returnCode : ack.reasonCode});
   });
   client.on("error", (err) => { show("error: " + err.message); reject(err.message); });
+  client.on("packetsend", (packet) => {
+    if (packet.cmd === "publish") {
+      window.sent.push({topic: packet.topic,
+                        alias: packet.properties ? packet.properties.topicAlias : null});
+    }
+  });
   client.on("message", (topic, payload, packet) => {
     const item = {topic: topic, payload: new TextDecoder().decode(payload), qos: packet.qos,
                   retain: packet.retain, properties: packet.properties || null};
@@ -71,6 +78,7 @@ window.subscribe = (filter, qos) => new Promise((resolve, reject) =>
 window.publish = (topic, text, options) => new Promise((resolve, reject) =>
   client.publish(topic, text, options, (err) => err ? reject(err.message) : resolve(true)));
 window.stop = () => new Promise((resolve) => client.end(false, {}, () => resolve(true)));
+window.mqttClient = () => client;
 </script>
 </body>
 </html>
@@ -313,3 +321,66 @@ def test_mqttjs_page_wrong_password_shows_the_refusal(page, broker, version) -> 
     expected = "Bad username or password" if version == 4 else "Bad User Name or Password"
     assert error == f"Connection refused: {expected}"
     expect(page.locator("#status")).to_have_text(f"error: Connection refused: {expected}")
+
+
+def test_mqttjs_v5_topic_aliases_subscription_id_and_a_resumed_session(page, broker) -> None:
+    """MQTT 5 as MQTT.js uses it: topic aliases both ways (MQTT.js assigns its own;
+    Leveret gives aliases up to the page's Topic Alias Maximum), a subscription
+    identifier, and a session (expiry 300 s) resumed with what came while away."""
+    tag = "browser-v5"
+    paho = Paho(broker, f"{tag}-paho", 5)
+    session = {"protocolVersion": 5, "clientId": f"{tag}-page", "clean": False,
+               "properties": {"sessionExpiryInterval": 300, "topicAliasMaximum": 4},
+               "autoAssignTopicAlias": True}  # fmt: skip
+    try:
+        paho.subscribe(f"{tag}/up/#")
+        ack = page.evaluate("([u, o]) => window.start(u, o)", [ws_url(broker), session])
+        assert ack == {"sessionPresent": False, "code": 0}
+        page.evaluate(
+            """(f) => new Promise((resolve, reject) => window.mqttClient().subscribe(
+                 f, {qos: 1, properties: {subscriptionIdentifier: 7}},
+                 (err) => err ? reject(err.message) : resolve(true)))""",
+            f"{tag}/down/+",
+        )
+        for i in range(3):  # MQTT.js sends the second and third as the alias, topic empty
+            page.evaluate(
+                "([t, p]) => window.publish(t, p, {qos: 1})", [f"{tag}/up/long/topic", f"u{i}"]
+            )
+        assert page.evaluate("window.sent") == [
+            {"topic": f"{tag}/up/long/topic", "alias": 1},
+            {"topic": "", "alias": 1},
+            {"topic": "", "alias": 1},
+        ]
+        ups = [paho.get() for _ in range(3)]
+        assert [(m.topic, m.payload) for m in ups] == [
+            (f"{tag}/up/long/topic", b"u0"),
+            (f"{tag}/up/long/topic", b"u1"),
+            (f"{tag}/up/long/topic", b"u2"),
+        ]
+        for i in range(3):
+            paho.publish(f"{tag}/down/x", f"d{i}".encode())
+        got = wait_received(page, 3)
+        assert [(g["topic"], g["payload"]) for g in got] == [
+            (f"{tag}/down/x", "d0"),
+            (f"{tag}/down/x", "d1"),
+            (f"{tag}/down/x", "d2"),
+        ]
+        assert [g["properties"]["topicAlias"] for g in got] == [1, 1, 1]
+        assert [g["properties"]["subscriptionIdentifier"] for g in got] == [7, 7, 7]
+        assert page.evaluate("window.stop()") is True
+
+        paho.publish(f"{tag}/down/y", b"while away")
+        ack = page.evaluate("([u, o]) => window.start(u, o)", [ws_url(broker), session])
+        assert ack == {"sessionPresent": True, "code": 0}
+        got = wait_received(page, 4)
+        assert (got[3]["topic"], got[3]["payload"], got[3]["qos"]) == (
+            f"{tag}/down/y",
+            "while away",
+            1,
+        )
+        ended = dict(session, clean=True, properties={"sessionExpiryInterval": 0})
+        page.evaluate("window.stop()")
+        page.evaluate("([u, o]) => window.start(u, o)", [ws_url(broker), ended])
+        page.evaluate("window.stop()")
+    finally:
+        paho.close()
