@@ -46,6 +46,8 @@ PAGE = """<!doctype html>
 window.received = [];
 window.sent = [];  // the PUBLISH packets as MQTT.js wrote them (topic, topic alias)
 let client = null;
+// the bytes of a payload in one number (tests/test_mqtt_browser.py: checksum)
+function checksum(bytes) { return bytes.reduce((sum, b) => (sum * 31 + b) >>> 0, 0); }
 function show(text) { document.getElementById("status").textContent = text; }
 // Connects; resolves with the CONNACK's fields, rejects with MQTT.js's error message.
 window.start = (url, options) => new Promise((resolve, reject) => {
@@ -65,7 +67,8 @@ window.start = (url, options) => new Promise((resolve, reject) => {
   });
   client.on("message", (topic, payload, packet) => {
     const item = {topic: topic, payload: new TextDecoder().decode(payload), qos: packet.qos,
-                  retain: packet.retain, properties: packet.properties || null};
+                  retain: packet.retain, properties: packet.properties || null,
+                  size: payload.length, checksum: checksum(payload)};
     window.received.push(item);
     const li = document.createElement("li");
     li.textContent = topic + " " + item.payload;
@@ -194,6 +197,14 @@ class Paho:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def checksum(payload: bytes) -> int:
+    """The page's checksum of a payload (its `checksum` function)."""
+    total = 0
+    for b in payload:
+        total = (total * 31 + b) & 0xFFFFFFFF
+    return total
 
 
 def amqp_get(ch, q: str):
@@ -382,5 +393,49 @@ def test_mqttjs_v5_topic_aliases_subscription_id_and_a_resumed_session(page, bro
         page.evaluate("window.stop()")
         page.evaluate("([u, o]) => window.start(u, o)", [ws_url(broker), ended])
         page.evaluate("window.stop()")
+    finally:
+        paho.close()
+
+
+@VERSIONS
+def test_mqttjs_large_message_and_will_when_the_tab_closes(browser, site, broker, version) -> None:
+    """A 1 MB message crosses Web MQTT both ways (many WebSocket frames); closing the tab
+    without DISCONNECT publishes the page's will."""
+    tag = f"browser-w{version}"
+    big = bytes(range(256)) * 4096
+    paho = Paho(broker, f"{tag}-paho", version)
+    context = browser.new_context()
+    try:
+        paho.subscribe(f"{tag}/up")
+        paho.subscribe(f"{tag}/will")
+        page = context.new_page()
+        page.goto(site)
+        will = {"topic": f"{tag}/will", "payload": "page gone", "qos": 1}
+        page.evaluate(
+            "([u, o]) => window.start(u, o)",
+            [ws_url(broker), {"protocolVersion": version, "clientId": f"{tag}-page", "will": will}],
+        )
+        page.evaluate("(f) => window.subscribe(f, 1)", f"{tag}/down")
+        page.evaluate(
+            """(t) => {
+                 const body = new Uint8Array(1048576);
+                 for (let i = 0; i < body.length; i++) body[i] = i % 256;
+                 return window.publish(t, body, {qos: 1});
+               }""",
+            f"{tag}/up",
+        )
+        m = paho.get()
+        assert (m.topic, len(m.payload), m.payload == big) == (f"{tag}/up", len(big), True)
+        paho.publish(f"{tag}/down", big)
+        expect(page.locator("#received li")).to_have_count(1, timeout=WAIT_MS)
+        got = page.evaluate("window.received[0]")
+        assert (got["topic"], got["size"], got["checksum"]) == (
+            f"{tag}/down",
+            len(big),
+            checksum(big),
+        )
+        context.close()  # the socket goes without DISCONNECT
+        m = paho.get()
+        assert (m.topic, m.payload, m.qos) == (f"{tag}/will", b"page gone", 1)
     finally:
         paho.close()
