@@ -3,8 +3,9 @@
 What an application written with aiomqtt sees: its refused logins, wildcard
 subscriptions, QoS 0 and 1, retained messages, a persistent session resumed with the
 QoS 1 messages published while it was away, MQTT 5 properties and request/response,
-and messages crossing to and from AMQP clients (leveret.client) on amq.topic. Every
-wait is bounded by a generous timeout; no duration is asserted.
+messages crossing to and from AMQP clients (leveret.client) on amq.topic, and the
+WebSocket and TLS listeners. Every wait is bounded by a generous timeout; no duration
+is asserted.
 """
 
 from __future__ import annotations
@@ -501,3 +502,45 @@ def test_over_websockets(broker, version) -> None:
     assert (got.topic.value, got.payload) == (f"{tag}/in", b"over tcp")
     assert (back.topic.value, back.payload) == (f"{tag}/out", b"over ws")
     assert refused == "[code:134] Bad user name or password"
+
+
+# --- TLS -----------------------------------------------------------------------------------
+
+
+@BOTH
+def test_over_tls(tmp_path, version) -> None:
+    """The MQTT TLS listener with a certificate aiomqtt checks (a throwaway CA)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    with embedded_broker(mqtt_tls_port=0, tls_cert=str(cert_path), tls_key=str(key_path)) as b:
+        port = b.server.mqtt.addresses["mqtts"][1]
+
+        def tls_client(name: str, context: ssl.SSLContext) -> aiomqtt.Client:
+            return aiomqtt.Client(
+                "127.0.0.1", port, username="guest", password="guest", identifier=name,
+                protocol=version, tls_context=context, timeout=WAIT,
+            )  # fmt: skip
+
+        async def scenario():
+            async with tls_client("aio-tls", trusted) as c:
+                await c.subscribe("tls/+", qos=1)
+                await c.publish("tls/x", b"private", qos=1)
+                message = await receive(c)
+            untrusted = ssl.create_default_context()  # does not know the throwaway CA
+            with pytest.raises(aiomqtt.MqttError) as refused:
+                async with tls_client("aio-tls-untrusted", untrusted):
+                    pass
+            return message, str(refused.value)
+
+        message, refused = run(scenario())
+    assert (message.topic.value, message.payload, message.qos) == ("tls/x", b"private", 1)
+    assert "CERTIFICATE_VERIFY_FAILED" in refused
