@@ -62,3 +62,7 @@ if ! command -v npm >/dev/null; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
 python tests/peers/node_amqplib.py --fetch >/dev/null
+
+# MQTT.js's browser bundle for the Web MQTT page test (tests/test_mqtt_browser.py): the
+# npm package mqtt, pinned, fetched into .cache/mqttjs.
+python tests/mqttjs.py --fetch >/dev/null

@@ -130,6 +130,48 @@ def test_message_properties_round_trip_between_v5_clients(broker) -> None:
         assert got["payload_format_indicator"] == 1
 
 
+def test_repeated_user_property_names_reach_v5_subscribers_in_order(broker) -> None:
+    """MQTT 5 lets a name repeat and asks the server to forward every pair in the
+    publisher's order [MQTT-3.3.2-17/18], while an AMQP table holds a name once and
+    sorts them: an AMQP consumer gets each name once with its first value (as RabbitMQ
+    3.13 dedups them) and, unless the names were unique and sorted, the list as
+    published under x-mqtt-user-property."""
+    pairs = [("tenant", "t-1"), ("trace", "abc"), ("tenant", "t-2"), ("a", "z")]
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "amq.topic", "dup.#")
+    sub, _ = v5(broker, "dup-sub")
+    pub, _ = v5(broker, "dup-pub")
+    with sub, pub:
+        sub.send(p.Subscribe(1, [p.Subscription("dup/+", 1)]))
+        sub.recv()
+        pub.send(p.Publish("dup/x", b"1", 1, packet_id=1, properties={"user_property": pairs}))
+        assert pub.recv() == p.PubAck(p.PUBACK, 1)
+        assert sub.recv().properties["user_property"] == pairs
+        unsorted = [("zeta", "1"), ("alpha", "2")]
+        pub.send(p.Publish("dup/y", b"2", 1, packet_id=2, properties={"user_property": unsorted}))
+        assert pub.recv() == p.PubAck(p.PUBACK, 2)
+        assert sub.recv().properties["user_property"] == unsorted
+        plain = [("region", "eu"), ("tier", "1")]  # unique and sorted: no extra header
+        pub.send(p.Publish("dup/z", b"3", 1, packet_id=3, properties={"user_property": plain}))
+        assert pub.recv() == p.PubAck(p.PUBACK, 3)
+        assert sub.recv().properties["user_property"] == plain
+    _m, props, _body = ch.basic_get(q, auto_ack=True)
+    assert {k: v for k, v in props.headers.items() if not k.startswith("x-mqtt-")} == {
+        "tenant": "t-1",
+        "trace": "abc",
+        "a": "z",
+    }
+    assert [tuple(pair) for pair in props.headers["x-mqtt-user-property"]] == pairs
+    _m, props, _body = ch.basic_get(q, auto_ack=True)
+    assert props.headers["zeta"] == "1" and props.headers["alpha"] == "2"
+    assert [tuple(pair) for pair in props.headers["x-mqtt-user-property"]] == unsorted
+    _m, props, _body = ch.basic_get(q, auto_ack=True)
+    assert props.headers["region"] == "eu" and "x-mqtt-user-property" not in props.headers
+    conn.close()
+
+
 def test_user_properties_and_amqp_headers_both_ways(broker) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()

@@ -32,6 +32,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands as cmd
@@ -90,8 +91,13 @@ OWN_HEADERS = frozenset(
         "x-mqtt-payload-format-indicator",
         "x-reply-to-topic",
         "x-correlation-id",
+        "x-mqtt-user-property",
     }
 )
+#: the header that keeps an MQTT 5 message's user properties as published, when the AMQP
+#: table would not: it holds each name once and sorts the names, while MQTT 5 subscribers
+#: must get every pair in the publisher's order [MQTT-3.3.2-17, MQTT-3.3.2-18]
+USER_PROPERTY_LIST = "x-mqtt-user-property"
 
 
 class Transport(Protocol):
@@ -1043,7 +1049,14 @@ class MQTTConnection:
         retain = False
         if headers:
             user = []
-            for key, value in headers.items():
+            listed = headers.get(USER_PROPERTY_LIST)
+            if isinstance(listed, list):
+                user = [
+                    (_text(pair[0]), _text(pair[1]))
+                    for pair in listed
+                    if isinstance(pair, list) and len(pair) == 2
+                ]
+            for key, value in () if listed else headers.items():
                 if key in OWN_HEADERS:
                     continue
                 if isinstance(value, bytes):
@@ -1222,8 +1235,11 @@ def _encode_amqp_header(
     size: int, qos: int, dup: bool, retain: bool, props: dict[str, Any]
 ) -> bytes:
     headers: dict[str, Any] = {}
-    for key, value in props.get("user_property", ()):
-        headers[key] = value
+    user = props.get("user_property", ())
+    for key, value in user:
+        headers.setdefault(key, value)  # a repeated name: the first value, as RabbitMQ 3.13
+    if any(a[0] >= b[0] for a, b in pairwise(user)):  # a name repeats or comes early
+        headers[USER_PROPERTY_LIST] = [[key, value] for key, value in user]
     headers["x-mqtt-publish-qos"] = qos
     headers["x-mqtt-dup"] = dup
     if retain:
