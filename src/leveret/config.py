@@ -133,6 +133,10 @@ class ServerConfig:
     # max_session_expiry_interval_seconds) and the topic aliases a client may use.
     mqtt_max_session_expiry: int = 86_400
     mqtt_topic_alias_maximum: int = 16
+    # RabbitMQ's mqtt.ssl_cert_login: on the MQTT TLS listener, a CONNECT without user
+    # name and password logs in as the user its verified client certificate names
+    # (the subject's CN, as SASL EXTERNAL); needs tls_verify and tls_ca.
+    mqtt_ssl_cert_login: bool = False
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""
