@@ -4,9 +4,11 @@ Bytes from any transport (TCP, TLS, WebSocket: mqtt/listener.py, mqtt/ws.py) go
 through the sans-IO codec; this module acts on the packets. The mapping is
 RabbitMQ's MQTT plugin's:
 
-- CONNECT logs in as a broker user; a user name "vhost:user" picks the vhost,
-  else `mqtt_vhost`. A CONNECT without credentials logs in as `mqtt_default_user`
-  while `mqtt_allow_anonymous` is on.
+- CONNECT logs in as a broker user, in the vhost mqtt/vhosts.py picks (a user name
+  "vhost:user", the port and certificate mappings, else `mqtt_vhost`). A CONNECT
+  without credentials logs in as the user its verified client certificate names
+  while `mqtt_ssl_cert_login` is on, else as `mqtt_default_user` while
+  `mqtt_allow_anonymous` is on.
 - PUBLISH goes to `mqtt_exchange` (amq.topic) with the topic as routing key
   (mqtt/topics.py), headers `x-mqtt-publish-qos` and `x-mqtt-dup`, delivery mode 2
   for QoS 1. A QoS 1 PUBLISH is acknowledged once every durable queue has it on
