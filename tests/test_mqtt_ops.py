@@ -517,3 +517,69 @@ def test_a_port_mapped_vhost_limit_applies(pki):
         _set_global(b, "mqtt_port_to_vhost_mapping", {str(b.mqtt_port): "ops-full"})
         with RawMQTT(b.mqtt_port) as c:
             assert c.connect("ops-full-1").reason_code == p.CONNACK_NOT_AUTHORIZED
+
+
+# --- tls_cert_login_from -----------------------------------------------------------------
+
+
+def _subject_dn(pki, name: str) -> str:
+    from cryptography import x509
+
+    pem = pki[name].read_bytes()
+    certificate = x509.load_pem_x509_certificates(pem)[0]
+    return certificate.subject.rfc4514_string()
+
+
+def test_distinguished_name_logs_in_mqtt_and_amqp_and_keys_the_cert_mapping(pki):
+    import pika
+
+    dn = _subject_dn(pki, CERT_USER)
+    assert dn.startswith(f"CN={CERT_USER},OU=")
+    config = _tls_config(
+        pki, tls_port=0, mqtt_ssl_cert_login=True, tls_cert_login_from="distinguished_name"
+    )
+    with embedded_broker(config) as b:
+        b.admin.add_vhost("ops-dn")
+        b.admin.add_user(dn, "")
+        for vhost in ("/", "ops-dn"):
+            b.admin.set_permissions(dn, vhost, ".*", ".*", ".*")
+        client, code = paho_connect(_mqtts_port(b), pki, CERT_USER, client_id="dn")
+        _stop(client)
+        assert code == 0
+        _set_global(b, "mqtt_default_vhosts", {dn: "ops-dn"})
+        client, code = paho_connect(_mqtts_port(b), pki, CERT_USER, client_id="dn-mapped")
+        try:
+            assert code == 0
+            assert ("dn-mapped", dn, "ops-dn") in _open(b)
+        finally:
+            _stop(client)
+        # SASL EXTERNAL reads the same setting.
+        context = ssl.create_default_context(cafile=str(pki["ca"]))
+        context.load_cert_chain(str(pki[CERT_USER]))
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            b.server.addresses[1][1],
+            ssl_options=pika.SSLOptions(context, "localhost"),
+            credentials=pika.credentials.ExternalCredentials(),
+        )
+        connection = pika.BlockingConnection(params)
+        try:
+            assert b.call(lambda: [c.user for c in b.server.broker.connections]) == [dn]
+        finally:
+            connection.close()
+
+
+def test_a_bad_cert_login_from_is_refused(pki, tmp_path):
+    with pytest.raises(RuntimeError, match="tls_cert_login_from must be one of common_name"):
+        with embedded_broker(_tls_config(pki, tls_cert_login_from="cn")):
+            pass
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[tls]\ncert_login_from = "subject"\n')
+    proc = _server("--data-dir", str(tmp_path / "d"), "--config", str(bad))
+    assert proc.returncode == 2
+    assert "key 'tls.cert_login_from': expected one of common_name, distinguished_name" in (
+        proc.stderr
+    )
+    proc = _server("--data-dir", str(tmp_path / "e"), "--tls-cert-login-from", "cn")
+    assert proc.returncode == 2
+    assert "argument --tls-cert-login-from: invalid choice: 'cn'" in proc.stderr

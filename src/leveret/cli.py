@@ -196,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="refuse clients without a valid certificate (implies --tls-verify)",
     )
+    tls.add_argument(
+        "--tls-cert-login-from",
+        choices=["common_name", "distinguished_name"],
+        default="common_name",
+        help="the user name a client certificate gives (SASL EXTERNAL, "
+        "--mqtt-ssl-cert-login): its CN, or its whole subject as RabbitMQ writes it, "
+        "e.g. CN=guest,O=client (default %(default)s)",
+    )
     server.add_argument(
         "--data-dir",
         default=defaults.data_dir,
@@ -330,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--mqtt-ssl-cert-login",
         action="store_true",
         help="on the MQTT TLS port, a CONNECT without user name and password logs in as "
-        "the user its client certificate's CN names (needs --tls-verify and --tls-ca)",
+        "the user its client certificate names (--tls-cert-login-from; needs --tls-verify "
+        "and --tls-ca)",
     )
     server.add_argument(
         "--load-definitions",
@@ -498,6 +507,7 @@ def run_server(args: argparse.Namespace) -> int:
         tls_ca=args.tls_ca,
         tls_verify=args.tls_verify or args.tls_fail_if_no_peer_cert,
         tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
+        tls_cert_login_from=args.tls_cert_login_from,
         tls_port=args.tls_port if tls_given else None,
         host=args.host,
         port=args.port,

@@ -48,10 +48,13 @@ class MQTTProtocol(asyncio.Protocol):
         if isinstance(local, tuple):
             self.local = f"{local[0]}:{local[1]}"
         if self.kind == "tls":
-            from leveret.auth.sasl import certificate_cn
+            from leveret.auth.sasl import certificate_login_name
 
             # Empty unless the certificate was verified against tls_ca (verify on).
-            self.cert_name = certificate_cn(transport.get_extra_info("peercert"))
+            self.cert_name = certificate_login_name(
+                transport.get_extra_info("peercert"),
+                self.listeners.server.config.tls_cert_login_from,
+            )
         self.session = MQTTConnection(self.listeners, self)
 
     def data_received(self, data: bytes) -> None:

@@ -16,35 +16,15 @@ at its last colon.
 
 RabbitMQ stores any JSON value under these names and fails the connections that
 read a malformed one; Leveret refuses a malformed value when it is set
-(`check_mapping`), so a bad mapping is an error for the operator, not for clients.
+(broker/global_parameters.py), so a bad mapping is an error for the operator, not
+for clients.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-PORT_TO_VHOST = "mqtt_port_to_vhost_mapping"
-CERT_TO_VHOST = "mqtt_default_vhosts"
-MAPPINGS = (PORT_TO_VHOST, CERT_TO_VHOST)
-
-
-def check_mapping(name: str, value: Any) -> str | None:
-    """Why `value` cannot be the global parameter `name` (one of MAPPINGS); None if it can."""
-    what = "port number" if name == PORT_TO_VHOST else "certificate user name"
-    shape = (
-        '{"1883": "vhost1", "8883": "vhost2"}'
-        if name == PORT_TO_VHOST
-        else '{"O=client,CN=guest": "vhost1"}'
-    )
-    if not isinstance(value, dict):
-        return f"{name} must be a JSON object of {what} to vhost name, like {shape}; got {json.dumps(value)}"
-    for key, vhost in value.items():
-        if not isinstance(vhost, str) or not vhost:
-            return f"{name}: the vhost for {json.dumps(key)} must be a non-empty string, got {json.dumps(vhost)}"
-        if name == PORT_TO_VHOST and not (key.isascii() and key.isdigit() and 0 < int(key) < 65536):
-            return f"{name}: key {json.dumps(key)} is not a port number (1-65535)"
-    return None
+from leveret.broker.global_parameters import CERT_TO_VHOST, PORT_TO_VHOST
 
 
 def split_user(username: str) -> tuple[str | None, str]:
