@@ -97,6 +97,28 @@ def vhost_port_mapping(t: Target) -> dict[str, Any]:
         t.delete_vhost(VHOST)
 
 
+@scenario("vhost-port-mapping-web-mqtt")
+def vhost_port_mapping_web_mqtt(t: Target) -> dict[str, Any]:
+    """mqtt_port_to_vhost_mapping keyed by the Web MQTT port: a WebSocket client with a
+    plain user name publishes into the mapped vhost."""
+    t.add_vhost(VHOST)
+    there = None
+    try:
+        t.permit("guest", VHOST, ".*", ".*", ".*")
+        there = AmqpWatch(t, f"{PREFIX}.pmws.#", vhost=VHOST)
+        _set_global(t, PORT_MAPPING, {str(t.web_mqtt_port): VHOST})
+        client = t.mqtt(cid("pmws"), websocket=True)
+        _clear_global(t, PORT_MAPPING)
+        acked = client.publish(f"{PREFIX}/pmws/a", b"over websocket", qos=1)
+        client.disconnect()
+        return {"connack": client.connack, "puback": acked, "mapped_vhost": there.get(1)}
+    finally:
+        _clear_global(t, PORT_MAPPING)
+        if there is not None:
+            there.close()
+        t.delete_vhost(VHOST)
+
+
 @scenario("vhost-port-mapping-malformed")
 def vhost_port_mapping_malformed(t: Target) -> dict[str, Any]:
     """mqtt_port_to_vhost_mapping values that are not an object of port to vhost name:
