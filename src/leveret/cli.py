@@ -196,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="refuse clients without a valid certificate (implies --tls-verify)",
     )
+    tls.add_argument(
+        "--tls-cert-login-from",
+        choices=["common_name", "distinguished_name"],
+        default="common_name",
+        help="the user name a client certificate gives (SASL EXTERNAL, "
+        "--mqtt-ssl-cert-login): its CN, or its whole subject as RabbitMQ writes it, "
+        "e.g. CN=guest,O=client (default %(default)s)",
+    )
     server.add_argument(
         "--data-dir",
         default=defaults.data_dir,
@@ -325,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_port,
         default=8883,
         help="with --tls-cert, MQTT over TLS on this port; 0 turns it off (default %(default)s)",
+    )
+    mqtt.add_argument(
+        "--mqtt-ssl-cert-login",
+        action="store_true",
+        help="on the MQTT TLS port, a CONNECT without user name and password logs in as "
+        "the user its client certificate names (--tls-cert-login-from; needs --tls-verify "
+        "and --tls-ca)",
     )
     server.add_argument(
         "--load-definitions",
@@ -474,6 +489,14 @@ def run_server(args: argparse.Namespace) -> int:
     if (wants_tls or amqps) and not tls_given:
         log.error("--tls-verify, --tls-ca and amqps:// listeners need --tls-cert and --tls-key")
         return 2
+    if args.mqtt_ssl_cert_login and not (tls_given and args.mqtt_tls_port):
+        log.error("--mqtt-ssl-cert-login needs the MQTT TLS listener: --tls-cert and --tls-key "
+                  "(and --mqtt-tls-port not 0)")  # fmt: skip
+        return 2
+    if args.mqtt_ssl_cert_login and not (args.tls_verify or args.tls_fail_if_no_peer_cert):
+        log.error("--mqtt-ssl-cert-login needs client certificates: --tls-verify (or "
+                  "--tls-fail-if-no-peer-cert) and --tls-ca")  # fmt: skip
+        return 2
     # Here, once logging is set up: the fallback runs slower, and a build that fell back
     # (no compiler, stale modules) says so nowhere else an operator looks.
     level, line = _build.hot_path()
@@ -484,6 +507,7 @@ def run_server(args: argparse.Namespace) -> int:
         tls_ca=args.tls_ca,
         tls_verify=args.tls_verify or args.tls_fail_if_no_peer_cert,
         tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
+        tls_cert_login_from=args.tls_cert_login_from,
         tls_port=args.tls_port if tls_given else None,
         host=args.host,
         port=args.port,
@@ -506,6 +530,7 @@ def run_server(args: argparse.Namespace) -> int:
         mqtt_port=args.mqtt_port or None,
         web_mqtt_port=args.web_mqtt_port or None,
         mqtt_tls_port=(args.mqtt_tls_port or None) if tls_given else None,
+        mqtt_ssl_cert_login=args.mqtt_ssl_cert_login,
         cluster_etcd=args.cluster_etcd,
         **({"cluster_name": args.cluster_name} if args.cluster_name else {}),
         node_name=args.node_name,

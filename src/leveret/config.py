@@ -67,6 +67,9 @@ class ServerConfig:
     tls_ca: str | None = None
     tls_verify: bool = False
     tls_fail_if_no_peer_cert: bool = False
+    # The user name a verified client certificate gives (SASL EXTERNAL, MQTT's
+    # certificate login): "common_name" or "distinguished_name" (leveret.auth.sasl).
+    tls_cert_login_from: str = "common_name"
     # The management HTTP API on host:management_port; None: off (the CLI's default is 15672).
     management_port: int | None = None
     # Prometheus /metrics on host:prometheus_port; None: off (the CLI's default is 15692).
@@ -133,6 +136,10 @@ class ServerConfig:
     # max_session_expiry_interval_seconds) and the topic aliases a client may use.
     mqtt_max_session_expiry: int = 86_400
     mqtt_topic_alias_maximum: int = 16
+    # RabbitMQ's mqtt.ssl_cert_login: on the MQTT TLS listener, a CONNECT without user
+    # name and password logs in as the user its verified client certificate names
+    # (tls_cert_login_from, as SASL EXTERNAL); needs tls_verify and tls_ca.
+    mqtt_ssl_cert_login: bool = False
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

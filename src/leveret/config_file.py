@@ -40,9 +40,14 @@ from typing import Any
 from leveret.config import Listener, ServerConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-CHOICES = {"fsync": ("always", "batch", "never"), "log_level": LOG_LEVELS}
+CHOICES = {
+    "fsync": ("always", "batch", "never"),
+    "log_level": LOG_LEVELS,
+    "tls_cert_login_from": ("common_name", "distinguished_name"),
+    "cert_login_from": ("common_name", "distinguished_name"),  # in the [tls] table
+}
 PATH_KEYS = ("data_dir", "load_definitions", "tls_cert", "tls_key", "tls_ca")
-TLS_KEYS = ("cert", "key", "ca", "verify", "fail_if_no_peer_cert", "port")
+TLS_KEYS = ("cert", "key", "ca", "verify", "fail_if_no_peer_cert", "port", "cert_login_from")
 LISTENER_KEYS = ("host", "port", "kind")
 
 

@@ -101,6 +101,14 @@ class Broker:
         """SASL EXTERNAL: the certificate names a user that exists."""
         return username in self.access.users
 
+    def client_connections(self) -> list:
+        """Every open client connection, AMQP and MQTT: what the overview's object totals
+        and Prometheus' connection metrics count (RabbitMQ 3.10's MQTT plugin registers
+        its connections in the same tables as AMQP ones, so they count there too)."""
+        if self.mqtt is None:
+            return list(self.connections)
+        return [*self.connections, *self.mqtt.open_connections()]
+
     def connections_of(self, *, user: str | None = None, vhost: str | None = None) -> list:
         """Open client connections of a user and/or vhost: AMQP ones and, when the broker
         serves MQTT, MQTT ones (for limits, access changes, closes and listings)."""

@@ -178,7 +178,7 @@ def churn_counts(broker: Any) -> tuple[int, ...]:
     """Connections and channels opened and closed, queues declared, created and deleted
     since start (CHURN order), as Prometheus' rabbitmq_*_total counters count them. Closed
     ones are those opened and no longer open."""
-    connections = broker.connections
+    connections = broker.client_connections()
     channels = sum(len(c.channels) for c in connections)
     queues = list(broker.counters.retired_churn)  # of deleted vhosts
     for vhost in broker.vhosts.values():

@@ -34,6 +34,9 @@ class MQTTProtocol(asyncio.Protocol):
         self.peer = "?"
         self.peer_host = ""
         self.local = "?"
+        # The user name a verified client certificate gives (TLS only): what
+        # mqtt_ssl_cert_login logs in as and mqtt_default_vhosts is keyed by.
+        self.cert_name: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # (uvloop's is not a subclass)
@@ -44,6 +47,14 @@ class MQTTProtocol(asyncio.Protocol):
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.local = f"{local[0]}:{local[1]}"
+        if self.kind == "tls":
+            from leveret.auth.sasl import certificate_login_name
+
+            # Empty unless the certificate was verified against tls_ca (verify on).
+            self.cert_name = certificate_login_name(
+                transport.get_extra_info("peercert"),
+                self.listeners.server.config.tls_cert_login_from,
+            )
         self.session = MQTTConnection(self.listeners, self)
 
     def data_received(self, data: bytes) -> None:
@@ -113,6 +124,8 @@ class MQTTListeners:
         try:
             if config.mqtt_port is not None:
                 await self._listen("mqtt", config.mqtt_port, None)
+            if config.mqtt_ssl_cert_login:
+                self._check_cert_login()
             if config.mqtt_tls_port is not None and config.tls_cert:
                 from leveret.server.tls import server_context
 
@@ -129,6 +142,21 @@ class MQTTListeners:
         except BaseException:
             await self.stop()
             raise
+
+    def _check_cert_login(self) -> None:
+        """mqtt_ssl_cert_login reads verified client certificates on the TLS listener:
+        without that listener or without verification it could never apply."""
+        from leveret.server.tls import TLSConfigError
+
+        config = self.server.config
+        if config.mqtt_tls_port is None or not config.tls_cert:
+            raise TLSConfigError(
+                "mqtt_ssl_cert_login needs the MQTT TLS listener (tls_cert, tls_key, mqtt_tls_port)"
+            )
+        if not (config.tls_verify or config.tls_fail_if_no_peer_cert) or not config.tls_ca:
+            raise TLSConfigError(
+                "mqtt_ssl_cert_login needs verified client certificates (tls_verify and tls_ca)"
+            )
 
     async def _listen(self, kind: str, port: int, ssl: Any) -> None:
         host = self.server.config.host

@@ -4,9 +4,11 @@ Bytes from any transport (TCP, TLS, WebSocket: mqtt/listener.py, mqtt/ws.py) go
 through the sans-IO codec; this module acts on the packets. The mapping is
 RabbitMQ's MQTT plugin's:
 
-- CONNECT logs in as a broker user; a user name "vhost:user" picks the vhost,
-  else `mqtt_vhost`. A CONNECT without credentials logs in as `mqtt_default_user`
-  while `mqtt_allow_anonymous` is on.
+- CONNECT logs in as a broker user, in the vhost mqtt/vhosts.py picks (a user name
+  "vhost:user", the port and certificate mappings, else `mqtt_vhost`). A CONNECT
+  without credentials logs in as the user its verified client certificate names
+  while `mqtt_ssl_cert_login` is on, else as `mqtt_default_user` while
+  `mqtt_allow_anonymous` is on.
 - PUBLISH goes to `mqtt_exchange` (amq.topic) with the topic as routing key
   (mqtt/topics.py), headers `x-mqtt-publish-qos` and `x-mqtt-dup`, delivery mode 2
   for QoS 1. A QoS 1 PUBLISH is acknowledged once every durable queue has it on
@@ -55,6 +57,7 @@ from leveret.mqtt.topics import (
     topic_filter_error,
     topic_name_error,
 )
+from leveret.mqtt.vhosts import pick_vhost
 from leveret.protocol.constants import NOT_FOUND
 from leveret.protocol.errors import AMQPError, ChannelError
 from leveret.protocol.properties import encode_header
@@ -210,6 +213,16 @@ class MQTTConnection:
     @property
     def peer(self) -> str:
         return self.transport.peer
+
+    @property
+    def recv_cnt(self) -> int:
+        """Packets read, as Prometheus' connection_incoming_packets counts them."""
+        return self.received
+
+    @property
+    def send_cnt(self) -> int:
+        """Packets written (connection_outgoing_packets)."""
+        return self.sent
 
     @property
     def name(self) -> str:
@@ -414,23 +427,35 @@ class MQTTConnection:
             assigned = True
         username = packet.username
         password = packet.password
-        if username is None and password is None and config.mqtt_allow_anonymous:
-            username, password = config.mqtt_default_user, config.mqtt_default_pass.encode()
-        if username is None or password is None:
+        # A verified client certificate's user name (TLS listener only); it picks the
+        # vhost through mqtt_default_vhosts whether or not it logs in (RabbitMQ 3.10).
+        cert_name: str | None = getattr(self.transport, "cert_name", None)
+        by_certificate = False
+        if username is None and password is None:
+            if config.mqtt_ssl_cert_login and cert_name is not None:
+                username, by_certificate = cert_name, True
+            elif config.mqtt_allow_anonymous:
+                username = config.mqtt_default_user
+                password = config.mqtt_default_pass.encode()
+        if username is None or (password is None and not by_certificate):
             self._refuse(
                 pk.CONNACK_BAD_CREDENTIALS, pk.RC_BAD_USERNAME_OR_PASSWORD, "no credentials"
             )
             return
-        vhost_name, _, user = username.rpartition(":")
-        if not _:
-            vhost_name, user = config.mqtt_vhost, username
         broker = self.server.broker
+        vhost_name, user, picked_by = pick_vhost(
+            username,
+            cert_name,
+            self._local_port(),
+            broker.global_parameters.values,
+            config.mqtt_vhost,
+        )
         vhost = broker.vhosts.get(vhost_name)
         if vhost is None:
             self._refuse(
                 pk.CONNACK_BAD_CREDENTIALS,
                 pk.RC_BAD_USERNAME_OR_PASSWORD,
-                f"virtual host '{vhost_name}' does not exist",
+                f"virtual host '{vhost_name}' does not exist (picked by {picked_by})",
             )
             return
         limit = vhost.limits.get("max-connections")
@@ -441,17 +466,23 @@ class MQTTConnection:
                 f"connection limit ({limit}) is reached for vhost '{vhost_name}'",
             )
             return
-        try:
-            secret = password.decode("utf-8")
-        except UnicodeDecodeError:
-            secret = None
-        account = broker.access.authenticate(user, secret) if secret is not None else None
+        if by_certificate:
+            # As SASL EXTERNAL: the certificate names a user that exists; no password.
+            account = broker.access.users.get(user)
+        else:
+            assert password is not None
+            try:
+                secret = password.decode("utf-8")
+            except UnicodeDecodeError:
+                secret = None
+            account = broker.access.authenticate(user, secret) if secret is not None else None
         broker.counters.auth_attempt(account is not None)
         if account is None:
             self._refuse(
                 pk.CONNACK_BAD_CREDENTIALS,
                 pk.RC_BAD_USERNAME_OR_PASSWORD,
-                f"authentication failed for user '{user}'",
+                f"authentication failed for user '{user}'"
+                + (" (client certificate)" if by_certificate else ""),
             )
             return
         limit = account.limit("max-connections")
@@ -518,6 +549,8 @@ class MQTTConnection:
             self._connect_timer.cancel()
             self._connect_timer = None
         self.state = "open"
+        # Counted with AMQP connections (rabbitmq_connections_opened_total, churn rates).
+        self.server.broker.connections_opened += 1
         self.client_properties = {"client_id": client_id, "product": "MQTT client"}
         ack_props: dict[str, Any] = {}
         if v5:
@@ -563,6 +596,11 @@ class MQTTConnection:
             if binding.source.name == self.exchange_name:
                 self.subscriptions.setdefault(to_mqtt(binding.routing_key), SubscriptionState(1))
         return True
+
+    def _local_port(self) -> int | None:
+        """The port the client connected to (mqtt_port_to_vhost_mapping's key)."""
+        port = self.transport.local.rpartition(":")[2]
+        return int(port) if port.isdigit() else None
 
     def _connections_in(self, *, vhost: str | None = None, user: str | None = None) -> int:
         """Open AMQP and MQTT connections of a vhost or user (their max-connections)."""

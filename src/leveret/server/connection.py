@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as cmd
 
 import leveret
-from leveret.auth.sasl import certificate_cn
+from leveret.auth.sasl import certificate_login_name
 from leveret.auth.users import is_loopback
 from leveret.broker.errors import ModelError
 from leveret.broker.stats import MessageStats, connection_counts, rates_between
@@ -207,7 +207,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER)  # type: ignore[attr-defined]
-        self.peer_cn = certificate_cn(transport.get_extra_info("peercert"))
+        self.peer_cn = certificate_login_name(
+            transport.get_extra_info("peercert"), self.config.tls_cert_login_from
+        )
         self.direct = transport.get_extra_info("leveret_direct")
         if self.peer_cn is not None:  # a verified client certificate: offer EXTERNAL
             self.core.mechanisms = " ".join((*MECHANISMS, "EXTERNAL"))

@@ -16,6 +16,7 @@ import os
 import ssl
 from typing import TYPE_CHECKING
 
+from leveret.auth.sasl import LOGIN_FROM
 from leveret.config import ServerConfig
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ def server_context(config: ServerConfig) -> ssl.SSLContext:
     """A server context: TLS 1.2 or newer, the broker's certificate, optional client certs."""
     if not config.tls_cert or not config.tls_key:
         raise TLSConfigError("an amqps listener needs --tls-cert and --tls-key")
+    if config.tls_cert_login_from not in LOGIN_FROM:
+        raise TLSConfigError(
+            f"tls_cert_login_from must be one of {', '.join(LOGIN_FROM)}, "
+            f"got {config.tls_cert_login_from!r}"
+        )
     for path in (config.tls_cert, config.tls_key, config.tls_ca):
         if path and not os.path.isfile(path):
             raise TLSConfigError(f"cannot read {path}: no such file")

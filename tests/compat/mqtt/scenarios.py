@@ -1019,3 +1019,7 @@ def web_mqtt_malformed(t: Target) -> dict[str, Any]:
         ws.send(wire.PINGREQ)
         answers = ws.answers()
         return {"upgrade": ws.upgrade, "answers": answers, "close_frame": ws.close_frame}
+
+
+# Operations scenarios (vhost mappings, connection limits, the overview) register here too.
+from . import scenarios_ops  # noqa: E402, F401

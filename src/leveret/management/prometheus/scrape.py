@@ -47,7 +47,7 @@ class Scrape:
         broker = self.node.broker
         self.broker = broker
         self.vhosts = list(broker.vhosts.values())
-        self.connections = list(broker.connections)
+        self.connections = broker.client_connections()  # AMQP and MQTT
         self.channels = [
             ch for c in self.connections for ch in c.channels.values() if not ch.closing
         ]

@@ -43,7 +43,7 @@ async def overview(request: web.Request) -> web.Response:
     # Monitoring users see every connection; others their own (RabbitMQ's overview).
     connections = [
         c
-        for c in server.broker.connections
+        for c in server.broker.client_connections()
         if c.vhost in vhosts and (monitor or getattr(c, "user", None) == user)
     ]
     # One pass over every queue: with 10,000 queues this is most of the call's time.

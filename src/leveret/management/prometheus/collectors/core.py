@@ -483,6 +483,13 @@ def _channel_queue(s: Scrape) -> Iterator[Family]:
     )
 
 
+def _pending_bytes(conn: Any) -> int:
+    """What waits in a connection's socket buffer; an MQTT connection's transport (TCP,
+    TLS or WebSocket adapter) may not say, and counts 0 then."""
+    size = getattr(conn.transport, "get_write_buffer_size", None)
+    return size() if size is not None else 0
+
+
 def _per_connection(
     s: Scrape, specs: Iterable[tuple[str, str, str, Callable[[Any], float]]]
 ) -> Iterator[Family]:
@@ -530,7 +537,7 @@ def _connection(s: Scrape) -> Iterator[Family]:
                 "connection_pending_packets",
                 "gauge",
                 "Number of packets waiting to be sent on a connection",
-                lambda c: c.transport.get_write_buffer_size() if c.transport else 0,
+                _pending_bytes,
             ),
             ("connection_channels", "gauge", "Channels on a connection", lambda c: len(c.channels)),
         ),

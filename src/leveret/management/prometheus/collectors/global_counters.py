@@ -40,6 +40,9 @@ def _global(s: Scrape) -> Iterator[Family]:
 
     by_vhost: dict[str, list[Any]] = {v.name: [] for v in s.vhosts}
     for conn in s.connections:
+        # MQTT connections have no channel counters: their operations count in the vhost's.
+        if getattr(conn, "stats", None) is None:
+            continue
         if conn.vhost is not None and conn.vhost.name in by_vhost:
             by_vhost[conn.vhost.name].append(conn)
     channel_side = total(
