@@ -1,9 +1,12 @@
 """A leader that stops leading confirms nothing more, however long its broker takes to
 stop: while it stops, its clients' connections are still open, and a write it
-confirmed then would be on its own disk only, to be replaced when it follows."""
+confirmed then would be on its own disk only, to be replaced when it follows. The
+node keeps the stopped tap the store's until the broker has stopped, and a stopped
+tap releases nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import signal
 import socket
@@ -13,10 +16,11 @@ import time
 import pika
 import pytest
 
+from leveret.cluster.leader import Tap
+from leveret.store.replica import NotLeading
+
 from .cluster_support import Cluster, needs_etcd
 from .test_failover import _connect, _drain, check_delivery
-
-pytestmark = [needs_etcd, pytest.mark.slow]
 
 STEPPING_DOWN = "stepping down"  # what a leader logs as it gives the lead up
 
@@ -49,6 +53,8 @@ def _wait_log(node, text: str, timeout: float = 30.0) -> None:  # noqa: ANN001
         time.sleep(0.02)
 
 
+@needs_etcd
+@pytest.mark.slow
 def test_deposed_leader_confirms_nothing_while_it_stops(cluster_dir: str) -> None:
     """The leader is paused past its lease; another node leads. Resumed, the old
     leader steps down, but its broker's stop is held by a management request in
@@ -110,10 +116,56 @@ def test_deposed_leader_confirms_nothing_while_it_stops(cluster_dir: str) -> Non
             conn.close()
         except Exception:
             pass
-    except AssertionError:
+    except Exception:
         print(cluster.logs())
         raise
     finally:
         if held is not None:
             held.close()
         cluster.close()
+
+
+def test_a_stopped_tap_releases_nothing(tmp_path) -> None:
+    """Confirms held when the tap stops never run, nor do those handed to it later
+    (the store's writer hands it every batch while the broker stops); a wait for the
+    followers fails with NotLeading, at once or when the tap stops."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        tap = Tap(str(tmp_path), loop)
+        safe = -1
+        tap.safe = lambda: safe
+        ran: list[str] = []
+
+        def batch(name: str) -> list:
+            return [(lambda exc: ran.append(name), None)]
+
+        tap.write(str(tmp_path / "seg"), 0, [b"one"])
+        tap.release(tap.position, batch("live"))
+        waiting = asyncio.ensure_future(tap.wait_safe(tap.position))
+        await asyncio.sleep(0.05)
+        assert ran == [] and not waiting.done()  # held: the followers lack it
+        safe = tap.position
+        tap.check()
+        await asyncio.sleep(0.05)
+        assert ran == ["live"] and waiting.done()  # they hold it: released
+
+        tap.write(str(tmp_path / "seg"), 3, [b"two"])
+        tap.release(tap.position, batch("held"))
+        waiting = asyncio.ensure_future(tap.wait_safe(tap.position))
+        await asyncio.sleep(0.05)
+        tap.stop()
+        with pytest.raises(NotLeading):
+            await asyncio.wait_for(waiting, 10)  # (a bound: it fails at once)
+        tap.write(str(tmp_path / "seg"), 6, [b"three"])
+        tap.release(tap.position, batch("after"))
+        tap.when_safe(tap.position, lambda: ran.append("when_safe"))
+        safe = tap.position  # even where the followers held it
+        tap.check()
+        await asyncio.sleep(0.05)
+        assert ran == ["live"]
+        assert not tap.reached(tap.position)
+        with pytest.raises(NotLeading):
+            await tap.wait_safe(tap.position)
+
+    asyncio.run(main())
