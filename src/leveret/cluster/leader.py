@@ -29,6 +29,7 @@ from typing import Any
 
 from leveret.cluster import datadir, wire
 from leveret.store.committer import _run_callbacks
+from leveret.store.replica import NotLeading
 
 log = logging.getLogger("leveret.cluster")
 
@@ -55,7 +56,11 @@ def keepalive_interval(lease_seconds: float) -> float:
 
 
 class Tap:
-    """Implements store.replica.FileTap for one data dir."""
+    """Implements store.replica.FileTap for one data dir.
+
+    Once stopped (the node stopped leading) it releases nothing: the node keeps it
+    the store's tap until its broker has stopped, so that nothing the broker still
+    writes meanwhile is confirmed (node.ClusterNode._step_down)."""
 
     def __init__(self, root: str, loop: asyncio.AbstractEventLoop) -> None:
         self.root = os.path.realpath(root) + os.sep
@@ -77,6 +82,7 @@ class Tap:
         # the followers hold them: `sql_position` is where the last one ends.
         self.sql_position = 0
         self._waiters: list[tuple[int, Callable[[], None]]] = []
+        self._futures: set[asyncio.Future[None]] = set()  # wait_safe's, failed by stop()
         # A write or fsync under the data dir failed: the node steps down (set by it).
         self.on_failed: Callable[[str, BaseException], None] | None = None
 
@@ -148,11 +154,19 @@ class Tap:
         return not self.stopped and position <= self.safe()
 
     def when_safe(self, position: int, callback: Callable[[], None]) -> None:
-        """Call `callback` on the loop once `position` may be confirmed."""
-        self._waiters.append((position, callback))
+        """Call `callback` on the loop once `position` may be confirmed (never, once
+        this tap is stopped)."""
+        if not self.stopped:
+            self._waiters.append((position, callback))
 
     async def wait_safe(self, position: int) -> None:
+        """Until `position` may be confirmed; NotLeading once this tap stops (the node
+        stopped leading): it never will be here, and the caller must not say it was."""
+        if self.stopped:
+            raise NotLeading("this node stopped leading before its followers held the change")
         future = self.loop.create_future()
+        self._futures.add(future)
+        future.add_done_callback(self._futures.discard)
         self.when_safe(position, lambda: future.done() or future.set_result(None))
         self.check()
         await future
@@ -210,10 +224,15 @@ class Tap:
         return self.pending[0][0] if self.pending else None
 
     def stop(self) -> None:
-        """Stop leading: drop every held confirm, close every link."""
+        """Stop leading: drop every held confirm (and every later one), close every link."""
         self.stopped = True
         self.pending.clear()
         self._waiters.clear()
+        for future in list(self._futures):
+            if not future.done():
+                future.set_exception(
+                    NotLeading("this node stopped leading before its followers held the change")
+                )
         for link in list(self.links):
             link.close()
         self.links.clear()

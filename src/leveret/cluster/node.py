@@ -434,16 +434,26 @@ class ClusterNode(
     async def _step_down(self, reason: str) -> None:
         tap, server = self.tap, self.server
         self.tap = None
-        replica.TAP = None
         if tap is not None:
             tap.stop()
         self.links = {}
         self.server = None
-        if server is not None:
-            try:
-                await server.stop(reason="leader stepped down")
-            except Exception:  # noqa: BLE001 - a failing disk; the node follows all the same
-                log.exception("cluster: the broker did not stop cleanly")
+        try:
+            if server is not None:
+                try:
+                    await server.stop(reason="leader stepped down")
+                except Exception:  # noqa: BLE001 - a failing disk; the node follows all the same
+                    log.exception("cluster: the broker did not stop cleanly")
+        finally:
+            # The stopped tap stays the store's until the broker is stopped: its clients'
+            # connections stay open while it stops (a slow management request, MQTT, or
+            # links can hold the stop for seconds), and without a tap the store would
+            # confirm their writes on this node's fsync alone, as a standalone broker
+            # does. Through the stopped tap it confirms nothing, holds definition
+            # changes' answers and stream reads, and the clients publish again to the
+            # new leader once their connections close.
+            if replica.TAP is tap:
+                replica.TAP = None
         self.role = "follower"
         if reason == "cut off":
             # Those that run without it elect one of them; this node follows that one

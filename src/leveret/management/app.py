@@ -155,7 +155,10 @@ async def _replicated(handler: Handler, request: web.Request) -> web.StreamRespo
     mark = tap.sql_position
     response = await handler(request)
     if tap.sql_position != mark:
-        await tap.wait_safe(tap.sql_position)
+        try:
+            await tap.wait_safe(tap.sql_position)
+        except replica.NotLeading as exc:
+            return error(503, "service_unavailable", str(exc))
     return response
 
 

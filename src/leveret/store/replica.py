@@ -48,6 +48,11 @@ class FileTap(Protocol):
         """A write or fsync under the data dir failed (any thread)."""
 
 
+class NotLeading(Exception):
+    """A change waited for the followers to hold it, and the node stopped leading
+    first: it was made here, but is not to be reported as done."""
+
+
 TAP: FileTap | None = None
 
 
