@@ -280,6 +280,12 @@ class Node:
             self._cancel_recovery.set()  # the scan stops at its next segment
             await asyncio.wait([self.recovery])
         self.listener.stop_alarms()
+        # Clients first: a management request can hold its server's stop for seconds, and
+        # a leader stepping down should send its clients to the new leader without that wait.
+        if self.mqtt is not None:
+            await self.mqtt.stop()
+            self.mqtt = None
+        await self.listener.close(reason)
         if self.control is not None:
             await self.control.stop()
         if self.management is not None:
@@ -287,10 +293,6 @@ class Node:
         if self.prometheus is not None:
             await self.prometheus.stop()
             self.prometheus = None
-        if self.mqtt is not None:
-            await self.mqtt.stop()
-            self.mqtt = None
-        await self.listener.close(reason)
         if self.durable_state is not None:
             self.durable_state.close()
             self.durable_state = None
