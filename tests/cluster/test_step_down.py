@@ -1,8 +1,7 @@
 """A leader that stops leading confirms nothing more, however long its broker takes to
-stop: while it stops, its clients' connections are still open, and a write it
-confirmed then would be on its own disk only, to be replaced when it follows. The
-node keeps the stopped tap the store's until the broker has stopped, and a stopped
-tap releases nothing."""
+stop: a write it confirmed then would be on its own disk only, to be replaced when it
+follows. The node closes its clients first, keeps the stopped tap the store's until
+the broker has stopped, and a stopped tap releases nothing."""
 
 from __future__ import annotations
 
@@ -57,10 +56,11 @@ def _wait_log(node, text: str, timeout: float = 30.0) -> None:  # noqa: ANN001
 @pytest.mark.slow
 def test_deposed_leader_confirms_nothing_while_it_stops(cluster_dir: str) -> None:
     """The leader is paused past its lease; another node leads. Resumed, the old
-    leader steps down, but its broker's stop is held by a management request in
-    progress, so a client connected to it straight can still publish. That publish
-    is not confirmed (it is on no other node; the old leader's copy is replaced
-    when it follows), and every message that was confirmed is on the new leader."""
+    leader steps down while a management request in progress holds its broker's
+    stop, and a client connected to it straight publishes. That publish is not
+    confirmed (it is on no other node; the old leader's copy is replaced when it
+    follows): the connection is closed, and every message that was confirmed is on
+    the new leader."""
     cluster = Cluster(cluster_dir, management=True)
     held: socket.socket | None = None
     try:
@@ -85,8 +85,8 @@ def test_deposed_leader_confirms_nothing_while_it_stops(cluster_dir: str) -> Non
             old.signal(signal.SIGCONT)
         _wait_log(old, STEPPING_DOWN)
 
-        # The old leader is stopping (its management API holds the stop) and this
-        # client's connection to it is still open: publish on it.
+        # The old leader is stopping (its management API holds the stop): publish on
+        # this client's connection to it, open or being closed.
         outcome: list[str] = []
 
         def publish() -> None:
