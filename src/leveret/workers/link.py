@@ -388,13 +388,17 @@ OnRecords = Callable[[list[Record]], None]
 #: bytes waiting for the peer above which the sender is paused; 1 MiB is a few hundred
 #: batches of small publishes, and about what the kernel buffers for the socket itself
 DEFAULT_HIGH_WATER = 1 << 20
+#: queued bytes that are written at once rather than at the turn's end: a batch is a
+#: loop turn's records, up to this much
+DEFAULT_BATCH_LIMIT = 256 << 10
 
 
 class Link(asyncio.Protocol):
     """One worker's end of a link, in its event loop.
 
     `send` (and `publish`) queue a record and arrange one flush at the next loop
-    turn: what a turn queues leaves in one write. Received records go to
+    turn: what a turn queues leaves in one write (or one per `batch_limit` bytes,
+    for a sender that queues more in one turn). Received records go to
     `on_records`, a list per read, in the order sent.
 
     Back-pressure: while more than `high_water` bytes wait for the peer (in this
@@ -409,10 +413,12 @@ class Link(asyncio.Protocol):
         on_records: OnRecords,
         *,
         high_water: int = DEFAULT_HIGH_WATER,
+        batch_limit: int = DEFAULT_BATCH_LIMIT,
         on_writable: Callable[[bool], None] | None = None,
         on_lost: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         self.on_records = on_records
+        self.batch_limit = batch_limit
         self.on_writable = on_writable
         self.on_lost = on_lost
         self.high_water = high_water
@@ -478,6 +484,12 @@ class Link(asyncio.Protocol):
         self._schedule()
 
     def _schedule(self) -> None:
+        if self.writer.pending >= self.batch_limit:
+            # A sender that queues a batch this large in one turn gets it written now,
+            # so the transport (and its pause_writing) sees it: a loop that only checks
+            # `writable` never lets the turn end.
+            self.flush()
+            return
         if not self._flush_scheduled and not self.closed:
             self._flush_scheduled = True
             assert self._loop is not None, "link not connected"
@@ -550,6 +562,7 @@ async def open_link(
     on_records: OnRecords,
     *,
     high_water: int = DEFAULT_HIGH_WATER,
+    batch_limit: int = DEFAULT_BATCH_LIMIT,
     on_writable: Callable[[bool], None] | None = None,
     on_lost: Callable[[BaseException | None], None] | None = None,
 ) -> Link:
@@ -557,7 +570,13 @@ async def open_link(
     loop = asyncio.get_running_loop()
     sock.setblocking(False)
     _, link = await loop.create_unix_connection(
-        lambda: Link(on_records, high_water=high_water, on_writable=on_writable, on_lost=on_lost),
+        lambda: Link(
+            on_records,
+            high_water=high_water,
+            batch_limit=batch_limit,
+            on_writable=on_writable,
+            on_lost=on_lost,
+        ),
         sock=sock,
     )
     return link
