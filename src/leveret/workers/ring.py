@@ -8,10 +8,11 @@ side writes when it sees the sleeper's flag. `bench/interworker.py` measures it
 against the socket pair; the link uses the socket pair (docs/benchmarks.md,
 "Between worker processes", says why).
 
-Layout: a 128-byte header, then `capacity` bytes of data. `head` (bytes written
-ever, at offset 0) is written by the producer only, `tail` (bytes read ever, at 64)
-by the consumer only, each on its own cache line; each side has a sleeping flag
-beside its counter. Positions only grow; `position % capacity` is the place.
+Layout: a 128-byte header of 8-byte cells, then `capacity` bytes of data. `head`
+(bytes written ever, at byte 0) is written by the producer only, `tail` (bytes read
+ever, at byte 64) by the consumer only, each on its own cache line; each side has a
+sleeping flag beside its counter. Positions only grow; `position % capacity` is the
+place.
 
 Python cannot issue a memory fence, so a sleeper may miss a wakeup (it sets its flag
 and re-checks; the other side may have read the flag before the store was visible):
@@ -24,19 +25,19 @@ from __future__ import annotations
 
 import os
 import select
-import struct
 from collections.abc import Callable
 from multiprocessing import shared_memory
 
 # Native formats: their packers copy the integer with one memcpy, which an aligned
 # 8-byte field makes one store; the "=" formats write byte by byte, and the other
 # process could read a counter half written.
-_U64 = struct.Struct("@Q")
-_U32 = struct.Struct("@I")
-HEAD_AT = 0
-CONSUMER_SLEEPING_AT = 8
-TAIL_AT = 64
-PRODUCER_SLEEPING_AT = 72
+# The header as 8-byte cells. A memoryview cast to "Q" stores an item with one
+# memcpy, which an aligned 8-byte cell makes one store; struct.pack_into zero-fills
+# its field before writing it, so the other process could read a counter as 0.
+HEAD = 0  # cell: bytes written ever (the producer's)
+CONSUMER_SLEEPING = 1  # cell: the consumer sleeps on wake_consumer
+TAIL = 8  # cell, at byte 64 (its own cache line): bytes read ever (the consumer's)
+PRODUCER_SLEEPING = 9  # cell: the producer sleeps on wake_producer
 HEADER_SIZE = 128
 #: longest sleep before a side looks again without a wakeup
 POLL_MS = 1
@@ -50,7 +51,7 @@ class Ring:
                  wake_producer: int) -> None:  # fmt: skip
         self.shm = shm
         self.capacity = capacity
-        self.buf = shm.buf
+        self.cells = shm.buf[:HEADER_SIZE].cast("Q")
         self.data = shm.buf[HEADER_SIZE : HEADER_SIZE + capacity]
         self.wake_consumer = wake_consumer  # eventfd: data was written
         self.wake_producer = wake_producer  # eventfd: room was made
@@ -63,12 +64,10 @@ class Ring:
         shm.buf[:HEADER_SIZE] = bytes(HEADER_SIZE)
         return cls(shm, capacity, os.eventfd(0, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK))
 
-    def _get(self, at: int) -> int:
-        return _U64.unpack_from(self.buf, at)[0]
-
-    def _sleep(self, flag_at: int, fd: int, ready: Callable[[], bool]) -> None:
+    def _sleep(self, flag: int, fd: int, ready: Callable[[], bool]) -> None:
         """Sleep on `fd` until `ready()` (checked again after raising the flag)."""
-        _U32.pack_into(self.buf, flag_at, 1)
+        cells = self.cells
+        cells[flag] = 1
         try:
             if ready():
                 return
@@ -81,27 +80,28 @@ class Ring:
             except BlockingIOError:
                 pass
         finally:
-            _U32.pack_into(self.buf, flag_at, 0)
+            cells[flag] = 0
 
-    def _wake(self, flag_at: int, fd: int) -> None:
-        if _U32.unpack_from(self.buf, flag_at)[0]:
+    def _wake(self, flag: int, fd: int) -> None:
+        if self.cells[flag]:
             self.wakeups += 1
             os.eventfd_write(fd, 1)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Copy all of `data` into the ring, waiting for room as the consumer reads."""
         cap = self.capacity
+        cells = self.cells
         view = memoryview(data)
         sent = 0
         total = len(view)
-        head = self._get(HEAD_AT)
+        head = cells[HEAD]
         while sent < total:
-            free = cap - (head - self._get(TAIL_AT))
+            free = cap - (head - cells[TAIL])
             if not free:
                 self._sleep(
-                    PRODUCER_SLEEPING_AT,
+                    PRODUCER_SLEEPING,
                     self.wake_producer,
-                    lambda h=head: cap - (h - self._get(TAIL_AT)) > 0,
+                    lambda h=head: cap - (h - cells[TAIL]) > 0,
                 )
                 continue
             n = min(free, total - sent)
@@ -112,34 +112,31 @@ class Ring:
                 self.data[: n - first] = view[sent + first : sent + n]
             sent += n
             head += n
-            _U64.pack_into(self.buf, HEAD_AT, head)  # publish after the bytes
-            self._wake(CONSUMER_SLEEPING_AT, self.wake_consumer)
+            cells[HEAD] = head  # published after the bytes (x86 keeps stores in order)
+            self._wake(CONSUMER_SLEEPING, self.wake_consumer)
 
     def read(self) -> bytes:
         """Everything written and not yet read (waiting until there is some)."""
         cap = self.capacity
-        tail = self._get(TAIL_AT)
+        cells = self.cells
+        tail = cells[TAIL]
         while True:
-            avail = self._get(HEAD_AT) - tail
+            avail = cells[HEAD] - tail
             if avail:
                 break
-            self._sleep(
-                CONSUMER_SLEEPING_AT,
-                self.wake_consumer,
-                lambda: self._get(HEAD_AT) != tail,
-            )
+            self._sleep(CONSUMER_SLEEPING, self.wake_consumer, lambda: cells[HEAD] != tail)
         at = tail % cap
         first = min(avail, cap - at)
         out = bytes(self.data[at : at + first])
         if first < avail:
             out += bytes(self.data[: avail - first])
-        _U64.pack_into(self.buf, TAIL_AT, tail + avail)
-        self._wake(PRODUCER_SLEEPING_AT, self.wake_producer)
+        cells[TAIL] = tail + avail
+        self._wake(PRODUCER_SLEEPING, self.wake_producer)
         return out
 
     def close(self) -> None:
         self.data.release()
-        self.buf = None  # type: ignore[assignment]
+        self.cells.release()
         self.shm.close()
         for fd in (self.wake_consumer, self.wake_producer):
             try:
