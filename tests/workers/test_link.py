@@ -271,6 +271,10 @@ def test_drain_fails_and_on_lost_is_told_when_the_peer_goes() -> None:
         assert lk.closed and len(lost) == 1
         with pytest.raises(ConnectionError):
             await lk.drain()
+        with pytest.raises(ConnectionError):
+            lk.send(MetaApplied(1))
+        with pytest.raises(ConnectionError):
+            lk.publish(2, "/", ["q"], b"")
 
     asyncio.run(main())
 

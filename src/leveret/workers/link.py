@@ -474,12 +474,17 @@ class Link(asyncio.Protocol):
     # sending
 
     def send(self, record: Record) -> None:
-        """Queue `record`; it leaves with the rest of this loop turn's records."""
+        """Queue `record`; it leaves with the rest of this loop turn's records.
+        Raises ConnectionResetError once the link is closed (nothing would take it)."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
         self.writer.add(record)
         self._schedule()
 
     def publish(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
         """Queue a PUBLISH without making a `Publish` object."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
         self.writer.publish(seq, vhost, queues, message)
         self._schedule()
 
