@@ -179,3 +179,63 @@ def test_a_supervisor_needs_a_worker(count: int) -> None:
 
     with pytest.raises(ValueError):
         Supervisor(count, lambda i: ["true"])
+
+
+ACCEPTOR = """
+import os, socket, sys
+listener = socket.socket(fileno=int(sys.argv[1]))
+while True:
+    conn, _ = listener.accept()
+    conn.sendall(str(os.getpid()).encode())
+    conn.close()
+"""
+
+
+def test_a_listening_socket_the_supervisor_holds_outlives_its_worker() -> None:
+    """Worker 0 accepts on a socket the supervisor made and passes it; while it is
+    dead, a client's connection waits in that socket's queue and the restarted worker
+    serves it."""
+    import asyncio
+    import socket
+
+    from leveret.workers.supervisor import Supervisor
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = listener.getsockname()
+    fd = listener.fileno()
+    sup = Supervisor(
+        1,
+        lambda i: [sys.executable, "-c", ACCEPTOR, str(fd)],
+        pass_fds=lambda i: [fd],
+        backoff=0.5,
+        env=ENV,
+    )
+
+    def served_by() -> int:
+        with socket.create_connection(address, timeout=30) as c:
+            return int(c.recv(100))
+
+    async def main() -> tuple[int, int, int]:
+        task = asyncio.create_task(sup.run())
+        first = await asyncio.to_thread(served_by)
+        assert first == sup.status()[0].pid
+        os.kill(first, signal.SIGKILL)
+        while sup.status()[0].state == "running":
+            await asyncio.sleep(0.01)
+        # No worker accepts now (the loop that would restart it is busy here until
+        # the connection is made): the connection waits in the queue of the socket
+        # that the supervisor still holds, and the next worker serves it.
+        client = socket.create_connection(address, timeout=30)
+        assert sup.status()[0].state == "restarting"
+        with client:
+            second = int(await asyncio.to_thread(client.recv, 100))
+        sup.stop()
+        return first, second, await task
+
+    try:
+        first, second, code = asyncio.run(main())
+    finally:
+        listener.close()
+    assert code == 0
+    assert second != first
+    assert sup.status()[0].restarts == 1

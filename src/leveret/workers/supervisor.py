@@ -18,7 +18,11 @@ every worker the way `leveret server` stops (each closes its connections with
 - on `stop()` (SIGTERM or SIGINT from `main`), send SIGTERM to every worker, wait
   `stop_timeout` seconds for them, SIGKILL what is left; `run()` returns 0;
 - keep each worker's pid, state, restarts and last exit status (`status()`), and
-  write them as JSON to `status_file` at every change, for operators and tests.
+  write them as JSON to `status_file` at every change, for operators and tests;
+- give worker `i` the descriptors `pass_fds(i)`, which the supervisor keeps open: a
+  listening socket of an `SO_REUSEPORT` group made here outlives the worker that
+  accepts on it, so connections that reach it while that worker is down wait in its
+  queue for the next one instead of being reset.
 
 `python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
 `{index}` in COMMAND replaced by each worker's index.
@@ -73,6 +77,7 @@ class Supervisor:
         stop_timeout: float = 10.0,
         status_file: str | None = None,
         env: dict[str, str] | None = None,
+        pass_fds: Callable[[int], Sequence[int]] | None = None,
     ) -> None:
         if count < 1:
             raise ValueError("a supervisor needs at least one worker")
@@ -86,6 +91,7 @@ class Supervisor:
         self.stop_timeout = stop_timeout
         self.status_file = status_file
         self.env = dict(os.environ if env is None else env)
+        self.pass_fds = pass_fds
         self.workers = [WorkerStatus(i) for i in range(count)]
         self.state = "starting"  # running, stopping, stopped, failed
         self._procs: dict[int, asyncio.subprocess.Process] = {}
@@ -142,6 +148,7 @@ class Supervisor:
                 proc = await asyncio.create_subprocess_exec(
                     *self.command(index),
                     env={**self.env, "LEVERET_WORKER_INDEX": str(index)},
+                    pass_fds=tuple(self.pass_fds(index)) if self.pass_fds else (),
                 )
             except OSError as exc:
                 log.error("worker %d could not start: %s", index, exc)
