@@ -128,3 +128,69 @@ def test_something_that_is_not_a_handoff_is_refused() -> None:
         handoff.send_connection(b, x, bytes(handoff.MAX_STATE + 1))
     for s in (b, x, y):
         s.close()
+
+
+def _send_many(channel: socket.socket, states: list[bytes]) -> None:
+    """Child: hands over one end of a fresh socket pair per state, sending a marker
+    byte into the other end first, so the receiver can tell which socket it got."""
+    for i, state in enumerate(states):
+        mine, peer = socket.socketpair()
+        peer.sendall(bytes([i]))
+        handoff.send_connection(channel, mine, state)
+        mine.close()
+        peer.close()
+    channel.close()
+
+
+def test_the_event_loop_receiver_takes_handoffs_as_they_come() -> None:
+    """`receive_connections` in an asyncio loop, with a sender in another process
+    sending handoffs back to back (states from empty to 200 KB, so reads cut them
+    anywhere): each socket comes with its own state, in order."""
+    import asyncio
+
+    states = [bytes([i % 251]) * (i * 997 % 200_000) for i in range(60)] + [b""]
+    a, b = handoff.channel_pair()
+    child = FORK.Process(target=_send_many, args=(a, states))
+    child.start()
+    a.close()
+    got: list[tuple[int, bytes]] = []
+
+    def on_connection(conn: socket.socket, state: bytes) -> None:
+        conn.setblocking(True)
+        got.append((conn.recv(1)[0], state))
+        conn.close()
+
+    asyncio.run(asyncio.wait_for(handoff.receive_connections(b, on_connection), 60))
+    child.join(30)
+    b.close()
+    assert child.exitcode == 0
+    assert [i for i, _ in got] == list(range(len(states)))
+    assert [state for _, state in got] == states
+
+
+def test_the_event_loop_receiver_refuses_a_broken_channel() -> None:
+    import asyncio
+
+    a, b = handoff.channel_pair()
+    x, y = socket.socketpair()
+    # a whole handoff, then one cut short by the channel closing
+    handoff.send_connection(a, x, b"fine")
+    socket.send_fds(a, [struct.pack(">4sI", b"LVH1", 100) + b"short"], [x.fileno()])
+    a.close()
+    got: list[bytes] = []
+
+    def on_connection(conn: socket.socket, state: bytes) -> None:
+        got.append(state)
+        conn.close()
+
+    with pytest.raises(HandoffError, match="middle"):
+        asyncio.run(handoff.receive_connections(b, on_connection))
+    assert got == [b"fine"]
+    b.close()
+    reader = handoff.HandoffReader()
+    with pytest.raises(HandoffError, match="not a handoff"):
+        reader.feed(b"GARBAGE!", [])
+    with pytest.raises(HandoffError, match="0 descriptors"):
+        handoff.HandoffReader().feed(struct.pack(">4sI", b"LVH1", 0), [])
+    x.close()
+    y.close()

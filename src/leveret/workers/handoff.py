@@ -10,16 +10,23 @@ bytes keep their order. The same call serves an acceptor that passes each new
 connection to a worker (then the state is empty).
 
 The channel is a stream socket, so one handoff is framed: an 8-byte header (magic,
-state length) sent with the descriptor in one `sendmsg`, then the state. The receiver
-reads exactly the header (the descriptor comes with its first byte) and exactly the
-state, never into the next handoff. These calls block; an event loop runs them on a
-blocking socket in a thread, or calls them when the socket is readable.
+state length) sent with the descriptor in one `sendmsg`, then the state.
+`recv_connection` (blocking) reads exactly the header (the descriptor comes with its
+first byte) and exactly the state, never into the next handoff. In an event loop,
+`HandoffReader` takes whatever a non-blocking `recvmsg` returns: Linux hands over a
+descriptor with the first read that reaches the bytes it was sent with, and stops
+that read after them, so descriptors arrive in the order of their headers, never
+after, and the reader pairs each header with the next descriptor
+(`receive_connections` runs it on a socket in the loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
+from collections import deque
+from collections.abc import Callable
 
 #: the first four bytes of every handoff: a check that both ends speak this framing
 MAGIC = b"LVH1"
@@ -93,3 +100,108 @@ def recv_connection(channel: socket.socket) -> tuple[socket.socket, bytes] | Non
         if conn is not None:
             conn.close()
         raise
+
+
+class HandoffReader:
+    """Sans-IO receiving side: bytes and descriptors in (as `recvmsg` returns them),
+    whole handoffs out. Owns the descriptors it was given until it returns them."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._fds: deque[int] = deque()
+
+    def feed(self, data: bytes, fds: list[int]) -> list[tuple[socket.socket, bytes]]:
+        """The handoffs `data` completes, each a socket and its state. Raises
+        `HandoffError` (closing every descriptor it holds) for a broken stream."""
+        self._fds.extend(fds)
+        buf = self._buffer
+        buf += data
+        out: list[tuple[socket.socket, bytes]] = []
+        pos = 0
+        try:
+            while len(buf) - pos >= _HEAD.size:
+                magic, length = _HEAD.unpack_from(buf, pos)
+                if magic != MAGIC:
+                    raise HandoffError(f"not a handoff: header {bytes(buf[pos : pos + 8])!r}")
+                if length > MAX_STATE:
+                    raise HandoffError(f"handoff state of {length} bytes is over {MAX_STATE}")
+                if not self._fds:
+                    raise HandoffError("a handoff header came with 0 descriptors")
+                end = pos + _HEAD.size + length
+                if len(buf) < end:
+                    break
+                conn = socket.socket(fileno=self._fds.popleft())
+                out.append((conn, bytes(buf[pos + _HEAD.size : end])))
+                pos = end
+        except HandoffError:
+            for conn, _ in out:
+                conn.close()
+            self.close()
+            raise
+        del buf[:pos]
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether part of a handoff has arrived and waits for its rest."""
+        return bool(self._buffer or self._fds)
+
+    def close(self) -> None:
+        """Close the descriptors received but not yet handed out."""
+        while self._fds:
+            socket.close(self._fds.popleft())
+
+
+async def receive_connections(
+    channel: socket.socket, on_connection: Callable[[socket.socket, bytes], None]
+) -> None:
+    """Call `on_connection(sock, state)` for each connection handed over on `channel`,
+    in the running loop, until the channel closes (then return) or breaks (then raise
+    `HandoffError`)."""
+    loop = asyncio.get_running_loop()
+    channel.setblocking(False)
+    reader = HandoffReader()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data, fds, flags, _ = socket.recv_fds(channel, 1 << 16, 4)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            finish(exc)
+            return
+        if flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                socket.close(fd)
+            finish(HandoffError("descriptors were lost: the control message was cut"))
+            return
+        if not data and not fds:
+            cut = reader.pending
+            finish(
+                HandoffError("handoff channel closed in the middle of a handoff") if cut else None
+            )
+            return
+        try:
+            handoffs = reader.feed(data, fds)
+        except HandoffError as exc:
+            finish(exc)
+            return
+        for conn, state in handoffs:
+            on_connection(conn, state)
+
+    def finish(exc: BaseException | None) -> None:
+        loop.remove_reader(channel.fileno())
+        reader.close()
+        if not done.done():
+            if exc is None:
+                done.set_result(None)
+            else:
+                done.set_exception(exc)
+
+    loop.add_reader(channel.fileno(), readable)
+    try:
+        await done
+    finally:  # also when cancelled
+        loop.remove_reader(channel.fileno())
+        reader.close()
