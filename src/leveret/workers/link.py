@@ -427,6 +427,7 @@ class Link(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.writable = True
         self.closed = False
+        self.error: BaseException | None = None  # what broke the stream, if it broke
         self.writes = 0  # flushes that wrote something: records sent / writes = batching
         self.pauses = 0  # times the sender was paused
         self._flush_scheduled = False
@@ -455,6 +456,7 @@ class Link(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
+        exc = exc or self.error  # a broken stream is why the link closed
         self._wake(exc or ConnectionResetError("worker link closed"))
         if self.on_lost is not None:
             self.on_lost(exc)
@@ -556,6 +558,7 @@ class Link(asyncio.Protocol):
             self.transport.close()
 
     def _fail(self, exc: BaseException) -> None:
+        self.error = exc
         if self.transport is not None:
             self.transport.abort()
         self.closed = True
