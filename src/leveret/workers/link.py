@@ -1,0 +1,590 @@
+"""The channel between two worker processes: ordered records, batched writes.
+
+Each worker owns a share of the queues. A publish is routed by the worker that read
+it, and whatever the routing gives to another worker's queues travels here, as do
+what comes back (confirms, nacks), what a consumer on one worker says to a queue on
+another (acks, rejects, credit) and the metadata changes every worker must apply in
+the same order (declarations, bindings), each with an acknowledgement once applied.
+
+Two layers, as in `protocol/`:
+
+- sans-IO: `LinkWriter` turns records into bytes and `LinkReader` bytes into
+  records. A record is a 5-byte header (payload length, kind) and a payload. The
+  writer only appends; the bytes leave when its owner asks for them, so every record
+  queued in one event-loop turn goes out in one write, as the store's group commit
+  makes one fsync of many appends.
+- `Link`: an `asyncio.Protocol` over one end of an AF_UNIX stream socket pair
+  (`socket_pair`). A stream socket keeps order; `Link` flushes once per loop turn
+  and pauses its sender (`writable`, `drain`, `on_writable`) while more than
+  `high_water` bytes wait for the peer, so a slow peer cannot make this process's
+  memory grow without bound.
+
+A message's content is opaque here (`Publish.message`, `Deliver.message`): the
+bytes its owner's store encodes, so this module is not a second AMQP codec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+#: record kinds (the byte after the length)
+PUBLISH = 1  # a routed message for queues the peer owns
+CONFIRM = 2  # the peer took these publishes (durably, if they were persistent)
+NACK = 3  # the peer could not take these publishes
+ACK = 4  # a consumer's acks of deliveries, to the worker that owns the queue
+REJECT = 5  # a consumer's rejects or nacks (flag REQUEUE: put them back)
+CREDIT = 6  # more deliveries a consumer may take
+DELIVER = 7  # a message for a consumer whose connection the peer serves
+META = 8  # a metadata change, applied by every worker in the order sent
+META_APPLIED = 9  # the peer applied metadata changes up to this sequence number
+
+KIND_NAMES = {
+    PUBLISH: "publish",
+    CONFIRM: "confirm",
+    NACK: "nack",
+    ACK: "ack",
+    REJECT: "reject",
+    CREDIT: "credit",
+    DELIVER: "deliver",
+    META: "meta",
+    META_APPLIED: "meta-applied",
+}
+
+#: REJECT flag: requeue the messages; DELIVER flag: the message was delivered before
+REQUEUE = 1
+REDELIVERED = 1
+
+#: the largest payload a record may have: RabbitMQ's largest message (512 MiB) and room
+#: for its routing; a longer length is a broken stream, not a record
+MAX_PAYLOAD = (512 << 20) + (1 << 20)
+
+HEADER = struct.Struct(">IB")  # payload length, kind
+_PUB = struct.Struct(">QB")  # sequence number, vhost length
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_SETTLE = struct.Struct(">QBI")  # ref, flags, number of runs
+_RUN = struct.Struct(">QI")  # first id, count
+_CREDIT = struct.Struct(">QI")  # ref, credit
+_DELIVER = struct.Struct(">QQB")  # ref, delivery id, flags
+_SEQ = struct.Struct(">Q")
+
+
+class LinkError(Exception):
+    """The byte stream is not a sequence of records: the peer is broken, or not a
+    worker link. The link cannot resynchronise and must be closed."""
+
+
+class Publish:
+    """A routed message: the queues of `vhost` on the receiving worker that get it.
+
+    `seq` numbers the sender's publishes on this link; the receiver confirms or nacks
+    by it (0: the publisher wants no confirm)."""
+
+    __slots__ = ("seq", "vhost", "queues", "message")
+    kind = PUBLISH
+
+    def __init__(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
+        self.seq = seq
+        self.vhost = vhost
+        self.queues = tuple(queues)
+        self.message = message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Publish) and (
+            self.seq,
+            self.vhost,
+            self.queues,
+            self.message,
+        ) == (other.seq, other.vhost, other.queues, other.message)
+
+    def __repr__(self) -> str:
+        return f"Publish({self.seq}, {self.vhost!r}, {self.queues!r}, {len(self.message)} B)"
+
+
+class Settle:
+    """Ids settled together: CONFIRM and NACK (publish sequence numbers, `ref` 0),
+    ACK and REJECT (delivery ids of the consumer `ref`).
+
+    Ids are kept as runs (first, count): a confirm of a thousand consecutive
+    publishes, or a multiple ack, is one run."""
+
+    __slots__ = ("kind", "ref", "flags", "runs")
+
+    def __init__(
+        self, kind: int, ref: int, runs: Sequence[tuple[int, int]], flags: int = 0
+    ) -> None:
+        if kind not in (CONFIRM, NACK, ACK, REJECT):
+            raise ValueError(f"not a settlement kind: {kind}")
+        self.kind = kind
+        self.ref = ref
+        self.flags = flags
+        self.runs = list(runs)
+
+    @classmethod
+    def of(cls, kind: int, ref: int, ids: Iterable[int], flags: int = 0) -> Settle:
+        """The settlement of `ids`, in the order given, as runs of consecutive ids."""
+        runs: list[tuple[int, int]] = []
+        first = last = -2
+        for i in ids:
+            if i == last + 1:
+                last = i
+                continue
+            if first >= 0:
+                runs.append((first, last - first + 1))
+            first = last = i
+        if first >= 0:
+            runs.append((first, last - first + 1))
+        return cls(kind, ref, runs, flags)
+
+    def ids(self) -> Iterator[int]:
+        for first, count in self.runs:
+            yield from range(first, first + count)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settle) and (self.kind, self.ref, self.flags, self.runs) == (
+            other.kind,
+            other.ref,
+            other.flags,
+            other.runs,
+        )
+
+    def __repr__(self) -> str:
+        return f"Settle({KIND_NAMES[self.kind]}, ref={self.ref}, runs={self.runs})"
+
+
+class Credit:
+    """`credit` more deliveries for the consumer `ref`."""
+
+    __slots__ = ("ref", "credit")
+    kind = CREDIT
+
+    def __init__(self, ref: int, credit: int) -> None:
+        self.ref = ref
+        self.credit = credit
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Credit) and (self.ref, self.credit) == (other.ref, other.credit)
+
+    def __repr__(self) -> str:
+        return f"Credit({self.ref}, {self.credit})"
+
+
+class Deliver:
+    """A message for the consumer `ref`, whose connection the receiving worker serves;
+    it acks or rejects `delivery` with a `Settle` on the way back."""
+
+    __slots__ = ("ref", "delivery", "flags", "message")
+    kind = DELIVER
+
+    def __init__(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
+        self.ref = ref
+        self.delivery = delivery
+        self.flags = flags
+        self.message = message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Deliver) and (
+            self.ref,
+            self.delivery,
+            self.flags,
+            self.message,
+        ) == (other.ref, other.delivery, other.flags, other.message)
+
+    def __repr__(self) -> str:
+        return f"Deliver({self.ref}, {self.delivery}, {self.flags}, {len(self.message)} B)"
+
+
+class Meta:
+    """A metadata change, opaque here; every worker applies them in `seq` order and
+    answers with `MetaApplied`, so the sender knows when a change holds everywhere
+    (a `queue.declare-ok` waits for that)."""
+
+    __slots__ = ("seq", "change")
+    kind = META
+
+    def __init__(self, seq: int, change: bytes) -> None:
+        self.seq = seq
+        self.change = change
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Meta) and (self.seq, self.change) == (other.seq, other.change)
+
+    def __repr__(self) -> str:
+        return f"Meta({self.seq}, {len(self.change)} B)"
+
+
+class MetaApplied:
+    """Every metadata change up to `seq` is applied on the sending worker."""
+
+    __slots__ = ("seq",)
+    kind = META_APPLIED
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetaApplied) and self.seq == other.seq
+
+    def __repr__(self) -> str:
+        return f"MetaApplied({self.seq})"
+
+
+Record = Publish | Settle | Credit | Deliver | Meta | MetaApplied
+
+
+def _short(text: str, what: str) -> bytes:
+    data = text.encode()
+    if len(data) > 255:
+        raise ValueError(f"{what} longer than 255 bytes: {text[:40]!r}...")
+    return data
+
+
+class LinkWriter:
+    """Records queued as byte chunks until `data_to_send` joins them into one write.
+
+    `pending` is the bytes queued, for the owner's back-pressure accounting."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self.pending = 0
+        self.records = 0
+
+    def _add(self, kind: int, *parts: bytes) -> None:
+        size = sum(len(p) for p in parts)
+        if size > MAX_PAYLOAD:
+            raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+        self._chunks.append(HEADER.pack(size, kind))
+        self._chunks.extend(parts)
+        self.pending += HEADER.size + size
+        self.records += 1
+
+    def publish(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
+        """Queue a PUBLISH record (the hot path: no record object is made)."""
+        names = [_short(q, "queue name") for q in queues]
+        v = _short(vhost, "vhost name")
+        head = b"".join(
+            [_PUB.pack(seq, len(v)), v, _U16.pack(len(names))]
+            + [_U8.pack(len(n)) + n for n in names]
+        )
+        self._add(PUBLISH, head, message)
+
+    def settle(self, kind: int, ref: int, runs: Sequence[tuple[int, int]], flags: int = 0) -> None:
+        self.add(Settle(kind, ref, runs, flags))
+
+    def add(self, record: Record) -> None:
+        """Queue any record."""
+        if isinstance(record, Publish):
+            self.publish(record.seq, record.vhost, record.queues, record.message)
+        elif isinstance(record, Settle):
+            body = [_SETTLE.pack(record.ref, record.flags, len(record.runs))]
+            body.extend(_RUN.pack(first, count) for first, count in record.runs)
+            self._add(record.kind, b"".join(body))
+        elif isinstance(record, Credit):
+            self._add(CREDIT, _CREDIT.pack(record.ref, record.credit))
+        elif isinstance(record, Deliver):
+            head = _DELIVER.pack(record.ref, record.delivery, record.flags)
+            self._add(DELIVER, head, record.message)
+        elif isinstance(record, Meta):
+            self._add(META, _SEQ.pack(record.seq), record.change)
+        elif isinstance(record, MetaApplied):
+            self._add(META_APPLIED, _SEQ.pack(record.seq))
+        else:
+            raise TypeError(f"not a link record: {record!r}")
+
+    def data_to_send(self) -> bytes:
+        """Everything queued, as one bytes object; the writer is empty after."""
+        if not self._chunks:
+            return b""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self.pending = 0
+        return data
+
+
+def _decode(kind: int, p: memoryview) -> Record:
+    try:
+        if kind == PUBLISH:
+            seq, vlen = _PUB.unpack_from(p, 0)
+            pos = _PUB.size
+            vhost = str(p[pos : pos + vlen], "utf-8")
+            pos += vlen
+            (n,) = _U16.unpack_from(p, pos)
+            pos += 2
+            queues = []
+            for _ in range(n):
+                qlen = p[pos]
+                queues.append(str(p[pos + 1 : pos + 1 + qlen], "utf-8"))
+                pos += 1 + qlen
+            if pos > len(p):
+                raise LinkError("publish record shorter than its queue names")
+            return Publish(seq, vhost, queues, bytes(p[pos:]))
+        if kind in (CONFIRM, NACK, ACK, REJECT):
+            ref, flags, nruns = _SETTLE.unpack_from(p, 0)
+            if len(p) != _SETTLE.size + nruns * _RUN.size:
+                raise LinkError(f"{KIND_NAMES[kind]} record of {len(p)} bytes for {nruns} runs")
+            runs = [_RUN.unpack_from(p, _SETTLE.size + i * _RUN.size) for i in range(nruns)]
+            return Settle(kind, ref, runs, flags)
+        if kind == CREDIT:
+            return Credit(*_CREDIT.unpack(p))
+        if kind == DELIVER:
+            ref, delivery, flags = _DELIVER.unpack_from(p, 0)
+            return Deliver(ref, delivery, flags, bytes(p[_DELIVER.size :]))
+        if kind == META:
+            return Meta(_SEQ.unpack_from(p, 0)[0], bytes(p[_SEQ.size :]))
+        if kind == META_APPLIED:
+            return MetaApplied(*_SEQ.unpack(p))
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise LinkError(f"malformed {KIND_NAMES[kind]} record: {exc}") from exc
+    raise LinkError(f"unknown record kind {kind}")
+
+
+class LinkReader:
+    """Bytes in, records out; a record cut between reads waits for its rest."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.records = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Record]:
+        """The whole records `data` completes, in order. Raises `LinkError` for bytes
+        that are not records (the stream is then unusable)."""
+        buf = self._buffer
+        buf += data
+        out: list[Record] = []
+        pos = 0
+        end = len(buf)
+        view = memoryview(buf)
+        try:
+            while end - pos >= HEADER.size:
+                size, kind = HEADER.unpack_from(buf, pos)
+                if size > MAX_PAYLOAD:
+                    raise LinkError(f"record length {size} is over {MAX_PAYLOAD}")
+                if kind not in KIND_NAMES:
+                    raise LinkError(f"unknown record kind {kind}")
+                start = pos + HEADER.size
+                if end - start < size:
+                    break
+                out.append(_decode(kind, view[start : start + size]))
+                pos = start + size
+        finally:
+            view.release()
+        if pos:
+            del buf[:pos]
+        self.records += len(out)
+        return out
+
+
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected AF_UNIX stream pair: one end for each worker of a pair (made before
+    the workers start, each keeping its end)."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+OnRecords = Callable[[list[Record]], None]
+
+#: bytes waiting for the peer above which the sender is paused; 1 MiB is a few hundred
+#: batches of small publishes, and about what the kernel buffers for the socket itself
+DEFAULT_HIGH_WATER = 1 << 20
+#: queued bytes that are written at once rather than at the turn's end: a batch is a
+#: loop turn's records, up to this much
+DEFAULT_BATCH_LIMIT = 256 << 10
+
+
+class Link(asyncio.Protocol):
+    """One worker's end of a link, in its event loop.
+
+    `send` (and `publish`) queue a record and arrange one flush at the next loop
+    turn: what a turn queues leaves in one write (or one per `batch_limit` bytes,
+    for a sender that queues more in one turn). Received records go to
+    `on_records`, a list per read, in the order sent.
+
+    Back-pressure: while more than `high_water` bytes wait for the peer (in this
+    transport's buffer, the kernel's being full), `writable` is False, `drain()`
+    waits, and `on_writable(False)` tells the owner, which stops reading its clients
+    as the broker does for a queue backlog; `on_writable(True)` when the waiting
+    bytes fall to a quarter of it. The owner that keeps sending while paused keeps
+    what it sends in memory: pausing is the owner's to honour."""
+
+    def __init__(
+        self,
+        on_records: OnRecords,
+        *,
+        high_water: int = DEFAULT_HIGH_WATER,
+        batch_limit: int = DEFAULT_BATCH_LIMIT,
+        on_writable: Callable[[bool], None] | None = None,
+        on_lost: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        self.on_records = on_records
+        self.batch_limit = batch_limit
+        self.on_writable = on_writable
+        self.on_lost = on_lost
+        self.high_water = high_water
+        self.writer = LinkWriter()
+        self.reader = LinkReader()
+        self.transport: asyncio.Transport | None = None
+        self.writable = True
+        self.closed = False
+        self.error: BaseException | None = None  # what broke the stream, if it broke
+        self.writes = 0  # flushes that wrote something: records sent / writes = batching
+        self.pauses = 0  # times the sender was paused
+        self._flush_scheduled = False
+        self._drain: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._loop = asyncio.get_running_loop()
+        transport.set_write_buffer_limits(high=self.high_water, low=self.high_water // 4)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            records = self.reader.feed(data)
+        except LinkError as exc:
+            self._fail(exc)
+            return
+        if records:
+            self.on_records(records)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too: a link is only useful both ways
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        exc = exc or self.error  # a broken stream is why the link closed
+        self._wake(exc or ConnectionResetError("worker link closed"))
+        if self.on_lost is not None:
+            self.on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+        self.pauses += 1
+        if self.on_writable is not None:
+            self.on_writable(False)
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self._wake(None)
+        if self.on_writable is not None:
+            self.on_writable(True)
+
+    # sending
+
+    def send(self, record: Record) -> None:
+        """Queue `record`; it leaves with the rest of this loop turn's records.
+        Raises ConnectionResetError once the link is closed (nothing would take it)."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.add(record)
+        self._schedule()
+
+    def publish(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
+        """Queue a PUBLISH without making a `Publish` object."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.publish(seq, vhost, queues, message)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self.writer.pending >= self.batch_limit:
+            # A sender that queues a batch this large in one turn gets it written now,
+            # so the transport (and its pause_writing) sees it: a loop that only checks
+            # `writable` never lets the turn end.
+            self.flush()
+            return
+        if not self._flush_scheduled and not self.closed:
+            self._flush_scheduled = True
+            assert self._loop is not None, "link not connected"
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what is queued now (a loop turn's end does it anyway)."""
+        self._flush_scheduled = False
+        data = self.writer.data_to_send()
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+            self.writes += 1
+
+    @property
+    def buffered(self) -> int:
+        """Bytes this side holds for the peer: queued records and the transport's
+        unsent buffer."""
+        size = self.writer.pending
+        if self.transport is not None and not self.closed:
+            size += self.transport.get_write_buffer_size()
+        return size
+
+    async def drain(self) -> None:
+        """Return once the sender may go on (at once unless paused); raises if the link
+        is lost meanwhile."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        if self.writable:
+            return
+        if self._drain is None:
+            assert self._loop is not None
+            self._drain = self._loop.create_future()
+        await asyncio.shield(self._drain)
+
+    def _wake(self, exc: BaseException | None) -> None:
+        waiter, self._drain = self._drain, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+                waiter.exception()  # retrieved: a drain nobody awaits is no error
+
+    # receiving
+
+    def pause_reading(self) -> None:
+        """Stop taking records (the kernel's buffer then fills and pauses the peer)."""
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Send what is queued, then close."""
+        if self.transport is not None and not self.closed:
+            self.flush()
+            self.transport.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        if self.transport is not None:
+            self.transport.abort()
+        self.closed = True
+        self._wake(exc)
+
+
+async def open_link(
+    sock: socket.socket,
+    on_records: OnRecords,
+    *,
+    high_water: int = DEFAULT_HIGH_WATER,
+    batch_limit: int = DEFAULT_BATCH_LIMIT,
+    on_writable: Callable[[bool], None] | None = None,
+    on_lost: Callable[[BaseException | None], None] | None = None,
+) -> Link:
+    """A `Link` over `sock` (one end of `socket_pair()`) in the running loop."""
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+    _, link = await loop.create_unix_connection(
+        lambda: Link(
+            on_records,
+            high_water=high_water,
+            batch_limit=batch_limit,
+            on_writable=on_writable,
+            on_lost=on_lost,
+        ),
+        sock=sock,
+    )
+    return link

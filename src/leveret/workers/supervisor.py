@@ -1,0 +1,288 @@
+"""Worker processes under one supervisor: start N, restart one that dies, stop all.
+
+The broker split into workers is one broker to its users: a worker that crashes is
+restarted (its queues are unreachable meanwhile), and a stop of the supervisor stops
+every worker the way `leveret server` stops (each closes its connections with
+320 CONNECTION_FORCED on SIGTERM, which is the worker's part). What this module does:
+
+- start worker `i` as its own process, `command(i)` (a fresh interpreter: a worker
+  does not inherit the supervisor's event loop or threads), with
+  `LEVERET_WORKER_INDEX=i` in its environment;
+- restart a worker that exits while the supervisor runs, after a backoff that
+  doubles with each quick death (`backoff` up to `max_backoff`; a worker that ran
+  `stable_after` seconds starts again from `backoff`);
+- give up when more than `max_restarts` restarts, of all workers together, fall
+  within `restart_window` seconds, as an Erlang supervisor's restart intensity does:
+  a worker that cannot stay up is a broken broker, and looping hides it. It then
+  stops the others and `run()` returns 1;
+- on `stop()` (SIGTERM or SIGINT from `main`), send SIGTERM to every worker, wait
+  `stop_timeout` seconds for them, SIGKILL what is left; `run()` returns 0;
+- keep each worker's pid, state, restarts and last exit status (`status()`), and
+  write them as JSON to `status_file` at every change, for operators and tests;
+- give worker `i` the descriptors `pass_fds(i)`, which the supervisor keeps open: a
+  listening socket of an `SO_REUSEPORT` group made here outlives the worker that
+  accepts on it, so connections that reach it while that worker is down wait in its
+  queue for the next one instead of being reset.
+
+`python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
+`{index}` in COMMAND replaced by each worker's index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger("leveret.workers")
+
+Command = Callable[[int], Sequence[str]]
+
+
+@dataclass
+class WorkerStatus:
+    """One worker as the supervisor knows it. `state`: starting, running, restarting
+    (waiting for its backoff), stopped, failed (could not start, or given up).
+    `last_exit` is the last exit status (negative: killed by that signal)."""
+
+    index: int
+    pid: int | None = None
+    state: str = "starting"
+    restarts: int = 0
+    last_exit: int | None = None
+    started_at: float | None = None
+
+
+class Supervisor:
+    """Runs `count` workers made by `command` until `stop()` or too many restarts."""
+
+    def __init__(
+        self,
+        count: int,
+        command: Command,
+        *,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        stable_after: float = 10.0,
+        max_restarts: int = 10,
+        restart_window: float = 60.0,
+        stop_timeout: float = 10.0,
+        status_file: str | None = None,
+        env: dict[str, str] | None = None,
+        pass_fds: Callable[[int], Sequence[int]] | None = None,
+    ) -> None:
+        if count < 1:
+            raise ValueError("a supervisor needs at least one worker")
+        self.count = count
+        self.command = command
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.stable_after = stable_after
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        self.stop_timeout = stop_timeout
+        self.status_file = status_file
+        self.env = dict(os.environ if env is None else env)
+        self.pass_fds = pass_fds
+        self.workers = [WorkerStatus(i) for i in range(count)]
+        self.state = "starting"  # running, stopping, stopped, failed
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._restarts: deque[float] = deque()  # monotonic times of recent restarts
+        self._stopping = False
+        self._stop: asyncio.Event | None = None
+        self.exit_code = 0
+
+    def status(self) -> list[WorkerStatus]:
+        """Each worker's pid and state, by index."""
+        return list(self.workers)
+
+    def stop(self) -> None:
+        """Stop every worker and make `run()` return 0 (callable from a signal handler
+        installed with `loop.add_signal_handler`)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(self) -> int:
+        """Start the workers, keep them up, and return 0 after `stop()`, or 1 when a
+        worker died too often (the others are stopped first)."""
+        self._stop = asyncio.Event()
+        self.state = "running"
+        tasks = [asyncio.create_task(self._keep(i)) for i in range(self.count)]
+        self._write_status()
+        await self._stop.wait()
+        self._stopping = True
+        self.state = "stopping"
+        self._write_status()
+        for proc in list(self._procs.values()):
+            _signal(proc, signal.SIGTERM)
+        done, pending = await asyncio.wait(tasks, timeout=self.stop_timeout)
+        if pending:
+            for index, proc in list(self._procs.items()):
+                log.warning("worker %d (pid %d) did not stop in time: killed", index, proc.pid)
+                _signal(proc, signal.SIGKILL)
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("worker task failed", exc_info=task.exception())
+        self.state = "failed" if self.exit_code else "stopped"
+        self._write_status()
+        return self.exit_code
+
+    async def _keep(self, index: int) -> None:
+        """Worker `index`'s lifetime: start, wait, restart, until the supervisor stops."""
+        worker = self.workers[index]
+        quick_deaths = 0
+        assert self._stop is not None
+        while not self._stop.is_set():
+            worker.state = "starting"
+            started = time.monotonic()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self.command(index),
+                    env={**self.env, "LEVERET_WORKER_INDEX": str(index)},
+                    pass_fds=tuple(self.pass_fds(index)) if self.pass_fds else (),
+                )
+            except OSError as exc:
+                log.error("worker %d could not start: %s", index, exc)
+                worker.pid = None
+                worker.last_exit = None
+                rc: int | None = None
+            else:
+                self._procs[index] = proc
+                worker.pid = proc.pid
+                worker.started_at = time.time()
+                worker.state = "running"
+                log.info("worker %d started, pid %d", index, proc.pid)
+                if self._stopping:  # stop() came while it was starting
+                    _signal(proc, signal.SIGTERM)
+                self._write_status()
+                rc = await proc.wait()
+                del self._procs[index]
+                worker.last_exit = rc
+            if self._stop.is_set():
+                worker.state = "stopped"
+                log.info("worker %d stopped (%s)", index, _describe(rc))
+                self._write_status()
+                return
+            # An unrequested exit: restart, unless workers die too often.
+            now = time.monotonic()
+            self._restarts.append(now)
+            while self._restarts and self._restarts[0] < now - self.restart_window:
+                self._restarts.popleft()
+            if len(self._restarts) > self.max_restarts:
+                worker.state = "failed"
+                log.error(
+                    "worker %d exited (%s): more than %d restarts in %g s, stopping all",
+                    index,
+                    _describe(rc),
+                    self.max_restarts,
+                    self.restart_window,
+                )
+                self.exit_code = 1
+                self._write_status()
+                self.stop()
+                return
+            quick_deaths = 0 if now - started >= self.stable_after else quick_deaths + 1
+            delay = min(self.backoff * 2 ** max(quick_deaths - 1, 0), self.max_backoff)
+            worker.state = "restarting"
+            worker.restarts += 1
+            log.warning(
+                "worker %d exited (%s), restart %d in %.2f s",
+                index,
+                _describe(rc),
+                worker.restarts,
+                delay,
+            )
+            self._write_status()
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+            except TimeoutError:
+                pass
+        worker.state = "stopped"
+        self._write_status()
+
+    def _write_status(self) -> None:
+        if not self.status_file:
+            return
+        doc = {
+            "pid": os.getpid(),
+            "state": self.state,
+            "workers": [asdict(w) for w in self.workers],
+        }
+        tmp = f"{self.status_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self.status_file)  # readers never see half a file
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except ProcessLookupError:
+        pass  # it exited already; its wait() reports how
+
+
+def _describe(rc: int | None) -> str:
+    if rc is None:
+        return "not started"
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit status {rc}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leveret.workers.supervisor",
+        description="Run worker processes under a supervisor: restart one that dies, "
+        "stop all on SIGTERM. {index} in the command is each worker's index.",
+    )
+    parser.add_argument("--workers", type=int, required=True, help="how many workers")
+    parser.add_argument("--status-file", help="JSON of every worker's pid and state")
+    parser.add_argument("--backoff", type=float, default=0.1, help="first restart delay, s")
+    parser.add_argument("--max-backoff", type=float, default=5.0, help="longest delay, s")
+    parser.add_argument("--max-restarts", type=int, default=10, help="restarts allowed ...")
+    parser.add_argument("--restart-window", type=float, default=60.0, help="... in this many s")
+    parser.add_argument("--stop-timeout", type=float, default=10.0, help="SIGKILL after, s")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("a worker command is needed after --")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sup = Supervisor(
+        args.workers,
+        lambda i: [part.replace("{index}", str(i)) for part in command],
+        backoff=args.backoff,
+        max_backoff=args.max_backoff,
+        max_restarts=args.max_restarts,
+        restart_window=args.restart_window,
+        stop_timeout=args.stop_timeout,
+        status_file=args.status_file,
+    )
+
+    async def supervise() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, sup.stop)
+        return await sup.run()
+
+    return asyncio.run(supervise())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
