@@ -200,6 +200,42 @@ def test_publish_subscribe_qos0_and_qos1_with_wildcards(broker) -> None:
         assert (second.topic, second.payload, second.qos) == ("z/y/x", b"two", 0)
 
 
+def test_leading_wildcards_do_not_match_dollar_topics(broker) -> None:
+    """MQTT 4.7.2: `#` and `+/...` never match a topic that starts with `$`; `$SYS/#`
+    does. The exchange's bindings match it all the same (RabbitMQ 3.10 delivers it):
+    the subscriber's connection drops what only a leading wildcard matched, from MQTT
+    and AMQP publishers alike, and the queues are left empty."""
+    with RawMQTT(broker.mqtt_port) as sub, RawMQTT(broker.mqtt_port) as pub:
+        sub.connect("dollar-sub")
+        subscriptions = [p.Subscription("#", 1), p.Subscription("+/B", 0)]
+        sub.send(p.Subscribe(1, [*subscriptions, p.Subscription("$SYS/#", 0)]))
+        assert sub.recv() == p.Suback(1, [1, 0, 0])
+        pub.connect("dollar-pub")
+        pub.send(p.Publish("$TopicA/B", b"", 1, packet_id=1))  # `#` and `+/B` only
+        assert pub.recv() == p.PubAck(p.PUBACK, 1)
+        pub.send(p.Publish("$SYS/up", b"sys", 0))  # `$SYS/#` (and `#`: not that one)
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        conn.channel().basic_publish("amq.topic", "$TopicA.B", b"from amqp")
+        conn.close()
+        # Last, on both queues: each queue is in order, so what came before is settled.
+        pub.send(p.Publish("end/B", b"end", 0))
+        got = drain(sub, 3)
+        assert sorted((m.topic, m.payload) for m in got) == [
+            ("$SYS/up", b"sys"),
+            ("end/B", b"end"),
+            ("end/B", b"end"),
+        ]
+        with pytest.raises(TimeoutError):
+            sub.recv(0.3)
+
+        def left() -> list[tuple[int, int]]:
+            vhost = broker.server.broker.vhosts["/"]
+            queues = [vhost.queues[name] for name in queue_names("dollar-sub")]
+            return [(q.message_count, q.unacked) for q in queues]
+
+        assert broker.call(left) == [(0, 0), (0, 0)]
+
+
 def test_qos2_subscription_is_granted_qos1_and_a_qos2_publish_gets_puback(broker) -> None:
     """RabbitMQ 3.10: QoS 2 subscriptions are downgraded, a QoS 2 PUBLISH is taken as
     QoS 1 and answered with PUBACK (checked on the reference)."""

@@ -371,6 +371,59 @@ def test_session_expiry(broker) -> None:
     )
 
 
+def test_session_expiry_given_again_replaces_the_queues(broker) -> None:
+    """A new Session Expiry Interval, at DISCONNECT or at the CONNECT that resumes the
+    session, becomes the session queue's x-expires (as RabbitMQ 3.13): the session
+    lives as long as the client last asked."""
+    name = queue_names("sei")[1]
+
+    def arguments():
+        def look():
+            queue = broker.server.broker.vhosts["/"].queues.get(name)
+            return None if queue is None else dict(queue.arguments)
+
+        return broker.call(look)
+
+    c, _ = v5(broker, "sei", properties={"session_expiry_interval": 1})
+    with c:
+        c.send(p.Subscribe(1, [p.Subscription("sei", 1)]))
+        c.recv()
+        assert arguments() == {"x-expires": 1000}
+        c.send(p.Disconnect(0, {"session_expiry_interval": 30}))
+        assert c.closed()
+    assert arguments() == {"x-expires": 30000}
+    time.sleep(1.5)  # past the interval the CONNECT gave
+    c, ack = v5(broker, "sei", clean=False, properties={"session_expiry_interval": 20})
+    with c:
+        assert ack.session_present
+        assert arguments() == {"x-expires": 20000}
+        c.send(p.Disconnect(0, {"session_expiry_interval": 0}))
+        assert c.closed()
+    assert wait_gone(arguments)
+
+
+def test_session_expiry_given_at_disconnect_is_stored(tmp_path) -> None:
+    data = str(tmp_path / "data")
+    with embedded_broker(persistence=True, data_dir=data, mqtt_port=0) as b:
+        c = RawMQTT(b.mqtt_port, V5)
+        with c:
+            c.connect("sei-kept", properties={"session_expiry_interval": 5})
+            c.send(p.Subscribe(1, [p.Subscription("sei-kept", 1)]))
+            c.recv()
+            c.send(p.Disconnect(0, {"session_expiry_interval": 3600}))
+            assert c.closed()
+    with embedded_broker(persistence=True, data_dir=data, mqtt_port=0) as b:
+        queue = b.call(lambda: b.server.broker.vhosts["/"].queues[queue_names("sei-kept")[1]])
+        assert queue.arguments == {"x-expires": 3_600_000}
+
+
+def wait_gone(look, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while look() is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return look() is None
+
+
 def test_will_delay_and_its_cancellation(broker) -> None:
     watcher, _ = v5(broker, "wd-watch")
     with watcher:

@@ -427,6 +427,16 @@ class VirtualHost:
         policy_wins = cls.policy_wins if cls is not None else ()
         return effective_queue_arguments(arguments, policy, operator, policy_wins)
 
+    def update_queue_arguments(self, queue: Queue, arguments: dict[str, Any]) -> None:
+        """Replace a queue's declared arguments in place (the MQTT plugin sets a session
+        queue's x-expires anew when the client changes its session expiry): they take
+        effect at once, merged with the policies, and are stored with the queue."""
+        queue.arguments = arguments
+        merged = self.effective_arguments(queue.name, arguments)
+        queue.apply_policy(merged, parse_queue_arguments(merged, queue.describe()))
+        if queue.stores_messages:
+            self.hooks.queue_declared(queue)
+
     def apply_policies(self) -> None:
         """Policies changed: every queue and exchange takes its new settings at once."""
         for queue in list(self.queues.values()):

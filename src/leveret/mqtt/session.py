@@ -16,7 +16,9 @@ RabbitMQ's MQTT plugin's:
 - Subscriptions are bindings of the client's queues, `mqtt-subscription-<id>qos0`
   (transient, auto-delete, consumed without acks) and `...qos1` (durable; auto-
   delete for a clean session, else with x-expires), consumed by this connection.
-  QoS 2 is granted as QoS 1.
+  QoS 2 is granted as QoS 1. A message whose topic starts with `$` reaches the client
+  only through a subscription that names that first level (MQTT 4.7.2): the
+  exchange's `#` and `*` bindings match it too, so the delivery drops it.
 - The model sees this object as the consumers' DeliveryChannel (broker/ports.py).
 
 Permissions are checked as RabbitMQ's channel would check the AMQP operations the
@@ -592,6 +594,7 @@ class MQTTConnection:
             return False
         # Resume: consume the QoS 1 queue and take its bindings back as subscriptions.
         self._ensure_queue(1)
+        self._apply_session_expiry()
         for binding in list(existing.bindings):
             if binding.source.name == self.exchange_name:
                 self.subscriptions.setdefault(to_mqtt(binding.routing_key), SubscriptionState(1))
@@ -654,7 +657,24 @@ class MQTTConnection:
             self.session_expiry = min(
                 packet.properties["session_expiry_interval"], self.config.mqtt_max_session_expiry
             )
+            self._apply_session_expiry()
         self.close(send_will=packet.reason_code == pk.RC_DISCONNECT_WITH_WILL)
+
+    def _apply_session_expiry(self) -> None:
+        """MQTT 5: the session's queue expires (x-expires) `session_expiry` seconds after
+        its last connection ends. A resumed session's CONNECT and a DISCONNECT may give
+        a new interval: it replaces the queue's, as RabbitMQ 3.13 does, so the session
+        lives as long as the client last asked. (0 needs no update: the connection's end
+        deletes the queue.)"""
+        if self.version != pk.MQTT_5 or not self.session_expiry:
+            return
+        assert self.vhost is not None and self.client_id is not None
+        queue = self.vhost.queues.get(queue_names(self.client_id)[1])
+        if queue is None or queue.deleted:
+            return
+        ttl = self.session_expiry * 1000
+        if queue.arguments.get("x-expires") != ttl:
+            self.vhost.update_queue_arguments(queue, {**queue.arguments, "x-expires": ttl})
 
     # --- permissions -------------------------------------------------------------------
 
@@ -1016,6 +1036,14 @@ class MQTTConnection:
             if headers.get("x-mqtt-dup") is True:
                 dup = True
         topic = to_mqtt(message.routing_key)
+        if topic[:1] == "$" and not self._subscribed_to_dollar(topic, sub_qos):
+            # Routed by a binding whose filter starts with a wildcard: MQTT never
+            # matches those with a `$` topic (4.7.2), so it is not the client's.
+            if consumer.no_ack:
+                queue.removed(entry)
+            else:
+                queue.settle(entry)
+            return
         props: dict[str, Any] = {}
         retain = False
         if self.version == pk.MQTT_5:
@@ -1037,6 +1065,15 @@ class MQTTConnection:
             consumer.unacked += 1
             self.unacked_count += 1
         self._send_publish(pk.Publish(topic, body, qos, retain, dup, packet_id, props))
+
+    def _subscribed_to_dollar(self, topic: str, qos: int) -> bool:
+        """Whether a subscription on the `qos` queue matches a `$` topic: one whose
+        filter names its first level (`$SYS/#`), since the exchange's bindings also
+        match it with `#` and `+/...` (topics.matches leaves those out)."""
+        return any(
+            sub.qos == qos and matches(topic_filter, topic)
+            for topic_filter, sub in self.subscriptions.items()
+        )
 
     def _send_publish(self, packet: pk.Publish) -> None:
         if self.state == "closed":

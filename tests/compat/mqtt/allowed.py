@@ -23,6 +23,14 @@ ALLOWED: list[Allowed] = [
         "a wildcard subscription gets the retained messages it matches (MQTT 3.3.1.3)",
     ),
     Allowed(
+        "dollar-topic-wildcard",
+        "value",
+        "observed.messages",
+        "differences.md#mqtt-dollar-topics",
+        "a filter starting with a wildcard does not match a topic starting with $ "
+        "(MQTT 4.7.2); RabbitMQ matches it",
+    ),
+    Allowed(
         "map-amqp-properties-to-qos",
         "value",
         "observed.messages",

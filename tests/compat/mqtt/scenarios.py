@@ -274,6 +274,26 @@ def map_amqp_to_mqtt_wildcards(t: Target) -> dict[str, Any]:
         amqp.close()
 
 
+@scenario("dollar-topic-wildcard")
+def dollar_topic_wildcard(t: Target) -> dict[str, Any]:
+    """Topics starting with $ (MQTT 4.7.2): a filter starting with + and one naming the
+    $ level, for MQTT and AMQP publishes to $ topics and to a plain topic."""
+    sub = t.mqtt(cid("dollar-sub"))
+    pub = t.mqtt(cid("dollar-pub"))
+    amqp = AmqpWatch(t)
+    try:
+        granted = sub.subscribe((f"+/{PREFIX}/+", 0), (f"$D/{PREFIX}/sys/#", 0))
+        pub.publish(f"$D/{PREFIX}/mqtt", b"mqtt", qos=1)
+        amqp.publish(f"$D.{PREFIX}.amqp", b"amqp")
+        pub.publish(f"$D/{PREFIX}/sys/up", b"sys", qos=1)
+        pub.publish(f"d/{PREFIX}/end", b"end", qos=1)
+        return {"granted": granted, "messages": by_topic(wait_for(sub, f"d/{PREFIX}/end"))}
+    finally:
+        sub.disconnect()
+        pub.disconnect()
+        amqp.close()
+
+
 @scenario("map-amqp-properties-to-qos")
 def map_amqp_properties_to_qos(t: Target) -> dict[str, Any]:
     """The QoS an MQTT subscriber (QoS 0 and QoS 1 subscriptions) receives an AMQP
