@@ -43,7 +43,6 @@ import json
 import os
 import resource
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -614,10 +613,18 @@ def run_idle(broker: Broker, count: int, a: argparse.Namespace, net: int) -> Res
     time.sleep(1)
     before = rss_kb(broker.pid)
     procs = [
-        Proc("idle", {
-            "host": "127.0.0.1", "port": broker.port, "count": n, "keepalive": a.keepalive,
-            "tag": f"{net}-{i}", "net": net, "sources": n // 5000 + 1,
-        })  # fmt: skip
+        Proc(
+            "idle",
+            {
+                "host": "127.0.0.1",
+                "port": broker.port,
+                "count": n,
+                "keepalive": a.keepalive,
+                "tag": f"{net}-{i}",
+                "net": net,
+                "sources": n // 5000 + 1,
+            },
+        )  # fmt: skip
         for i, n in enumerate(procs_n)
     ]
     try:
@@ -764,11 +771,15 @@ def main(argv: list[str] | None = None) -> int:
         keys = [scenario] if scenario != "idle" else [f"idle:{n}" for n in a.idle_conns.split(",")]
         for key in keys:
             n = int(key.split(":")[1]) if ":" in key else 0
-            label = LABELS[scenario].format(
-                p=a.publishers, w=a.window, s=a.subscribers, n=f"{n:,}"
-            )
+            label = LABELS[scenario].format(p=a.publishers, w=a.window, s=a.subscribers, n=f"{n:,}")
             lv, rb = outcome((key, "leveret")), outcome((key, "rabbitmq"))
-            pairs = list(zip(rounds.get((key, "leveret"), []), rounds.get((key, "rabbitmq"), []), strict=False))
+            pairs = list(
+                zip(
+                    rounds.get((key, "leveret"), []),
+                    rounds.get((key, "rabbitmq"), []),
+                    strict=False,
+                )
+            )
             spread = ratio_spread(
                 [(Outcome(x.value, x.error), Outcome(y.value, y.error)) for x, y in pairs]
             )
