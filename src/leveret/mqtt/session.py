@@ -64,6 +64,7 @@ from leveret.protocol.constants import NOT_FOUND
 from leveret.protocol.errors import AMQPError, ChannelError
 from leveret.protocol.properties import encode_header
 from leveret.server.authorization import Guard
+from leveret.server.connection_io import _AT_READ_END, OUTPUT_HIGH_WATER, flush_written
 
 if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
@@ -160,9 +161,14 @@ class MQTTConnection:
         self.keepalive = 0
         self.exchange_name = self.config.mqtt_exchange
         self.subscriptions: dict[str, SubscriptionState] = {}
+        # Output queued in this loop turn, written at once (see _write).
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_handle: Any = None  # a call_soon handle, or _AT_READ_END
+        self._transport_paused = False
         self.consumers: list[Consumer | None] = [None, None]  # by QoS
         # The model's DeliveryChannel fields (broker/ports.py).
-        self.deliverable = True
+        self.deliverable = True  # False while the socket or our output backlog is full
         self.global_prefetch = 0
         self.unacked_count = 0
         # Our QoS 1 PUBLISHes awaiting PUBACK: packet id → (queue, entry, consumer), or
@@ -294,6 +300,21 @@ class MQTTConnection:
                 self.transport.resume_reading()
 
     def _process(self, data: bytes) -> None:
+        """Act on one read's packets; then write what they queued for any connection
+        (this one's answers, the deliveries of its publishes to MQTT and AMQP
+        consumers) once each, as an AMQP connection's read does (server/connection_io)."""
+        server = self.server
+        if server.read_output is not None:  # (reads do not nest; this is a guard)
+            self._process_packets(data)
+            return
+        server.read_output = written = []
+        try:
+            self._process_packets(data)
+        finally:
+            server.read_output = None
+            flush_written(written)
+
+    def _process_packets(self, data: bytes) -> None:
         try:
             packets = self.decoder.feed(data)
         except MQTTProtocolError as exc:
@@ -320,11 +341,47 @@ class MQTTConnection:
         data = encode(packet, self.version)
         self.send_oct += len(data)
         self.sent += 1
-        self.transport.write(data)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        """Queue bytes for the socket. Everything queued while a read is handled (of any
+        connection: server.read_output) goes out when that read is done, else at the
+        next loop turn: one write a connection, not one a packet (a system call each)."""
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._flush_handle is None:
+            written = self.server.read_output
+            if written is not None:
+                written.append(self)
+                self._flush_handle = _AT_READ_END
+            else:
+                self._flush_handle = self.loop.call_soon(self._flush)
+        if self._out_bytes > OUTPUT_HIGH_WATER:
+            self.deliverable = False  # until the flush: a queue's dispatch stops here
+
+    def _flush(self) -> None:
+        """Write what is queued (server/connection_io.flush_written calls this too)."""
+        handle = self._flush_handle
+        if handle is not None:
+            handle.cancel()
+            self._flush_handle = None
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        self.transport.write(data)  # (may pause writing: set_writable(False))
+        if not self.deliverable and not self._transport_paused and self.state == "open":
+            self.deliverable = True
+            self._redispatch()
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer filled (False) or drained (True)."""
-        self.deliverable = writable and self.state == "open"
+        self._transport_paused = not writable
+        self.deliverable = (
+            writable and self.state == "open" and self._out_bytes <= OUTPUT_HIGH_WATER
+        )
         if self.deliverable:
             self._redispatch()
 
@@ -361,12 +418,15 @@ class MQTTConnection:
         if self.state == "closed":
             return
         self._teardown(send_will)
+        self._flush()  # what was queued before the close, the close's own answers
         self.transport.close(ws_close)
 
     def connection_lost(self) -> None:
         """The transport is gone (peer close, error, or our close)."""
         if self.state != "closed":
             self._teardown(send_will=True)
+        self._out.clear()  # nowhere to go
+        self._out_bytes = 0
 
     # --- packets -----------------------------------------------------------------
 
@@ -1103,7 +1163,7 @@ class MQTTConnection:
             self._out_aliases[packet.topic] = new_alias
         self.send_oct += len(data)
         self.sent += 1
-        self.transport.write(data)
+        self._write(data)
 
     def _v5_properties(
         self, message: Message, entry: QueueEntry, headers: dict | None, topic: str
