@@ -49,7 +49,14 @@ from leveret.broker.errors import ModelError
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Queue, QueueEntry
 from leveret.mqtt import packets as pk
-from leveret.mqtt.codec import Decoder, MQTTProtocolError, encode, encode_publish
+from leveret.mqtt.codec import (
+    Decoder,
+    MQTTProtocolError,
+    encode,
+    encode_publish,
+    encode_publish_311,
+    encode_topic,
+)
 from leveret.mqtt.retained import Retained
 from leveret.mqtt.topics import (
     SHARED_PREFIX,
@@ -184,6 +191,7 @@ class MQTTConnection:
         self._out_aliases: dict[str, int] = {}  # ours to the client (MQTT 5), by topic
         self._alias_max_out = 0
         self._routing_keys: dict[str, str] = {}  # topic → routing key, recently published
+        self._topics_out: dict[str, bytes] = {}  # routing key → encoded topic, delivered
         self._receive_max = 65_535
         self._client_max_packet = MAX_PACKET_SIZE
         self._last_read = time.monotonic()
@@ -1085,18 +1093,30 @@ class MQTTConnection:
         stats = queue.stats
         if entry.redelivered:
             stats.redeliver += 1
-        headers = message.headers if message.has_headers else None
-        sub_qos = 0 if consumer.no_ack else 1
-        qos = sub_qos
+        v5 = self.version == pk.MQTT_5
+        qos = 0 if consumer.no_ack else 1
         dup = entry.redelivered
-        if headers:
-            published = headers.get("x-mqtt-publish-qos")
+        headers = None
+        if message.has_headers:
+            # A message an MQTT client published (without MQTT 5 properties) has one of
+            # a few headers: its QoS and DUP flag are known without decoding the table.
+            plain = _PLAIN_FLAGS.get(message.header[12:])
+            if plain is None:
+                headers = message.headers
+                published = headers.get("x-mqtt-publish-qos") if headers else None
+                mqtt_dup = headers.get("x-mqtt-dup") is True if headers else False
+            else:
+                published, mqtt_dup = plain
+                if v5:
+                    headers = message.headers
             if isinstance(published, int) and published < qos:
                 qos = published
-            if headers.get("x-mqtt-dup") is True:
+            if mqtt_dup:
                 dup = True
-        topic = to_mqtt(message.routing_key)
-        if topic[:1] == "$" and not self._subscribed_to_dollar(topic, sub_qos):
+        routing_key = message.routing_key
+        if routing_key[:1] == "$" and not self._subscribed_to_dollar(
+            to_mqtt(routing_key), 0 if consumer.no_ack else 1
+        ):
             # Routed by a binding whose filter starts with a wildcard: MQTT never
             # matches those with a `$` topic (4.7.2), so it is not the client's.
             if consumer.no_ack:
@@ -1106,7 +1126,8 @@ class MQTTConnection:
             return
         props: dict[str, Any] = {}
         retain = False
-        if self.version == pk.MQTT_5:
+        if v5:
+            topic = to_mqtt(routing_key)
             props, retain = self._v5_properties(message, entry, headers, topic)
         packet_id = None
         if consumer.no_ack:
@@ -1124,7 +1145,21 @@ class MQTTConnection:
             self.inflight[packet_id] = (queue, entry, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
-        self._send_publish(pk.Publish(topic, body, qos, retain, dup, packet_id, props))
+        if v5:
+            self._send_publish(pk.Publish(topic, body, qos, retain, dup, packet_id, props))
+            return
+        # MQTT 3.1/3.1.1: no properties, aliases or size limit; the topic is encoded once.
+        if self.state == "closed":
+            return
+        encoded = self._topics_out.get(routing_key)
+        if encoded is None:
+            if len(self._topics_out) >= ROUTING_KEY_CACHE:
+                self._topics_out.clear()
+            encoded = self._topics_out[routing_key] = encode_topic(to_mqtt(routing_key))
+        data = encode_publish_311(encoded, body, qos, False, dup, packet_id)
+        self.send_oct += len(data)
+        self.sent += 1
+        self._write(data)
 
     def _subscribed_to_dollar(self, topic: str, qos: int) -> bool:
         """Whether a subscription on the `qos` queue matches a `$` topic: one whose
@@ -1348,9 +1383,6 @@ def _retained_props(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in ("topic_alias", "subscription_identifier")}
 
 
-# Content headers of messages without MQTT 5 properties, by (qos, dup, retain), less
-# the body size: class 60, weight 0, then the size, then these bytes.
-_PLAIN_HEADERS: dict[tuple[int, bool, bool], bytes] = {}
 _CLASS_AND_WEIGHT = b"\x00\x3c\x00\x00"
 
 
@@ -1358,10 +1390,9 @@ def amqp_header(size: int, qos: int, dup: bool, retain: bool, props: dict[str, A
     """The AMQP content header of an MQTT message: RabbitMQ 3.10's headers and delivery
     mode, and MQTT 5's properties as RabbitMQ 3.13 maps them."""
     if not props:
-        key = (qos, dup, retain)
-        tail = _PLAIN_HEADERS.get(key)
+        tail = _PLAIN_HEADERS.get((qos, dup, retain))
         if tail is None:
-            tail = _PLAIN_HEADERS[key] = _encode_amqp_header(0, qos, dup, retain, {})[12:]
+            tail = _encode_amqp_header(0, qos, dup, retain, {})[12:]
         return _CLASS_AND_WEIGHT + size.to_bytes(8, "big") + tail
     return _encode_amqp_header(size, qos, dup, retain, props)
 
@@ -1400,3 +1431,17 @@ def _encode_amqp_header(
     if props.get("payload_format_indicator"):
         headers["x-mqtt-payload-format-indicator"] = 1
     return encode_header(size, cmd.Basic.Properties(headers=headers, **fields))
+
+
+# Content headers of messages without MQTT 5 properties, by (qos, dup, retain), less
+# the body size: class 60, weight 0, then the size, then these bytes.
+_PLAIN_HEADERS: dict[tuple[int, bool, bool], bytes] = {
+    (qos, dup, retain): _encode_amqp_header(0, qos, dup, retain, {})[12:]
+    for qos in (0, 1)
+    for dup in (False, True)
+    for retain in (False, True)
+}
+# ...and back: the published QoS and DUP flag of a message with one of those headers.
+_PLAIN_FLAGS: dict[bytes, tuple[int, bool]] = {
+    tail: (qos, dup) for (qos, dup, _), tail in _PLAIN_HEADERS.items()
+}
