@@ -113,6 +113,9 @@ OWN_HEADERS = frozenset(
 USER_PROPERTY_LIST = "x-mqtt-user-property"
 
 
+_NONE: frozenset[Any] = frozenset()
+
+
 class Transport(Protocol):
     """What a connection needs of its byte stream (mqtt/listener.py, mqtt/ws.py)."""
 
@@ -148,6 +151,66 @@ def queue_names(client_id: str) -> tuple[str, str]:
 
 class MQTTConnection:
     """The protocol state of one client connection; see the module docstring."""
+
+    # Slots: an instance with this many attributes would otherwise carry a dict of its
+    # own (about 1.6 KB; instance dicts share their keys only up to 30 of them), a
+    # third of an idle connection's memory. `__dict__` takes attributes added later.
+    __slots__ = (
+        "listeners",
+        "server",
+        "config",
+        "loop",
+        "transport",
+        "decoder",
+        "version",
+        "state",
+        "client_id",
+        "user",
+        "vhost",
+        "guard",
+        "clean_start",
+        "session_expiry",
+        "will",
+        "keepalive",
+        "exchange_name",
+        "subscriptions",
+        "_out",
+        "_out_bytes",
+        "_flush_handle",
+        "_transport_paused",
+        "consumers",
+        "deliverable",
+        "global_prefetch",
+        "unacked_count",
+        "inflight",
+        "_next_id",
+        "_pubacks",
+        "_topic_aliases",
+        "_out_aliases",
+        "_alias_max_out",
+        "_routing_keys",
+        "_topics_out",
+        "_receive_max",
+        "_client_max_packet",
+        "_last_read",
+        "_keepalive_timer",
+        "_connect_timer",
+        "_flow",
+        "_paused_for",
+        "channels",
+        "client_properties",
+        "_held",
+        "_alarm_timer",
+        "_no_local",
+        "_retain_as_published",
+        "connected_at",
+        "recv_oct",
+        "send_oct",
+        "received",
+        "sent",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(self, listeners: MQTTListeners, transport: Transport) -> None:
         self.listeners = listeners
@@ -185,8 +248,9 @@ class MQTTConnection:
         # moved up to a SUBSCRIBE's own id when that is higher (ids in flight skipped).
         self._next_id = 1
         # The client's QoS 1 PUBLISHes, in order: [packet id, reason code or None while
-        # its queues write it]; PUBACKs go out in this order (MQTT 4.6).
-        self._pubacks: deque[list[Any]] = deque()
+        # its queues write it]; PUBACKs go out in this order (MQTT 4.6). Made by the
+        # first QoS 1 PUBLISH (an empty deque is 600 bytes a connection).
+        self._pubacks: deque[list[Any]] | None = None
         self._topic_aliases: dict[int, str] = {}  # the client's, by alias
         self._out_aliases: dict[str, int] = {}  # ours to the client (MQTT 5), by topic
         self._alias_max_out = 0
@@ -199,10 +263,13 @@ class MQTTConnection:
         self._connect_timer: asyncio.TimerHandle | None = self.loop.call_later(
             self.config.handshake_timeout, self._connect_timeout
         )
-        self._flow: set[Queue] = set()  # queues this publisher waits for
+        # Queues this publisher waits for, and (below) why reading is paused: rarely
+        # anything, so frozensets, replaced when they change (an empty set is 216 bytes
+        # a connection; the empty frozenset is one for all).
+        self._flow: frozenset[Queue] = _NONE
         # Why reading is paused: "flow" (a queue is far behind), "alarm" (a resource
         # alarm blocks publishers), "recovery" (the broker reads its messages back).
-        self._paused_for: set[str] = set()
+        self._paused_for: frozenset[str] = _NONE
         # What code written for AMQP connections reads of any client connection
         # (broker.inventory, the channel limit): an MQTT connection has no channels.
         self.channels: dict[int, Any] = {}
@@ -299,11 +366,11 @@ class MQTTConnection:
     def _pause(self, reason: str) -> None:
         if not self._paused_for:
             self.transport.pause_reading()
-        self._paused_for.add(reason)
+        self._paused_for = self._paused_for | {reason}
 
     def _resume(self, reason: str) -> None:
         if reason in self._paused_for:
-            self._paused_for.discard(reason)
+            self._paused_for = self._paused_for - {reason}
             if not self._paused_for and self.state != "closed":
                 self.transport.resume_reading()
 
@@ -780,6 +847,8 @@ class MQTTConnection:
             qos = 1  # RabbitMQ 3.10 takes a QoS 2 PUBLISH as QoS 1 (answers PUBACK)
         if qos and packet.packet_id is not None:
             entry: list[Any] = [packet.packet_id, None]
+            if self._pubacks is None:
+                self._pubacks = deque()
             self._pubacks.append(entry)
         else:
             entry = []
@@ -909,13 +978,13 @@ class MQTTConnection:
     def _throttle(self, queue: Queue) -> None:
         if queue in self._flow or not hasattr(queue, "throttle"):
             return
-        self._flow.add(queue)
+        self._flow = self._flow | {queue}
         queue.throttle(self)
         self._pause("flow")
 
     def resume_after_flow(self, queue: Queue) -> None:
         """broker/ports.Publisher: `queue` drained."""
-        self._flow.discard(queue)
+        self._flow = self._flow - {queue}
         if not self._flow:
             self._resume("flow")
 
@@ -1314,9 +1383,9 @@ class MQTTConnection:
                 timer.cancel()
         self._connect_timer = self._keepalive_timer = self._alarm_timer = None
         self._held = None
-        for queue in list(self._flow):
+        for queue in self._flow:
             getattr(queue, "throttled", set()).discard(self)
-        self._flow.clear()
+        self._flow = _NONE
         if not was_open:
             return
         client_id = self.client_id
