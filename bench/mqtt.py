@@ -331,9 +331,7 @@ async def worker(role: str, args: dict[str, Any]) -> None:
     say({"ready": True})
     _, t0 = await read_command()
     cpu0 = time.process_time()
-    marks = Marks(float(t0), args["warmup"], args["seconds"])
     if role == "pub":
-        marks.schedule(lambda: 0)
         gate = Gate(counters, list(range(args["slots"])) if fanout else [me], args["backlog"])
         end = float(t0) + args["warmup"] + args["seconds"]
         await asyncio.sleep(max(0.0, float(t0) - time.monotonic()))
@@ -348,6 +346,7 @@ async def worker(role: str, args: dict[str, Any]) -> None:
         say(result)
         await read_command()  # the subscribers have drained
     else:
+        marks = Marks(float(t0), args["warmup"], args["seconds"])
         marks.schedule(lambda: sum(c.received for c in clients))
         _, expected = await read_command()
         want = int(expected)
