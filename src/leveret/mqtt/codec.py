@@ -663,16 +663,45 @@ def encode(packet: Packet, version: int = MQTT_3_1_1) -> bytes:
 
 
 def encode_publish(packet: Publish, version: int = MQTT_3_1_1) -> bytes:
+    if packet.qos and not packet.packet_id:
+        raise ValueError("a QoS 1 or 2 PUBLISH needs a packet id")
+    if version != MQTT_5:
+        return encode_publish_311(
+            encode_topic(packet.topic),
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            packet.dup,
+            packet.packet_id,
+        )
     flags = (8 if packet.dup else 0) | (packet.qos << 1) | (1 if packet.retain else 0)
     parts = [_utf8(packet.topic)]
     if packet.qos:
-        if not packet.packet_id:
-            raise ValueError("a QoS 1 or 2 PUBLISH needs a packet id")
         parts.append(_U16.pack(packet.packet_id))
-    if version == MQTT_5:
-        parts.append(encode_properties(packet.properties))
+    parts.append(encode_properties(packet.properties))
     parts.append(bytes(packet.payload))
     return _frame(PUBLISH, flags, b"".join(parts))
+
+
+def encode_topic(topic: str) -> bytes:
+    """A topic name as a PUBLISH carries it (length, then UTF-8): what
+    `encode_publish_311` takes, so that a sender of one topic many times encodes it once."""
+    return _utf8(topic)
+
+
+def encode_publish_311(
+    topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int | None
+) -> bytes:
+    """An MQTT 3.1/3.1.1 PUBLISH (no properties) from its encoded topic (`encode_topic`):
+    the one packet a broker sends per delivery, so built without a Publish object."""
+    first = 0x30 | (8 if dup else 0) | (qos << 1) | (1 if retain else 0)
+    if qos:
+        length = len(topic) + 2 + len(payload)
+        head = bytes((first, length)) if length < 128 else bytes((first,)) + encode_varint(length)
+        return b"".join((head, topic, packet_id.to_bytes(2, "big"), payload))  # type: ignore[union-attr]
+    length = len(topic) + len(payload)
+    head = bytes((first, length)) if length < 128 else bytes((first,)) + encode_varint(length)
+    return b"".join((head, topic, payload))
 
 
 def _encode_connect(packet: Connect) -> bytes:
@@ -712,5 +741,7 @@ __all__ = [
     "encode",
     "encode_properties",
     "encode_publish",
+    "encode_publish_311",
+    "encode_topic",
     "encode_varint",
 ]

@@ -49,7 +49,14 @@ from leveret.broker.errors import ModelError
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Queue, QueueEntry
 from leveret.mqtt import packets as pk
-from leveret.mqtt.codec import Decoder, MQTTProtocolError, encode, encode_publish
+from leveret.mqtt.codec import (
+    Decoder,
+    MQTTProtocolError,
+    encode,
+    encode_publish,
+    encode_publish_311,
+    encode_topic,
+)
 from leveret.mqtt.retained import Retained
 from leveret.mqtt.topics import (
     SHARED_PREFIX,
@@ -64,6 +71,7 @@ from leveret.protocol.constants import NOT_FOUND
 from leveret.protocol.errors import AMQPError, ChannelError
 from leveret.protocol.properties import encode_header
 from leveret.server.authorization import Guard
+from leveret.server.connection_io import _AT_READ_END, OUTPUT_HIGH_WATER, flush_written
 
 if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
@@ -105,6 +113,9 @@ OWN_HEADERS = frozenset(
 USER_PROPERTY_LIST = "x-mqtt-user-property"
 
 
+_NONE: frozenset[Any] = frozenset()
+
+
 class Transport(Protocol):
     """What a connection needs of its byte stream (mqtt/listener.py, mqtt/ws.py)."""
 
@@ -141,6 +152,66 @@ def queue_names(client_id: str) -> tuple[str, str]:
 class MQTTConnection:
     """The protocol state of one client connection; see the module docstring."""
 
+    # Slots: an instance with this many attributes would otherwise carry a dict of its
+    # own (about 1.6 KB; instance dicts share their keys only up to 30 of them), a
+    # third of an idle connection's memory. `__dict__` takes attributes added later.
+    __slots__ = (
+        "listeners",
+        "server",
+        "config",
+        "loop",
+        "transport",
+        "decoder",
+        "version",
+        "state",
+        "client_id",
+        "user",
+        "vhost",
+        "guard",
+        "clean_start",
+        "session_expiry",
+        "will",
+        "keepalive",
+        "exchange_name",
+        "subscriptions",
+        "_out",
+        "_out_bytes",
+        "_flush_handle",
+        "_transport_paused",
+        "consumers",
+        "deliverable",
+        "global_prefetch",
+        "unacked_count",
+        "inflight",
+        "_next_id",
+        "_pubacks",
+        "_topic_aliases",
+        "_out_aliases",
+        "_alias_max_out",
+        "_routing_keys",
+        "_topics_out",
+        "_receive_max",
+        "_client_max_packet",
+        "_last_read",
+        "_keepalive_timer",
+        "_connect_timer",
+        "_flow",
+        "_paused_for",
+        "channels",
+        "client_properties",
+        "_held",
+        "_alarm_timer",
+        "_no_local",
+        "_retain_as_published",
+        "connected_at",
+        "recv_oct",
+        "send_oct",
+        "received",
+        "sent",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(self, listeners: MQTTListeners, transport: Transport) -> None:
         self.listeners = listeners
         self.server = listeners.server
@@ -160,9 +231,14 @@ class MQTTConnection:
         self.keepalive = 0
         self.exchange_name = self.config.mqtt_exchange
         self.subscriptions: dict[str, SubscriptionState] = {}
+        # Output queued in this loop turn, written at once (see _write).
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_handle: Any = None  # a call_soon handle, or _AT_READ_END
+        self._transport_paused = False
         self.consumers: list[Consumer | None] = [None, None]  # by QoS
         # The model's DeliveryChannel fields (broker/ports.py).
-        self.deliverable = True
+        self.deliverable = True  # False while the socket or our output backlog is full
         self.global_prefetch = 0
         self.unacked_count = 0
         # Our QoS 1 PUBLISHes awaiting PUBACK: packet id → (queue, entry, consumer), or
@@ -172,12 +248,14 @@ class MQTTConnection:
         # moved up to a SUBSCRIBE's own id when that is higher (ids in flight skipped).
         self._next_id = 1
         # The client's QoS 1 PUBLISHes, in order: [packet id, reason code or None while
-        # its queues write it]; PUBACKs go out in this order (MQTT 4.6).
-        self._pubacks: deque[list[Any]] = deque()
+        # its queues write it]; PUBACKs go out in this order (MQTT 4.6). Made by the
+        # first QoS 1 PUBLISH (an empty deque is 600 bytes a connection).
+        self._pubacks: deque[list[Any]] | None = None
         self._topic_aliases: dict[int, str] = {}  # the client's, by alias
         self._out_aliases: dict[str, int] = {}  # ours to the client (MQTT 5), by topic
         self._alias_max_out = 0
         self._routing_keys: dict[str, str] = {}  # topic → routing key, recently published
+        self._topics_out: dict[str, bytes] = {}  # routing key → encoded topic, delivered
         self._receive_max = 65_535
         self._client_max_packet = MAX_PACKET_SIZE
         self._last_read = time.monotonic()
@@ -185,10 +263,13 @@ class MQTTConnection:
         self._connect_timer: asyncio.TimerHandle | None = self.loop.call_later(
             self.config.handshake_timeout, self._connect_timeout
         )
-        self._flow: set[Queue] = set()  # queues this publisher waits for
+        # Queues this publisher waits for, and (below) why reading is paused: rarely
+        # anything, so frozensets, replaced when they change (an empty set is 216 bytes
+        # a connection; the empty frozenset is one for all).
+        self._flow: frozenset[Queue] = _NONE
         # Why reading is paused: "flow" (a queue is far behind), "alarm" (a resource
         # alarm blocks publishers), "recovery" (the broker reads its messages back).
-        self._paused_for: set[str] = set()
+        self._paused_for: frozenset[str] = _NONE
         # What code written for AMQP connections reads of any client connection
         # (broker.inventory, the channel limit): an MQTT connection has no channels.
         self.channels: dict[int, Any] = {}
@@ -285,15 +366,30 @@ class MQTTConnection:
     def _pause(self, reason: str) -> None:
         if not self._paused_for:
             self.transport.pause_reading()
-        self._paused_for.add(reason)
+        self._paused_for = self._paused_for | {reason}
 
     def _resume(self, reason: str) -> None:
         if reason in self._paused_for:
-            self._paused_for.discard(reason)
+            self._paused_for = self._paused_for - {reason}
             if not self._paused_for and self.state != "closed":
                 self.transport.resume_reading()
 
     def _process(self, data: bytes) -> None:
+        """Act on one read's packets; then write what they queued for any connection
+        (this one's answers, the deliveries of its publishes to MQTT and AMQP
+        consumers) once each, as an AMQP connection's read does (server/connection_io)."""
+        server = self.server
+        if server.read_output is not None:  # (reads do not nest; this is a guard)
+            self._process_packets(data)
+            return
+        server.read_output = written = []
+        try:
+            self._process_packets(data)
+        finally:
+            server.read_output = None
+            flush_written(written)
+
+    def _process_packets(self, data: bytes) -> None:
         try:
             packets = self.decoder.feed(data)
         except MQTTProtocolError as exc:
@@ -320,11 +416,47 @@ class MQTTConnection:
         data = encode(packet, self.version)
         self.send_oct += len(data)
         self.sent += 1
-        self.transport.write(data)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        """Queue bytes for the socket. Everything queued while a read is handled (of any
+        connection: server.read_output) goes out when that read is done, else at the
+        next loop turn: one write a connection, not one a packet (a system call each)."""
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._flush_handle is None:
+            written = self.server.read_output
+            if written is not None:
+                written.append(self)
+                self._flush_handle = _AT_READ_END
+            else:
+                self._flush_handle = self.loop.call_soon(self._flush)
+        if self._out_bytes > OUTPUT_HIGH_WATER:
+            self.deliverable = False  # until the flush: a queue's dispatch stops here
+
+    def _flush(self) -> None:
+        """Write what is queued (server/connection_io.flush_written calls this too)."""
+        handle = self._flush_handle
+        if handle is not None:
+            handle.cancel()
+            self._flush_handle = None
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        self.transport.write(data)  # (may pause writing: set_writable(False))
+        if not self.deliverable and not self._transport_paused and self.state == "open":
+            self.deliverable = True
+            self._redispatch()
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer filled (False) or drained (True)."""
-        self.deliverable = writable and self.state == "open"
+        self._transport_paused = not writable
+        self.deliverable = (
+            writable and self.state == "open" and self._out_bytes <= OUTPUT_HIGH_WATER
+        )
         if self.deliverable:
             self._redispatch()
 
@@ -361,12 +493,15 @@ class MQTTConnection:
         if self.state == "closed":
             return
         self._teardown(send_will)
+        self._flush()  # what was queued before the close, the close's own answers
         self.transport.close(ws_close)
 
     def connection_lost(self) -> None:
         """The transport is gone (peer close, error, or our close)."""
         if self.state != "closed":
             self._teardown(send_will=True)
+        self._out.clear()  # nowhere to go
+        self._out_bytes = 0
 
     # --- packets -----------------------------------------------------------------
 
@@ -712,6 +847,8 @@ class MQTTConnection:
             qos = 1  # RabbitMQ 3.10 takes a QoS 2 PUBLISH as QoS 1 (answers PUBACK)
         if qos and packet.packet_id is not None:
             entry: list[Any] = [packet.packet_id, None]
+            if self._pubacks is None:
+                self._pubacks = deque()
             self._pubacks.append(entry)
         else:
             entry = []
@@ -841,13 +978,13 @@ class MQTTConnection:
     def _throttle(self, queue: Queue) -> None:
         if queue in self._flow or not hasattr(queue, "throttle"):
             return
-        self._flow.add(queue)
+        self._flow = self._flow | {queue}
         queue.throttle(self)
         self._pause("flow")
 
     def resume_after_flow(self, queue: Queue) -> None:
         """broker/ports.Publisher: `queue` drained."""
-        self._flow.discard(queue)
+        self._flow = self._flow - {queue}
         if not self._flow:
             self._resume("flow")
 
@@ -1025,18 +1162,30 @@ class MQTTConnection:
         stats = queue.stats
         if entry.redelivered:
             stats.redeliver += 1
-        headers = message.headers if message.has_headers else None
-        sub_qos = 0 if consumer.no_ack else 1
-        qos = sub_qos
+        v5 = self.version == pk.MQTT_5
+        qos = 0 if consumer.no_ack else 1
         dup = entry.redelivered
-        if headers:
-            published = headers.get("x-mqtt-publish-qos")
+        headers = None
+        if message.has_headers:
+            # A message an MQTT client published (without MQTT 5 properties) has one of
+            # a few headers: its QoS and DUP flag are known without decoding the table.
+            plain = _PLAIN_FLAGS.get(message.header[12:])
+            if plain is None:
+                headers = message.headers
+                published = headers.get("x-mqtt-publish-qos") if headers else None
+                mqtt_dup = headers.get("x-mqtt-dup") is True if headers else False
+            else:
+                published, mqtt_dup = plain
+                if v5:
+                    headers = message.headers
             if isinstance(published, int) and published < qos:
                 qos = published
-            if headers.get("x-mqtt-dup") is True:
+            if mqtt_dup:
                 dup = True
-        topic = to_mqtt(message.routing_key)
-        if topic[:1] == "$" and not self._subscribed_to_dollar(topic, sub_qos):
+        routing_key = message.routing_key
+        if routing_key[:1] == "$" and not self._subscribed_to_dollar(
+            to_mqtt(routing_key), 0 if consumer.no_ack else 1
+        ):
             # Routed by a binding whose filter starts with a wildcard: MQTT never
             # matches those with a `$` topic (4.7.2), so it is not the client's.
             if consumer.no_ack:
@@ -1046,7 +1195,8 @@ class MQTTConnection:
             return
         props: dict[str, Any] = {}
         retain = False
-        if self.version == pk.MQTT_5:
+        if v5:
+            topic = to_mqtt(routing_key)
             props, retain = self._v5_properties(message, entry, headers, topic)
         packet_id = None
         if consumer.no_ack:
@@ -1064,7 +1214,21 @@ class MQTTConnection:
             self.inflight[packet_id] = (queue, entry, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
-        self._send_publish(pk.Publish(topic, body, qos, retain, dup, packet_id, props))
+        if v5:
+            self._send_publish(pk.Publish(topic, body, qos, retain, dup, packet_id, props))
+            return
+        # MQTT 3.1/3.1.1: no properties, aliases or size limit; the topic is encoded once.
+        if self.state == "closed":
+            return
+        encoded = self._topics_out.get(routing_key)
+        if encoded is None:
+            if len(self._topics_out) >= ROUTING_KEY_CACHE:
+                self._topics_out.clear()
+            encoded = self._topics_out[routing_key] = encode_topic(to_mqtt(routing_key))
+        data = encode_publish_311(encoded, body, qos, False, dup, packet_id)
+        self.send_oct += len(data)
+        self.sent += 1
+        self._write(data)
 
     def _subscribed_to_dollar(self, topic: str, qos: int) -> bool:
         """Whether a subscription on the `qos` queue matches a `$` topic: one whose
@@ -1103,7 +1267,7 @@ class MQTTConnection:
             self._out_aliases[packet.topic] = new_alias
         self.send_oct += len(data)
         self.sent += 1
-        self.transport.write(data)
+        self._write(data)
 
     def _v5_properties(
         self, message: Message, entry: QueueEntry, headers: dict | None, topic: str
@@ -1219,9 +1383,9 @@ class MQTTConnection:
                 timer.cancel()
         self._connect_timer = self._keepalive_timer = self._alarm_timer = None
         self._held = None
-        for queue in list(self._flow):
+        for queue in self._flow:
             getattr(queue, "throttled", set()).discard(self)
-        self._flow.clear()
+        self._flow = _NONE
         if not was_open:
             return
         client_id = self.client_id
@@ -1288,9 +1452,6 @@ def _retained_props(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in ("topic_alias", "subscription_identifier")}
 
 
-# Content headers of messages without MQTT 5 properties, by (qos, dup, retain), less
-# the body size: class 60, weight 0, then the size, then these bytes.
-_PLAIN_HEADERS: dict[tuple[int, bool, bool], bytes] = {}
 _CLASS_AND_WEIGHT = b"\x00\x3c\x00\x00"
 
 
@@ -1298,10 +1459,9 @@ def amqp_header(size: int, qos: int, dup: bool, retain: bool, props: dict[str, A
     """The AMQP content header of an MQTT message: RabbitMQ 3.10's headers and delivery
     mode, and MQTT 5's properties as RabbitMQ 3.13 maps them."""
     if not props:
-        key = (qos, dup, retain)
-        tail = _PLAIN_HEADERS.get(key)
+        tail = _PLAIN_HEADERS.get((qos, dup, retain))
         if tail is None:
-            tail = _PLAIN_HEADERS[key] = _encode_amqp_header(0, qos, dup, retain, {})[12:]
+            tail = _encode_amqp_header(0, qos, dup, retain, {})[12:]
         return _CLASS_AND_WEIGHT + size.to_bytes(8, "big") + tail
     return _encode_amqp_header(size, qos, dup, retain, props)
 
@@ -1340,3 +1500,17 @@ def _encode_amqp_header(
     if props.get("payload_format_indicator"):
         headers["x-mqtt-payload-format-indicator"] = 1
     return encode_header(size, cmd.Basic.Properties(headers=headers, **fields))
+
+
+# Content headers of messages without MQTT 5 properties, by (qos, dup, retain), less
+# the body size: class 60, weight 0, then the size, then these bytes.
+_PLAIN_HEADERS: dict[tuple[int, bool, bool], bytes] = {
+    (qos, dup, retain): _encode_amqp_header(0, qos, dup, retain, {})[12:]
+    for qos in (0, 1)
+    for dup in (False, True)
+    for retain in (False, True)
+}
+# ...and back: the published QoS and DUP flag of a message with one of those headers.
+_PLAIN_FLAGS: dict[bytes, tuple[int, bool]] = {
+    tail: (qos, dup) for (qos, dup, _), tail in _PLAIN_HEADERS.items()
+}
