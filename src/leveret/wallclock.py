@@ -12,7 +12,7 @@ A test hook jumps this clock for one node (tests/partitions' clock-jump nemesis)
 as the machine's own clock cannot be jumped for one process and libfaketime breaks
 asyncio's sleeps: while `LEVERET_TEST_CLOCK_FILE` names a file, its content (a
 number of seconds, maybe negative or fractional) is added to every reading. The
-file is read again when its modification time or size changes, looked at no more
+file is read again when it changes (inode, modification time or size), looked at no more
 than every 50 ms, so a jump takes effect within 50 ms. Unset (always, outside
 tests), `time` and `time_ns` are `time.time` and `time.time_ns` themselves: the
 hook costs nothing.
@@ -34,7 +34,7 @@ class _OffsetClock:
     def __init__(self, path: str) -> None:
         self.path = path
         self.offset_ns = 0
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._checked = -1.0
 
     def _offset(self) -> int:
@@ -43,7 +43,7 @@ class _OffsetClock:
             self._checked = now
             try:
                 st = os.stat(self.path)
-                stamp = (st.st_mtime_ns, st.st_size)
+                stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             except OSError:
                 stamp = None
             if stamp != self._stamp:
