@@ -39,14 +39,6 @@ def test_short_schedule() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=False,
-    reason="a known bug this test found: a leader that lost its lease stops leading "
-    "before its broker has stopped, and until then the store confirms on the old "
-    "leader's own fsync (no tap); a client that connected to it as it resumed from the "
-    "pause had 692 quorum-queue messages confirmed there and lost (seed 38). The fix "
-    "keeps the stopped tap until the broker has stopped (cluster/node.py _step_down)",
-)
 def test_lossy_link_etcd_quorum_lost_and_clock_jumps() -> None:
     """Seed 38, each fault held 4 leases, under load: one etcd member of three
     killed, then halfway through a second (quorum lost: nobody can be elected or
