@@ -32,6 +32,9 @@ ETCD_PEER = 2380
 # a flag file a node's replication writer checks before each write while the
 # variable names it (src/leveret/cluster/datadir.py): there, writes fail with EIO
 FAULT_ENV = "LEVERET_TEST_EIO_FILE"
+# a file whose content, a number of seconds, a node adds to its wall clock while the
+# variable names it (src/leveret/wallclock.py): the clock-jump nemesis writes it
+CLOCK_ENV = "LEVERET_TEST_CLOCK_FILE"
 
 
 class Proc:
@@ -161,6 +164,7 @@ class NetCluster:
             os.makedirs(data, exist_ok=True)
             node_env = dict(env)
             node_env[FAULT_ENV] = self.fault_file(h.name)
+            node_env[CLOCK_ENV] = self.clock_file(h.name)
             argv = [
                 sys.executable, "-m", "leveret", "server",
                 "--config", config,
@@ -184,6 +188,16 @@ class NetCluster:
 
     def fault_file(self, node: str) -> str:
         return os.path.join(self.directory, node, "eio")
+
+    def clock_file(self, node: str) -> str:
+        return os.path.join(self.directory, node, "clock-offset")
+
+    def set_clock(self, node: str, offset: float) -> None:
+        """Jump `node`'s wall clock to the machine's plus `offset` seconds (0: back to it)."""
+        path = self.clock_file(node)
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{offset}\n")
+        os.replace(path + ".tmp", path)
 
     def node_urls(self) -> list[str]:
         return [f"amqp://guest:guest@{self.net.hosts[n].ip}:{AMQP_PORT}/%2F" for n in self.nodes]

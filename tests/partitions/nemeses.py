@@ -1,12 +1,7 @@
 """The faults a run injects. Each nemesis picks its victims from the cluster's state
-when it starts (which node leads now), does its damage, and undoes it when it stops;
-`describe` says what it did, for the timeline.
-
-Leases and the leader's lease deadline read the monotonic clock
-(`cluster/lease.py`: `time.monotonic()`, and etcd expires leases on its own
-monotonic clock), so a wall-clock jump on a node moves no lease; the clock-jump
-nemesis is left out (CLOCK_REALTIME is not per namespace: jumping it would move the
-whole machine's clock).
+when it starts (which node leads now), does its damage, may do more halfway through
+(`midway`), and undoes it when it stops; `describe` says what it did, for the
+timeline.
 """
 
 from __future__ import annotations
@@ -31,6 +26,12 @@ class Nemesis:
 
     def start(self, net: Net, cluster: NetCluster, rng: random.Random, clients: list[str]) -> None:
         raise NotImplementedError
+
+    def midway(self) -> bool:
+        """Halfway through the fault's hold: a second step, for a nemesis that has one;
+        whether it took one (the fault got worse: the clock of the availability
+        check starts again)."""
+        return False
 
     def stop(self) -> None:
         for fn in reversed(self.undo):
@@ -105,24 +106,31 @@ class ClientCut(Nemesis):
 
 
 class EtcdDown(Nemesis):
-    """One etcd member of three SIGKILLed, then (half the time) a second: quorum lost.
-    Restarted on stop, on their data dirs."""
+    """One etcd member of three SIGKILLed; half the time a second one too, halfway
+    through (quorum lost). Restarted on stop, on their data dirs."""
 
     def start(self, net, cluster, rng, clients):
         members = sorted(cluster.etcds)
         rng.shuffle(members)
         n = 1 if rng.random() < 0.5 else 2
-        down = members[:n]
+        self.down = members[:n]
         self.available = n == 1
-        for m in down:
-            cluster.etcds[m].kill()
+        cluster.etcds[self.down[0]].kill()
+        self.cluster = cluster
 
         def restart() -> None:
-            for m in down:
+            for m in self.down:
                 cluster.etcds[m].start()
 
         self.undo.append(restart)
-        self.describe = f"etcd {down} killed ({3 - n} of 3 left)"
+        self.describe = f"etcd {self.down[0]} killed (2 of 3 left)"
+        if n == 2:
+            self.describe += f", then {self.down[1]} (1 of 3 left: no quorum)"
+
+    def midway(self) -> bool:
+        for m in self.down[1:]:
+            self.cluster.etcds[m].kill()
+        return len(self.down) > 1
 
 
 class Pause(Nemesis):
@@ -167,6 +175,43 @@ class Lossy(Nemesis):
         self.describe = f"{pct}% loss between {leader} and {f}; {f} slowed"
 
 
+class ClockJump(Nemesis):
+    """Wall clocks jumped an hour or a day forward or back, through each node's clock
+    hook (`leveret.wallclock`; the machine's clock is every namespace's), and back to
+    the machine's time on stop, a second jump the other way. A third of the time the
+    leader's clock; a third, one follower's; a third, both followers' (by the same
+    offset), and halfway through the leader is paused (SIGSTOP past its lease), so
+    that a node whose clock is off takes over from one whose clock is not, and hands
+    back to it later."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, followers = _roles(cluster, rng)
+        offset = rng.choice([-86400, -3600, 3600, 86400])
+        r = rng.random()
+        if r < 1 / 3:
+            victims, what = [leader], f"leader {leader}'s clock"
+        elif r < 2 / 3:
+            victims, what = followers[:1], f"follower {followers[0]}'s clock"
+        else:
+            victims, what = followers, f"followers {followers}' clocks"
+        for v in victims:
+            cluster.set_clock(v, offset)
+            self.undo.append(lambda v=v: cluster.set_clock(v, 0))
+        self.describe = f"{what} jumped {offset:+d} s"
+        self.pause = None
+        if len(victims) > 1:
+            self.pause = cluster.nodes[leader]
+            self.describe += f", then leader {leader} paused (SIGSTOP)"
+
+    def midway(self) -> bool:
+        if self.pause is None:
+            return False
+        proc = self.pause
+        proc.signal(signal.SIGSTOP)
+        self.undo.append(lambda: proc.signal(signal.SIGCONT))
+        return True
+
+
 ALL = {
     "follower-cut": FollowerCut,
     "leader-isolated": LeaderIsolated,
@@ -177,4 +222,5 @@ ALL = {
     "pause": Pause,
     "follower-eio": FollowerEio,
     "lossy": Lossy,
+    "clock-jump": ClockJump,
 }

@@ -37,6 +37,8 @@ class Event:
     leader_before: str | None = None
     leader_after: str | None = None
     available: bool = True  # a majority of nodes and of etcd still reach each other
+    #: when the fault's second step came (`Nemesis.midway`), for a nemesis that has one
+    worse_from: float = 0.0
     problems: list[str] = field(default_factory=list)
     #: availability found short of the checker's time budget: reported, and a failure
     #: of the long runs (`python -m tests.partitions`), but not of the CI tests, whose
@@ -173,7 +175,10 @@ class Run:
         # long enough for a lease to run out and the cluster to act, sometimes much longer
         hold = rng.uniform(1.5, 4.0) + (rng.random() < 0.2) * 12
         ev.available = nemesis.available
-        time.sleep((self.hold or hold) * self.lease)
+        time.sleep((self.hold or hold) * self.lease / 2)
+        if nemesis.midway():
+            ev.worse_from = time.time()
+        time.sleep((self.hold or hold) * self.lease / 2)
         nemesis.stop()
         ev.stop = time.time()
         for name, p in cluster.nodes.items():
@@ -244,7 +249,7 @@ class Run:
             # may take CLIENT_DETECTION s more to connect elsewhere. Past both, with
             # at least 2 s of the fault left, some confirm must come.
             window = ev.stop - ev.start
-            due = ev.start + 4 * self.lease + CLIENT_DETECTION
+            due = max(ev.start, ev.worse_from) + 4 * self.lease + CLIENT_DETECTION
             if ev.available and ev.stop - due >= 2:
                 if not [t for t in confirm_times if due <= t <= ev.stop]:
                     ev.slow.append(

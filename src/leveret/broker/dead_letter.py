@@ -10,11 +10,11 @@ dropped, as RabbitMQ drops them.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from leveret import wallclock
 from leveret.broker.message import Message
 from leveret.protocol.fieldtable import (
     Long,
@@ -62,7 +62,7 @@ def dead_letter_message(message: Message, queue: Queue, reason: str) -> Message:
     routing_keys = [message.routing_key] + [
         _text(k) for k in (headers.get("CC") or []) if isinstance(k, str | bytes)
     ]
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    now = wallclock.now_utc().replace(microsecond=0)
     # RabbitMQ's key order for a new entry.
     entry: dict[str, Any] = {
         "count": Long(1),

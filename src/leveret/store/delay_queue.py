@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from leveret import wallclock
 from leveret.store import replica
 from leveret.store.delay_index import CHUNK, TRANSIENT_BIT, Chunk, DelayIndex
 from leveret.store.files import fsync_dir, write_atomic
@@ -137,7 +138,7 @@ class DelayQueues:
         )
         pos = seq << 32 | off
         index.insert(due, pos, size | TRANSIENT_BIT if transient else size)
-        if due - time.time_ns() // 1_000_000 <= HOT_MS and self._hot_bytes < HOT_BYTES:
+        if due - wallclock.time_ns() // 1_000_000 <= HOT_MS and self._hot_bytes < HOT_BYTES:
             hot = self._hot.get(index.qid)
             if hot is None:
                 hot = self._hot[index.qid] = {}
@@ -242,7 +243,7 @@ class DelayQueues:
         delayed messages due before this (ms since the epoch): they are routed and
         acked within seconds anyway, the segment then goes without a copy, and a
         copy read back before the writer thread has written it would stall the loop."""
-        return time.time_ns() // 1_000_000 + COMPACT_HORIZON_MS if self.by_qid else 0
+        return wallclock.time_ns() // 1_000_000 + COMPACT_HORIZON_MS if self.by_qid else 0
 
     def hold(self, seq: int) -> None:
         """Compaction found `seq` mostly due soon: do not look again for a while."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from leveret import wallclock
 from leveret.store.committer import SUMMARY_OP, GroupCommitter, OnDurable, segment_path
 from leveret.store.errors import StoreFormatError
 
@@ -70,7 +70,7 @@ def encode_header(seq: int, base_offset: int = 0) -> bytes:
         HEADER_SIZE,
         seq,
         base_offset,
-        int(time.time() * 1000),
+        int(wallclock.time() * 1000),
     )
 
 

@@ -35,11 +35,11 @@ import logging
 import os
 import shutil
 import struct
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from leveret import wallclock
 from leveret.store import replica
 
 log = logging.getLogger("leveret.stream")
@@ -380,7 +380,7 @@ class StreamLog:
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._idx_fd = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.segments.append(seg)
-        self.apply_retention(int(time.time() * 1000))
+        self.apply_retention(int(wallclock.time() * 1000))
         return seg
 
     def apply_retention(self, now_ms: int | None = None) -> int:

@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from leveret import wallclock
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType, RefCounts
 from leveret.store import replica
@@ -86,7 +87,7 @@ class DeduplicationExchange(ExchangeType):
             return
         path = storage_path + ".dedup"
         self._journal_path = path
-        now_wall = time.time()
+        now_wall = wallclock.time()
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
@@ -105,7 +106,7 @@ class DeduplicationExchange(ExchangeType):
     def _rewrite(self) -> None:
         """Compact the journal to the live cache (on start, and when it doubles)."""
         assert self._journal_path is not None
-        now_mono, now_wall = time.monotonic(), time.time()
+        now_mono, now_wall = time.monotonic(), wallclock.time()
         tmp = self._journal_path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             for key, expiry in self._seen.items():
@@ -158,7 +159,7 @@ class DeduplicationExchange(ExchangeType):
         expiry = now + ttl / 1000.0 if isinstance(ttl, int) and ttl > 0 else 0.0
         self._remember(key, expiry)
         if self._journal >= 0:
-            wall = time.time() + (expiry - now) if expiry else 0
+            wall = wallclock.time() + (expiry - now) if expiry else 0
             line = f"{key}\t{wall}\n".encode()
             os.write(self._journal, line)
             replica.appended(self._journal_path, self._journal, line)

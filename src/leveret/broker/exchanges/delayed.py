@@ -44,11 +44,11 @@ import logging
 import math
 import re
 import struct
-import time
 from contextlib import nullcontext
 from decimal import Decimal
 from typing import Any
 
+from leveret import wallclock
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
@@ -135,7 +135,7 @@ def _lenient_delay(message: Any) -> int:
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wallclock.time_ns() // 1_000_000
 
 
 def _text(value: Any) -> Any:
@@ -217,7 +217,7 @@ class DelayedMessages:
         """Keep a message with a positive x-delay until it is due."""
         delay = _lenient_delay(message)  # its headers were decoded by `route`: cached
         # Rounded up to the ms (and fired once the ms has passed): never early.
-        due = min(-(-time.time_ns() // 1_000_000) + delay, MAX_DUE)
+        due = min(-(-wallclock.time_ns() // 1_000_000) + delay, MAX_DUE)
         # Persistent on a durable exchange: fsynced before the confirm, and it
         # survives a restart. Anything else is kept out of RAM but not made durable.
         durable = message.persistent and self.exchange.durable

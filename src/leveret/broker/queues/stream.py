@@ -14,10 +14,10 @@ import datetime
 import re
 import struct
 import tempfile
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from leveret import wallclock
 from leveret.broker.errors import NotSupported, PreconditionFailed
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name
@@ -252,7 +252,7 @@ class StreamQueue(Queue):
         log.max_bytes = arguments.get("x-max-length-bytes")
         age = arguments.get("x-max-age")
         log.max_age_ms = parse_age(age) if age is not None else None
-        log.apply_retention(int(time.time() * 1000))
+        log.apply_retention(int(wallclock.time() * 1000))
 
     # --- publishing (hot path for streams) ----------------------------------------
 
@@ -268,7 +268,7 @@ class StreamQueue(Queue):
             self._header_parts = _offset_header_parts(header)
         prefix, suffix = self._header_parts
         log.append(
-            int(time.time() * 1000),
+            int(wallclock.time() * 1000),
             message.exchange_and_key,
             prefix + _Q.pack(log.next) + suffix,
             body,
@@ -382,7 +382,7 @@ class StreamQueue(Queue):
                 return log.next
             age = parse_age(text) if not isinstance(spec, bytearray) else None
             if age is not None:
-                return log.offset_for_timestamp(int(time.time() * 1000) - age)
+                return log.offset_for_timestamp(int(wallclock.time() * 1000) - age)
         elif isinstance(spec, datetime.datetime):
             ts = spec if spec.tzinfo else spec.replace(tzinfo=datetime.UTC)
             return log.offset_for_timestamp(int(ts.timestamp() * 1000))
