@@ -10,7 +10,6 @@ No timing is asserted: every wait is for something to arrive, with a generous bo
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -21,11 +20,11 @@ import pika
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from browser import chromium
 from leveret.testing import embedded_broker
 from mqttjs import BUNDLE, VERSION
-from test_ui import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.leveret_only
 
@@ -134,13 +133,8 @@ def broker():
 
 @pytest.fixture(scope="module")
 def browser():
-    assert os.path.exists(CHROMIUM), (
-        "Debian's chromium is missing: run scripts/install-test-deps.sh"
-    )
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture

@@ -8,30 +8,21 @@ is Playwright's own wait for something to appear on the page.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 
 import pika
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from access_setup import unique
+from browser import chromium
 from leveret.config import ServerConfig
 from leveret.testing import embedded_broker
 from test_management_api import call
 
 pytestmark = pytest.mark.leveret_only
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # Lists poll every 5 s and the overview every 2 s: waits for the next poll get this long.
 POLL_WAIT_MS = 15_000
 
@@ -45,13 +36,8 @@ def broker():
 
 @pytest.fixture(scope="module")
 def browser():
-    assert os.path.exists(CHROMIUM), (
-        "Debian's chromium is missing: run scripts/install-test-deps.sh"
-    )
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
