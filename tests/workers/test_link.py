@@ -44,6 +44,9 @@ SAMPLES: list[link.Record] = [
     Deliver(42, 9, link.REDELIVERED, b"msg"),
     Meta(1, b'{"op": "bind"}'),
     MetaApplied(1),
+    link.Request(7, b"\x80consume"),
+    link.Reply(7, True, b""),
+    link.Reply(2**64 - 1, False, b"no queue"),
 ]
 
 

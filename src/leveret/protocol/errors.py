@@ -23,6 +23,10 @@ class AMQPError(Exception):
         self.class_id = class_id
         self.method_id = method_id
 
+    def __reduce__(self) -> tuple:
+        # Crosses between worker processes (workers/mesh.py) with its code intact.
+        return (type(self), (self.code, self.reply_text, self.class_id, self.method_id))
+
     @property
     def is_connection_error(self) -> bool:
         return self.code in CONNECTION_EXCEPTIONS

@@ -40,6 +40,8 @@ CREDIT = 6  # more deliveries a consumer may take
 DELIVER = 7  # a message for a consumer whose connection the peer serves
 META = 8  # a metadata change, applied by every worker in the order sent
 META_APPLIED = 9  # the peer applied metadata changes up to this sequence number
+REQUEST = 10  # a call the peer answers with one REPLY (consume, purge, a counted get...)
+REPLY = 11  # the answer to the REQUEST of the same id
 
 KIND_NAMES = {
     PUBLISH: "publish",
@@ -51,6 +53,8 @@ KIND_NAMES = {
     DELIVER: "deliver",
     META: "meta",
     META_APPLIED: "meta-applied",
+    REQUEST: "request",
+    REPLY: "reply",
 }
 
 #: REJECT flag: requeue the messages; DELIVER flag: the message was delivered before
@@ -70,6 +74,7 @@ _RUN = struct.Struct(">QI")  # first id, count
 _CREDIT = struct.Struct(">QI")  # ref, credit
 _DELIVER = struct.Struct(">QQB")  # ref, delivery id, flags
 _SEQ = struct.Struct(">Q")
+_REPLY = struct.Struct(">Q?")  # request id, ok
 
 
 class LinkError(Exception):
@@ -232,7 +237,47 @@ class MetaApplied:
         return f"MetaApplied({self.seq})"
 
 
-Record = Publish | Settle | Credit | Deliver | Meta | MetaApplied
+class Request:
+    """A call to the peer: `body` is opaque here (the caller's encoding of what to do);
+    the peer answers with one `Reply` of the same `id`."""
+
+    __slots__ = ("id", "body")
+    kind = REQUEST
+
+    def __init__(self, id: int, body: bytes) -> None:
+        self.id = id
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and (self.id, self.body) == (other.id, other.body)
+
+    def __repr__(self) -> str:
+        return f"Request({self.id}, {len(self.body)} B)"
+
+
+class Reply:
+    """The answer to the `Request` of the same `id`; `ok` False: `body` is an error."""
+
+    __slots__ = ("id", "ok", "body")
+    kind = REPLY
+
+    def __init__(self, id: int, ok: bool, body: bytes) -> None:
+        self.id = id
+        self.ok = ok
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reply) and (self.id, self.ok, self.body) == (
+            other.id,
+            other.ok,
+            other.body,
+        )
+
+    def __repr__(self) -> str:
+        return f"Reply({self.id}, {self.ok}, {len(self.body)} B)"
+
+
+Record = Publish | Settle | Credit | Deliver | Meta | MetaApplied | Request | Reply
 
 
 def _short(text: str, what: str) -> bytes:
@@ -291,6 +336,10 @@ class LinkWriter:
             self._add(META, _SEQ.pack(record.seq), record.change)
         elif isinstance(record, MetaApplied):
             self._add(META_APPLIED, _SEQ.pack(record.seq))
+        elif isinstance(record, Request):
+            self._add(REQUEST, _SEQ.pack(record.id), record.body)
+        elif isinstance(record, Reply):
+            self._add(REPLY, _REPLY.pack(record.id, record.ok), record.body)
         else:
             raise TypeError(f"not a link record: {record!r}")
 
@@ -336,6 +385,11 @@ def _decode(kind: int, p: memoryview) -> Record:
             return Meta(_SEQ.unpack_from(p, 0)[0], bytes(p[_SEQ.size :]))
         if kind == META_APPLIED:
             return MetaApplied(*_SEQ.unpack(p))
+        if kind == REQUEST:
+            return Request(_SEQ.unpack_from(p, 0)[0], bytes(p[_SEQ.size :]))
+        if kind == REPLY:
+            rid, ok = _REPLY.unpack_from(p, 0)
+            return Reply(rid, ok, bytes(p[_REPLY.size :]))
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise LinkError(f"malformed {KIND_NAMES[kind]} record: {exc}") from exc
     raise LinkError(f"unknown record kind {kind}")
