@@ -37,6 +37,7 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.listener import Server
 from leveret.store.message_store import RecoveryCancelled
+from leveret.workers.mesh import Mesh
 
 if TYPE_CHECKING:
     from leveret.management.app import ManagementServer
@@ -57,11 +58,16 @@ class Node:
         self,
         config: ServerConfig,
         loop: asyncio.AbstractEventLoop | None = None,
+        mesh: Mesh | None = None,
     ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
         self.durable_state: DurableState | None = None
+        # One worker of a broker made of several (leveret.workers): its links to the
+        # others. None: the broker is this process alone.
+        self.mesh = mesh
         self.broker = Broker(config, extensions=EXTENSIONS)  # in memory until start()
+        self.broker.mesh = mesh
         self.listener = Server(config, self.loop, self.broker)
         # A cluster leader releases held confirms through the listener's batch
         # (cluster/leader.py's Tap.check); the bound method itself, not a wrapper.
@@ -231,6 +237,7 @@ class Node:
             self.config.queue_ram_bytes,
         )
         self.broker = self.listener.broker = Broker(self.config, state, EXTENSIONS)
+        self.broker.mesh = self.mesh
         self.durable_state = state
         state.restore_definitions(self.broker)
         self.listener.recovering = True

@@ -72,6 +72,10 @@ class Broker:
         digest = hashlib.sha256(self.cluster_name.encode()).hexdigest()[:22]
         self.global_parameters.cluster_id(f"leveret-cluster-id-{digest}")
         self.links: Any = None  # the server's leveret.links.manager.LinkManager, once running
+        # When this broker is one worker of several (leveret.workers): its
+        # leveret.workers.mesh.Mesh (index, count, owner_of, call, send). Set by the
+        # launcher; None for a broker that is one process.
+        self.mesh: Any = None
 
     @property
     def cluster_name(self) -> str:

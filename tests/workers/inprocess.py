@@ -1,0 +1,96 @@
+"""A broker's workers without their processes: N launcher Nodes on one event loop
+(a background thread), each with its own store directory and AMQP port, linked by a
+full mesh of real socket pairs (leveret.workers.mesh.local_meshes).
+
+What crosses between workers (metadata, routed publishes, deliveries, acks) crosses
+here exactly as between processes, so tests of it can use any client against any
+worker's port; only the processes, the supervisor and the shared listening port are
+missing (the tests of `leveret server --workers` have those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from leveret.config import ServerConfig
+from leveret.launcher import Node
+from leveret.workers.mesh import Mesh, local_meshes
+
+T = TypeVar("T")
+
+
+class InProcessWorkers:
+    """`nodes[i]` is worker i; `port(i)` its AMQP port; `call(fn)` runs on their loop."""
+
+    def __init__(self, count: int, data_dir: Path | None, **config: Any) -> None:
+        self.count = count
+        self.data_dir = data_dir
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.nodes: list[Node] = []
+        self.meshes: list[Mesh] = []
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def worker_config(self, index: int) -> ServerConfig:
+        base = ServerConfig(port=0, persistence=self.data_dir is not None)
+        options: dict[str, Any] = dict(self.config)
+        if self.data_dir is not None:
+            options["data_dir"] = str(self.data_dir / f"worker-{index}")
+        return replace(base, **options)
+
+    def run(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        async def wrapped() -> T:
+            return fn(*args)
+
+        return self.run(wrapped())
+
+    def start(self) -> InProcessWorkers:
+        async def go() -> None:
+            self.meshes = await local_meshes(self.count)
+            for i in range(self.count):
+                node = Node(self.worker_config(i), loop=self.loop, mesh=self.meshes[i])
+                self.nodes.append(node)
+            await asyncio.gather(*(n.start() for n in self.nodes))
+
+        self.run(go())
+        return self
+
+    def port(self, index: int) -> int:
+        return self.nodes[index].port
+
+    def url(self, index: int) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port(index)}/%2F"
+
+    def stop(self) -> None:
+        async def go() -> None:
+            for node in self.nodes:
+                await node.stop()
+            for mesh in self.meshes:
+                mesh.close()
+
+        try:
+            self.run(go())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+
+
+@contextmanager
+def in_process_workers(
+    count: int = 2, data_dir: Path | None = None, **config: Any
+) -> Iterator[InProcessWorkers]:
+    workers = InProcessWorkers(count, data_dir, **config).start()
+    try:
+        yield workers
+    finally:
+        workers.stop()
