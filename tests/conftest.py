@@ -27,6 +27,10 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
 EXTERNAL_URL = os.environ.get("LEVERET_TEST_URL")
+#: LEVERET_TEST_WORKERS=N: the tests that take `amqp_url` share one `leveret server
+#: --workers N` (a subprocess, started once per run), and brokers that tests start
+#: themselves run with `--workers N` too (serverproc.server_argv).
+TEST_WORKERS = os.environ.get("LEVERET_TEST_WORKERS")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,6 +63,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "soak" in item.keywords:
                 item.add_marker(pytest.mark.timeout(120 + 15 * rounds))
+    if TEST_WORKERS and not EXTERNAL_URL:
+        # The in-process broker object is one process's: a test that reaches into it
+        # has no broker of workers to look at.
+        skip = pytest.mark.skip(reason="uses the in-process broker; LEVERET_TEST_WORKERS is set")
+        for item in items:
+            if "leveret_embedded" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip)
     if not EXTERNAL_URL:
         return
     skip = pytest.mark.skip(reason="leveret_only test; LEVERET_TEST_URL points at another broker")
@@ -71,11 +82,23 @@ def against_rabbitmq() -> bool:
     return bool(EXTERNAL_URL)
 
 
+@pytest.fixture(scope="session")
+def workers_broker_url(tmp_path_factory: pytest.TempPathFactory):
+    """One `leveret server --workers N` for the run (LEVERET_TEST_WORKERS=N)."""
+    from serverproc import start_logged_server
+
+    workdir = tmp_path_factory.mktemp("workers-broker")
+    with start_logged_server(workdir) as port:
+        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+
+
 @pytest.fixture
 def amqp_url(request: pytest.FixtureRequest) -> str:
     """AMQP URL of the broker under test."""
     if EXTERNAL_URL:
         return EXTERNAL_URL
+    if TEST_WORKERS:
+        return request.getfixturevalue("workers_broker_url")
     return request.getfixturevalue("leveret_broker")
 
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 #: the listeners a test broker does not get unless the test names a port for them
 QUIET_PORTS = (
@@ -22,9 +26,15 @@ QUIET_PORTS = (
 )  # fmt: skip
 
 
+#: LEVERET_TEST_WORKERS=N runs every broker a test starts as N worker processes
+#: (`--workers N`): how CI runs its subset of the suite on a broker of workers.
+TEST_WORKERS = os.environ.get("LEVERET_TEST_WORKERS")
+
+
 def server_argv(*args: str) -> list[str]:
     """`python -m leveret server` with the HTTP listeners off, then ``args``."""
-    return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *args]
+    workers = ("--workers", TEST_WORKERS) if TEST_WORKERS else ()
+    return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *workers, *args]
 
 
 def hot_path_lines(
@@ -55,3 +65,41 @@ def hot_path_lines(
     if "listening for AMQP" not in text:
         raise AssertionError(f"`leveret server` did not start listening:\n{text}")
     return re.findall(r"^\S+ \S+ (\w+) leveret: (hot path: .*)$", text, re.MULTILINE)
+
+
+@contextmanager
+def start_logged_server(workdir: Path, *args: str, timeout: float = 60.0) -> Iterator[int]:
+    """A `leveret server` (server_argv: with `--workers N` under LEVERET_TEST_WORKERS)
+    on a free port with its data dir and log in `workdir`; yields the AMQP port once it
+    listens, and stops it (SIGTERM) after. Its log is `workdir/server.log`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = workdir / "server.log"
+    with open(path, "w") as log:
+        proc = subprocess.Popen(
+            server_argv("--port", str(port), "--data-dir", str(workdir / "data"), *args),
+            stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"`leveret server` exited:\n{path.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"`leveret server` did not listen:\n{path.read_text()}"
+                    ) from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
