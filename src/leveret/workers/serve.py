@@ -23,6 +23,8 @@ before it ever served stops the others and makes the exit status non-zero.
 `<data-dir>/workers.json` records the broker's worker count and the cluster name
 that every worker gives clients: a count that differs from the recorded one is
 refused, since each worker's store holds the queues of its own share.
+`<data-dir>/workers-status.json` has each worker's pid, state, restarts, last exit
+status and readiness (the supervisor's status file).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ log = logging.getLogger("leveret.workers")
 CONFIG_ENV = "LEVERET_WORKER_CONFIG"
 #: the broker-wide record in the top data dir
 LAYOUT_FILE = "workers.json"
+#: each worker's pid, state, restarts and readiness, rewritten at every change
+STATUS_FILE = "workers-status.json"
 
 
 class WorkersError(Exception):
@@ -193,6 +197,7 @@ class Workers:
             on_exit=self.on_exit,
             worker_env=lambda i: {CONFIG_ENV: encode_config(self.configs[i])},
             require_ready=True,
+            status_file=os.path.join(self.config.data_dir, STATUS_FILE),
             # A restarted worker reads its store back: give it time before SIGKILL.
             stop_timeout=30.0,
         )
