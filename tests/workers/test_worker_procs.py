@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -185,22 +186,42 @@ def test_connections_land_on_both_workers_and_sigterm_closes_them_with_320(worke
 
 
 def test_each_worker_keeps_its_store_and_logs_its_name(workers) -> None:
-    broker = workers(2).wait_listening()
+    broker = workers(3).wait_listening()
     data = broker.data
-    assert json.loads((data / "workers.json").read_text())["workers"] == 2
-    for i in range(2):
+    assert json.loads((data / "workers.json").read_text())["workers"] == 3
+    for i in range(3):
         assert (data / f"worker-{i}" / "definitions.db").exists()
         assert (data / f"worker-{i}" / "ctl.sock").exists()
     assert not (data / "definitions.db").exists()
     log = broker.text()
     assert re.search(r" worker 0 leveret\.server: accepting AMQP 0-9-1 on 127\.0\.0\.1:", log)
     assert re.search(r" worker 1 leveret\.server: accepting AMQP 0-9-1 on 127\.0\.0\.1:", log)
-    # the mesh: each worker linked to the other
-    assert " worker 0 leveret.workers: link to worker 1 up" in log
-    assert " worker 1 leveret.workers: link to worker 0 up" in log
+
+    # the mesh: each worker linked to each other one (links come up after the
+    # listening line: a worker reads its links once it accepts)
+    def meshed():
+        """every worker linked to every other"""
+        log = broker.text()
+        return all(
+            f" worker {i} leveret.workers: link to worker {j} up" in log
+            for i in range(3)
+            for j in range(3)
+            if i != j
+        )
+
+    wait_for(meshed)
+    # leveret ctl finds worker 0's socket under the broker's data dir
+    out = subprocess.run(
+        [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "list_vhosts"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "/" in out.stdout.split()
     # every worker gives clients the broker's one cluster name
     names = set()
-    for _ in range(12):
+    for _ in range(18):
         conn = broker.connect()
         names.add(conn._impl.server_properties["cluster_name"])
         conn.close()
@@ -387,3 +408,57 @@ def test_listening_group_binds_every_worker_to_the_port_the_os_picked() -> None:
             pass
     finally:
         group.close()
+
+
+def test_workers_with_a_cluster_are_refused(tmp_path: Path) -> None:
+    out = subprocess.run(
+        server_argv(
+            "--port", "0", "--data-dir", str(tmp_path / "d"),
+            "--cluster-etcd", "http://127.0.0.1:1", workers=2,
+        ),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "--workers cannot be combined with --cluster-etcd" in out.stderr
+
+
+def test_tls_and_several_listeners_are_served_by_every_worker(workers, tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    cert.private_key_pem.write_to_path(tmp_path / "key.pem")
+    cert.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    broker = workers(
+        2,
+        "--listen", "127.0.0.1:0", "--listen", "amqps://127.0.0.1:0",
+        "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"),
+    )  # fmt: skip
+    broker.wait_listening()
+    tls = re.search(
+        r"Leveret listening for AMQP 0-9-1 over TLS on 127\.0\.0\.1:(\d+)", broker.text()
+    )
+    assert tls is not None
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    plain, secure = [], []
+    for n in range(12):
+        plain.append(broker.connect(f"plain-{n}"))
+        secure.append(
+            pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    "127.0.0.1",
+                    int(tls.group(1)),
+                    ssl_options=pika.SSLOptions(context, "127.0.0.1"),
+                    client_properties={"connection_name": f"tls-{n}"},
+                )
+            )
+        )
+    names = broker.connection_names(0) + broker.connection_names(1)
+    assert sorted(names) == sorted(
+        [f"plain-{n}" for n in range(12)] + [f"tls-{n}" for n in range(12)]
+    )
+    for worker in range(2):
+        assert any(n.startswith("tls-") for n in broker.connection_names(worker)), worker
+    for conn in plain + secure:
+        conn.close()
+    assert broker.stop() == 0

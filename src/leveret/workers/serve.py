@@ -5,7 +5,7 @@ socket per worker on each (`sockets.listening_group`), and runs the workers unde
 `supervisor.Supervisor`. It serves no client itself. For each start of worker `i`:
 
 - a control channel (`control.py`): the worker's end goes with the listening
-  sockets as passed descriptors (`python -m leveret.workers.worker`), the settings
+  sockets as passed descriptors (`python -m leveret.worker`), the settings
   in the environment (`LEVERET_WORKER_CONFIG`);
 - a new mesh socket pair with each other worker that runs (or is starting): one end
   to each by SCM_RIGHTS on their control channels, so a restarted worker links to
@@ -197,6 +197,7 @@ class Workers:
             on_exit=self.on_exit,
             worker_env=lambda i: {CONFIG_ENV: encode_config(self.configs[i])},
             require_ready=True,
+            new_session=True,
             status_file=os.path.join(self.config.data_dir, STATUS_FILE),
             # A restarted worker reads its store back: give it time before SIGKILL.
             stop_timeout=30.0,
@@ -222,7 +223,7 @@ class Workers:
     def command(self, index: int) -> list[str]:
         fds = [group.fds(index) for group in self.groups]
         return [
-            sys.executable, "-m", "leveret.workers.worker",
+            sys.executable, "-m", "leveret.worker",
             "--index", str(index), "--count", str(self.count),
             "--control-fd", str(self._child_ends[index].fileno()),
             "--listen-fds", json.dumps(fds),

@@ -90,6 +90,7 @@ class Supervisor:
         on_exit: Callable[[int, int | None], None] | None = None,
         worker_env: Callable[[int], dict[str, str]] | None = None,
         require_ready: bool = False,
+        new_session: bool = False,
     ) -> None:
         if count < 1:
             raise ValueError("a supervisor needs at least one worker")
@@ -109,6 +110,9 @@ class Supervisor:
         self.on_exit = on_exit
         self.worker_env = worker_env
         self.require_ready = require_ready
+        # Workers in their own session: a terminal's Ctrl-C (SIGINT to the foreground
+        # process group) reaches the supervisor alone, which stops them in order.
+        self.new_session = new_session
         self.workers = [WorkerStatus(i) for i in range(count)]
         self.state = "starting"  # running, stopping, stopped, failed
         self._procs: dict[int, asyncio.subprocess.Process] = {}
@@ -180,6 +184,7 @@ class Supervisor:
                         "LEVERET_WORKER_INDEX": str(index),
                     },
                     pass_fds=tuple(self.pass_fds(index)) if self.pass_fds else (),
+                    start_new_session=self.new_session,
                 )
             except OSError as exc:
                 log.error("worker %d could not start: %s", index, exc)

@@ -2,7 +2,7 @@
 
 Started by the supervisor (`workers/serve.py`) as
 
-    python -m leveret.workers.worker --index I --count N --control-fd FD
+    python -m leveret.worker --index I --count N --control-fd FD
         --listen-fds '[[FD, ...], ...]' --log-level LEVEL
 
 with its settings, a pickled `ServerConfig` made for it (its own store dir, its
@@ -12,6 +12,9 @@ starts it, tells the supervisor it is ready, then links to the other workers as 
 supervisor hands it their socket pairs on the control channel (`control.py`): the
 first ones, and a new one whenever a peer restarts (`Mesh.connect` replaces the
 link and fires `peer_joined`).
+
+It sits beside `launcher.py`, not in `workers/`: it builds a node, and the workers
+package is below the launcher (the launcher gives each node its `Mesh`).
 
 It stops as `leveret server` stops, on SIGTERM or SIGINT (clients get 320
 CONNECTION_FORCED), and also when its control channel ends: the supervisor is gone
@@ -107,7 +110,7 @@ async def serve_worker(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leveret.workers.worker",
+        prog="python -m leveret.worker",
         description="One worker of `leveret server --workers N` (started by its supervisor).",
     )
     parser.add_argument("--index", type=int, required=True)
