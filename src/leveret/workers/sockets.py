@@ -70,6 +70,18 @@ def _socket(family: int, reuseport: bool) -> socket.socket:
     return sock
 
 
+def _bind(sock: socket.socket, address: tuple[str, int]) -> None:
+    """bind, with an error that names the address (as asyncio's create_server's)."""
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        raise OSError(
+            exc.errno,
+            f"error while attempting to bind on address {address!r}: "
+            f"{(exc.strerror or str(exc)).lower()}",
+        ) from None
+
+
 def listening_group(host: str, port: int, kind: str, count: int) -> ListeningGroup:
     """`count` listening sockets per address of `host`:`port`, one for each worker,
     in one `SO_REUSEPORT` group; port 0 becomes the port the OS picks (the same for
@@ -83,14 +95,14 @@ def listening_group(host: str, port: int, kind: str, count: int) -> ListeningGro
         for family, sockaddr in addresses:
             probe = _socket(family, reuseport=False)
             try:
-                probe.bind((sockaddr[0], port) if port else sockaddr)
+                _bind(probe, (sockaddr[0], port))
                 port = probe.getsockname()[1]
             finally:
                 probe.close()
             for worker in range(count):
                 sock = _socket(family, reuseport=True)
                 made.append(sock)
-                sock.bind((sockaddr[0], port))
+                _bind(sock, (sockaddr[0], port))
                 sock.listen(BACKLOG)
                 sock.setblocking(False)
                 per_worker[worker].append(sock)
