@@ -3,6 +3,7 @@ shared port, the mesh between them, restarts, stops and the errors of a bad star
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pika
@@ -464,4 +466,46 @@ def test_tls_and_several_listeners_are_served_by_every_worker(workers, tmp_path:
         assert any(n.startswith("tls-") for n in broker.connection_names(worker)), worker
     for conn in plain + secure:
         conn.close()
+    assert broker.stop() == 0
+
+
+def test_workers_stop_when_their_supervisor_is_killed(workers) -> None:
+    broker = workers(2).wait_listening()
+    pids = [w["pid"] for w in broker.status()["workers"]]
+    conn = broker.connect()
+    broker.proc.kill()
+    broker.proc.wait()
+    exc = closed_with(conn)
+    assert exc.reply_code == 320
+    for pid in pids:
+        wait_for(lambda pid=pid: not _alive(pid))
+    log = broker.text()
+    assert "control channel to the supervisor ended (closed): stopping" in log
+
+
+def test_worker_0_restarts_with_the_management_api(workers, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        mgmt = s.getsockname()[1]
+    broker = workers(2, "--management-port", str(mgmt)).wait_listening()
+
+    def overview() -> dict | None:
+        """the management API's overview"""
+        request = urllib.request.Request(f"http://127.0.0.1:{mgmt}/api/overview")
+        request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read())
+        except OSError:
+            return None
+
+    wait_for(overview)
+    first = broker.status()["workers"][0]
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_for(lambda: broker.status()["workers"][0]["pid"] != first["pid"])
+    wait_for(lambda: broker.status()["workers"][0]["ready"])
+    assert (
+        wait_for(overview)["cluster_name"]
+        == json.loads((broker.data / "workers.json").read_text())["cluster_name"]
+    )
     assert broker.stop() == 0
