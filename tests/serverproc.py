@@ -5,6 +5,10 @@ RabbitMQ run the suite on a machine where RabbitMQ already listens on 5672, 1567
 and 15692, and two runs of the suite may share a machine.  So the HTTP and MQTT listeners a
 test does not ask for are off (`0`); a test that wants one passes its own
 `--management-port` or `--prometheus-port` after these, and argparse keeps the last.
+
+`workers` (or, when a caller gives none, `LEVERET_TEST_WORKERS` in the environment)
+runs the broker as that many worker processes (`--workers N`, docs/workers.md): the
+supervisor logs the same "listening for AMQP" line once every worker accepts.
 """
 
 from __future__ import annotations
@@ -31,23 +35,30 @@ QUIET_PORTS = (
 TEST_WORKERS = os.environ.get("LEVERET_TEST_WORKERS")
 
 
-def server_argv(*args: str) -> list[str]:
+def workers_argv(workers: int | None = None) -> list[str]:
+    """`--workers N` for `workers`, else for LEVERET_TEST_WORKERS; nothing for 1."""
+    if workers is None:
+        workers = int(TEST_WORKERS or 1)
+    return ["--workers", str(workers)] if workers != 1 else []
+
+
+def server_argv(*args: str, workers: int | None = None) -> list[str]:
     """`python -m leveret server` with the HTTP listeners off, then ``args``."""
-    workers = ("--workers", TEST_WORKERS) if TEST_WORKERS else ()
-    return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *workers, *args]
+    return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *workers_argv(workers), *args]
 
 
 def hot_path_lines(
-    python: str, env: dict[str, str], workdir: str, timeout: float = 60.0
-) -> list[tuple[str, str]]:
+    python: str, env: dict[str, str], workdir: str, timeout: float = 60.0,
+    workers: int | None = None,
+) -> list[tuple[str, str]]:  # fmt: skip
     """Starts `python -m leveret server` in `workdir` (its data dir under it) on a port
     the OS picks, waits until it listens, stops it, and returns the (level, text) of
     each `hot path:` line of its log."""
     path = os.path.join(workdir, "server.log")
     with open(path, "w") as log:  # read through another open: the child owns this offset
         proc = subprocess.Popen(
-            [python, "-m", "leveret", "server", *QUIET_PORTS, "--port", "0",
-             "--data-dir", os.path.join(workdir, "data")],
+            [python, "-m", "leveret", "server", *QUIET_PORTS, *workers_argv(workers),
+             "--port", "0", "--data-dir", os.path.join(workdir, "data")],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
         )  # fmt: skip
     deadline = time.monotonic() + timeout
@@ -86,15 +97,13 @@ def start_logged_server(workdir: Path, *args: str, timeout: float = 60.0) -> Ite
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"`leveret server` exited:\n{path.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.5).close()
+            # The log line, not the port: a broker of workers binds its port before
+            # its workers accept, and logs the line once every worker does.
+            if "listening for AMQP" in path.read_text():
                 break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"`leveret server` did not listen:\n{path.read_text()}"
-                    ) from None
-                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"`leveret server` did not listen:\n{path.read_text()}")
+            time.sleep(0.05)
         yield port
     finally:
         proc.terminate()

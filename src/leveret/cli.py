@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from leveret import __version__, _build
@@ -52,6 +53,16 @@ def _etcd_urls(text: str) -> str:
                 f"expected http://HOST:PORT[,http://HOST:PORT...], got {url!r}"
             )
     return text
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _port(text: str) -> int:
@@ -342,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and --tls-ca)",
     )
     server.add_argument(
+        "--workers",
+        type=_workers,
+        default=defaults.workers,
+        metavar="N",
+        help="run the broker as N worker processes under a supervisor, one core each "
+        "(Linux; docs/workers.md); default %(default)s: one process",
+    )
+    server.add_argument(
         "--load-definitions",
         metavar="FILE",
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
@@ -538,8 +557,48 @@ def run_server(args: argparse.Namespace) -> int:
         cluster_advertise=args.cluster_advertise,
         cluster_min_replicas=args.cluster_min_replicas,
         cluster_lease_seconds=args.cluster_lease_seconds,
+        workers=args.workers,
         **args.extra_settings,
     )
+    if config.workers != 1:
+        return _run_workers(config, args.log_level)
+    from leveret.workers.serve import WorkersError, check_layout
+
+    try:
+        check_layout(config.data_dir, 1)  # a data dir of workers is not one process's
+    except WorkersError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    use_uvloop(config)
+    return run_until_stopped(config, lambda: _serve(config))
+
+
+def _run_workers(config: ServerConfig, log_level: str) -> int:
+    """`--workers N`, N > 1: this process supervises N worker processes."""
+    if config.workers < 1:  # (a config file's `workers = 0`)
+        log.error("--workers must be at least 1, got %d", config.workers)
+        return 2
+    if not sys.platform.startswith("linux"):
+        log.error(
+            "--workers %d needs Linux (SO_REUSEPORT spreading and descriptor passing); "
+            "run --workers 1 here",
+            config.workers,
+        )
+        return 2
+    if config.cluster_etcd:
+        log.error("--workers cannot be combined with --cluster-etcd yet (docs/workers.md)")
+        return 2
+    from leveret.workers.serve import WorkersError, serve
+
+    try:
+        return run_until_stopped(config, lambda: serve(config, log_level))
+    except WorkersError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+
+
+def use_uvloop(config: ServerConfig) -> None:
+    """Run on uvloop, unless a TLS listener is configured."""
     if any(listener.kind == "amqps" for listener in config.effective_listeners()):
         # uvloop's start_tls (server/tls.py) intermittently leaves handshakes hanging
         # here; asyncio's loop completes every one, so TLS brokers run on it.
@@ -551,12 +610,17 @@ def run_server(args: argparse.Namespace) -> int:
             uvloop.install()
         except ImportError:
             pass
+
+
+def run_until_stopped(config: ServerConfig, main: Callable[[], Awaitable[int]]) -> int:
+    """Run `main()` in a new event loop; a failure to start is logged as what it is
+    (the data dir, the configuration, a port) and becomes the exit status."""
     from leveret.broker.errors import ModelError
     from leveret.server.tls import TLSConfigError
     from leveret.store.errors import StoreError
 
     try:
-        return asyncio.run(_serve(config))
+        return asyncio.run(main())  # type: ignore[arg-type]
     except StoreError as exc:
         log.error("cannot start: the data dir %s cannot be used: %s", config.data_dir, exc)
         return 2

@@ -140,6 +140,9 @@ class ServerConfig:
     # name and password logs in as the user its verified client certificate names
     # (tls_cert_login_from, as SASL EXTERNAL); needs tls_verify and tls_ca.
     mqtt_ssl_cert_login: bool = False
+    # Worker processes (leveret.workers, docs/workers.md): 1 is one process, as
+    # always; more (Linux) is a supervisor and that many workers, each one core.
+    workers: int = 1
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

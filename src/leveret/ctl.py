@@ -405,6 +405,16 @@ def _print_cluster(args: argparse.Namespace, result: Any) -> int:
     return 0
 
 
+def _socket_path(data_dir: str) -> str:
+    """The broker's control socket under its --data-dir; a broker of worker processes
+    (`--workers N`) has one per worker, and worker 0's (which writes metadata) answers."""
+    path = os.path.join(data_dir, SOCKET_NAME)
+    worker_0 = os.path.join(data_dir, "worker-0", SOCKET_NAME)
+    if not os.path.exists(path) and os.path.exists(worker_0):
+        return worker_0
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         op, params = _request(args)
@@ -429,7 +439,7 @@ def run(args: argparse.Namespace) -> int:
 
             result = HttpControl(args.url, args.api_username, args.api_password).call(op, params)
         else:
-            path = args.socket or os.path.join(args.data_dir, SOCKET_NAME)
+            path = args.socket or _socket_path(args.data_dir)
             result = call(path, op, params)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)

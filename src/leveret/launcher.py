@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ class Node:
         config: ServerConfig,
         loop: asyncio.AbstractEventLoop | None = None,
         mesh: Mesh | None = None,
+        listen_sockets: list[list[socket.socket]] | None = None,
     ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
@@ -68,7 +70,9 @@ class Node:
         self.mesh = mesh
         self.broker = Broker(config, extensions=EXTENSIONS)  # in memory until start()
         self.broker.mesh = mesh
-        self.listener = Server(config, self.loop, self.broker)
+        # A worker accepts on listening sockets its supervisor made (one list per
+        # effective listener); None: the listener binds its own.
+        self.listener = Server(config, self.loop, self.broker, listen_sockets)
         # A cluster leader releases held confirms through the listener's batch
         # (cluster/leader.py's Tap.check); the bound method itself, not a wrapper.
         self.output_batch = self.listener.output_batch
@@ -170,7 +174,9 @@ class Node:
         if self.recovering:
             self.recovery = self.loop.create_task(self._recover())
         self.links = self.broker.links = links  # shovels, federation
-        await self.links.start()
+        if self.mesh is None or self.mesh.index == 0:
+            # One worker runs the broker's shovels and federation links, not each of them.
+            await self.links.start()
         log.info("Leveret started in %.3f s", time.monotonic() - started)
         if wait_for_recovery and self.recovery is not None:
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from functools import partial
 
@@ -28,9 +29,17 @@ log = logging.getLogger("leveret.server")
 
 class Server:
     def __init__(
-        self, config: ServerConfig, loop: asyncio.AbstractEventLoop, broker: Broker
+        self,
+        config: ServerConfig,
+        loop: asyncio.AbstractEventLoop,
+        broker: Broker,
+        sockets: list[list[socket.socket]] | None = None,
     ) -> None:
         self.config = config
+        # Listening sockets made by someone else, one list per effective listener (a
+        # worker of a broker made of several gets its share of SO_REUSEPORT groups
+        # from the supervisor, leveret.workers.sockets); None: bind them here.
+        self.sockets = sockets
         self.loop = loop
         self.broker = broker
         self.alarms: ResourceAlarms | None = None
@@ -65,11 +74,14 @@ class Server:
         if any(listener.kind == "amqps" for listener in listeners):
             context = server_context(self.config)  # TLSConfigError names the problem
         try:
-            for listener in listeners:
+            for n, listener in enumerate(listeners):
                 if listener.kind == "amqps":
                     factory = partial(TLSAcceptor, self, context)
                 else:
                     factory = partial(AMQPConnection, self)
+                if self.sockets is not None:
+                    await self._serve_sockets(factory, listener, self.sockets[n])
+                    continue
                 server = await self.loop.create_server(
                     factory,
                     listener.host,
@@ -89,6 +101,28 @@ class Server:
             self.close_listeners()
             raise
         self.port = self.addresses[0][1]
+
+    async def _serve_sockets(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        listener: Listener,
+        socks: list[socket.socket],
+    ) -> None:
+        """Accept on listening sockets made elsewhere (one per address of the listener).
+
+        Logged as "accepting", not "listening": the process that made the sockets says
+        when the broker listens, once all of its workers accept."""
+        port = listener.port
+        for sock in socks:
+            server = await self.loop.create_server(factory, sock=sock, backlog=1024)
+            self._servers.append(server)
+            port = sock.getsockname()[1]
+        self.addresses.append((listener.host, port))
+        log.info(
+            "accepting AMQP 0-9-1%s on %s",
+            " over TLS" if listener.kind == "amqps" else "",
+            Listener(listener.host, port, listener.kind),
+        )
 
     def close_listeners(self) -> None:
         """Stop listening at once (a start that failed after these opened)."""

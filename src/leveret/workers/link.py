@@ -491,8 +491,8 @@ class Link(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's do not subclass asyncio.Transport, so no check.
+        self.transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
         transport.set_write_buffer_limits(high=self.high_water, low=self.high_water // 4)
 

@@ -22,7 +22,12 @@ every worker the way `leveret server` stops (each closes its connections with
 - give worker `i` the descriptors `pass_fds(i)`, which the supervisor keeps open: a
   listening socket of an `SO_REUSEPORT` group made here outlives the worker that
   accepts on it, so connections that reach it while that worker is down wait in its
-  queue for the next one instead of being reset.
+  queue for the next one instead of being reset;
+- tell its owner about each worker's life (`on_start(i)` just before a start, to
+  make what the new process gets; `on_spawned(i)` once it runs, or failed to;
+  `on_exit(i, status)`; `worker_env(i)`, more environment for it), and, with `require_ready`, treat a worker that exits before
+  it ever said it was ready (`ready(i)`) as a broker that cannot start: the others
+  are stopped and `run()` returns that worker's exit status (1 if it had none).
 
 `python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
 `{index}` in COMMAND replaced by each worker's index.
@@ -59,6 +64,8 @@ class WorkerStatus:
     restarts: int = 0
     last_exit: int | None = None
     started_at: float | None = None
+    ready: bool = False  # this start said it serves (Supervisor.ready)
+    ever_ready: bool = False
 
 
 class Supervisor:
@@ -78,6 +85,12 @@ class Supervisor:
         status_file: str | None = None,
         env: dict[str, str] | None = None,
         pass_fds: Callable[[int], Sequence[int]] | None = None,
+        on_start: Callable[[int], None] | None = None,
+        on_spawned: Callable[[int], None] | None = None,
+        on_exit: Callable[[int, int | None], None] | None = None,
+        worker_env: Callable[[int], dict[str, str]] | None = None,
+        require_ready: bool = False,
+        new_session: bool = False,
     ) -> None:
         if count < 1:
             raise ValueError("a supervisor needs at least one worker")
@@ -92,6 +105,14 @@ class Supervisor:
         self.status_file = status_file
         self.env = dict(os.environ if env is None else env)
         self.pass_fds = pass_fds
+        self.on_start = on_start
+        self.on_spawned = on_spawned
+        self.on_exit = on_exit
+        self.worker_env = worker_env
+        self.require_ready = require_ready
+        # Workers in their own session: a terminal's Ctrl-C (SIGINT to the foreground
+        # process group) reaches the supervisor alone, which stops them in order.
+        self.new_session = new_session
         self.workers = [WorkerStatus(i) for i in range(count)]
         self.state = "starting"  # running, stopping, stopped, failed
         self._procs: dict[int, asyncio.subprocess.Process] = {}
@@ -103,6 +124,13 @@ class Supervisor:
     def status(self) -> list[WorkerStatus]:
         """Each worker's pid and state, by index."""
         return list(self.workers)
+
+    def ready(self, index: int) -> None:
+        """Worker `index` (its current process) serves: noted in its status."""
+        worker = self.workers[index]
+        if worker.state == "running" and not worker.ready:
+            worker.ready = worker.ever_ready = True
+            self._write_status()
 
     def stop(self) -> None:
         """Stop every worker and make `run()` return 0 (callable from a signal handler
@@ -143,19 +171,31 @@ class Supervisor:
         assert self._stop is not None
         while not self._stop.is_set():
             worker.state = "starting"
+            worker.ready = False
             started = time.monotonic()
             try:
+                if self.on_start is not None:
+                    self.on_start(index)
                 proc = await asyncio.create_subprocess_exec(
                     *self.command(index),
-                    env={**self.env, "LEVERET_WORKER_INDEX": str(index)},
+                    env={
+                        **self.env,
+                        **(self.worker_env(index) if self.worker_env else {}),
+                        "LEVERET_WORKER_INDEX": str(index),
+                    },
                     pass_fds=tuple(self.pass_fds(index)) if self.pass_fds else (),
+                    start_new_session=self.new_session,
                 )
             except OSError as exc:
                 log.error("worker %d could not start: %s", index, exc)
                 worker.pid = None
                 worker.last_exit = None
                 rc: int | None = None
+                if self.on_spawned is not None:
+                    self.on_spawned(index)
             else:
+                if self.on_spawned is not None:
+                    self.on_spawned(index)
                 self._procs[index] = proc
                 worker.pid = proc.pid
                 worker.started_at = time.time()
@@ -167,10 +207,23 @@ class Supervisor:
                 rc = await proc.wait()
                 del self._procs[index]
                 worker.last_exit = rc
+            worker.ready = False
+            if self.on_exit is not None:
+                self.on_exit(index, rc)
             if self._stop.is_set():
                 worker.state = "stopped"
                 log.info("worker %d stopped (%s)", index, _describe(rc))
                 self._write_status()
+                return
+            if self.require_ready and not worker.ever_ready:
+                # It never served: a port, the data dir or the configuration is wrong,
+                # and restarting would only repeat the error it logged.
+                worker.state = "failed"
+                log.error("worker %d could not start (%s): stopping all", index, _describe(rc))
+                if not self.exit_code:
+                    self.exit_code = rc if rc is not None and rc > 0 else 1
+                self._write_status()
+                self.stop()
                 return
             # An unrequested exit: restart, unless workers die too often.
             now = time.monotonic()

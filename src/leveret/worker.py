@@ -1,0 +1,146 @@
+"""One worker process of `leveret server --workers N`: a node of the broker.
+
+Started by the supervisor (`workers/serve.py`) as
+
+    python -m leveret.worker --index I --count N --control-fd FD
+        --listen-fds '[[FD, ...], ...]' --log-level LEVEL
+
+with its settings, a pickled `ServerConfig` made for it (its own store dir, its
+ports), in `LEVERET_WORKER_CONFIG`. It builds `launcher.Node(config, loop,
+mesh=Mesh(I, N))` on the listening sockets it was passed (one list per listener),
+starts it, tells the supervisor it is ready, then links to the other workers as the
+supervisor hands it their socket pairs on the control channel (`control.py`): the
+first ones, and a new one whenever a peer restarts (`Mesh.connect` replaces the
+link and fires `peer_joined`).
+
+It sits beside `launcher.py`, not in `workers/`: it builds a node, and the workers
+package is below the launcher (the launcher gives each node its `Mesh`).
+
+It stops as `leveret server` stops, on SIGTERM or SIGINT (clients get 320
+CONNECTION_FORCED), and also when its control channel ends: the supervisor is gone
+and nobody would restart or stop it. Its log lines name it (`worker I`). A start
+that fails (a bad data dir, a port taken) exits non-zero with the reason logged, as
+`leveret server` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+from leveret.config import ServerConfig
+from leveret.workers.control import event_line, link_peer
+from leveret.workers.handoff import receive_connections
+from leveret.workers.mesh import Mesh
+from leveret.workers.serve import CONFIG_ENV, decode_config
+
+log = logging.getLogger("leveret.workers")
+
+
+async def serve_worker(
+    config: ServerConfig,
+    index: int,
+    count: int,
+    control: socket.socket,
+    listen_sockets: list[list[socket.socket]],
+) -> int:
+    """Run worker `index` until a signal or the end of its control channel."""
+    from leveret.launcher import Node
+    from leveret.server import gc_tuning
+
+    loop = asyncio.get_running_loop()
+    mesh = Mesh(index, count)
+    mesh.peer_joined.append(lambda peer: log.info("link to worker %d up", peer))
+    node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start(wait_for_recovery=False)  # accepting; stored messages come back after
+    gc_tuning.tune()
+    control.setblocking(True)
+    control.sendall(event_line(ready=[list(a) for a in node.addresses]))
+
+    links: set[asyncio.Task] = set()
+
+    def linked(sock: socket.socket, state: bytes) -> None:
+        try:
+            peer = link_peer(state)
+        except ValueError as exc:
+            log.error("bad link from the supervisor: %s", exc)
+            sock.close()
+            return
+        task = loop.create_task(mesh.connect(peer, sock))
+        links.add(task)
+        task.add_done_callback(links.discard)
+
+    channel = loop.create_task(receive_connections(control, linked))
+    stopping = loop.create_task(stop.wait())
+    waits: set[asyncio.Future] = {stopping, channel}
+    if node.recovery is not None:
+        waits.add(node.recovery)
+    while True:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        recovery = node.recovery
+        if recovery is not None and recovery in waits and recovery.done():
+            waits.discard(recovery)
+            if not recovery.cancelled() and recovery.exception() is not None:
+                await node.stop()  # the store could not be read: main() names the problem
+                raise recovery.exception()  # type: ignore[misc]
+            continue
+        break
+    if channel.done() and not stopping.done():
+        exc = None if channel.cancelled() else channel.exception()
+        log.error("control channel to the supervisor ended (%s): stopping", exc or "closed")
+    channel.cancel()
+    stopping.cancel()
+    await asyncio.gather(channel, stopping, return_exceptions=True)
+    log.info("shutting down: closing %d connection(s)", len(node.connections))
+    await node.stop()
+    mesh.close()
+    control.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leveret.worker",
+        description="One worker of `leveret server --workers N` (started by its supervisor).",
+    )
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--listen-fds", required=True, help="JSON: a list of fds per listener")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s worker {args.index} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    text = os.environ.pop(CONFIG_ENV, None)
+    if text is None:
+        log.error("%s is not set: a worker is started by `leveret server --workers N`", CONFIG_ENV)
+        return 2
+    config = decode_config(text)
+    control = socket.socket(fileno=args.control_fd)
+    listen_sockets = [
+        [socket.socket(fileno=fd) for fd in fds] for fds in json.loads(args.listen_fds)
+    ]
+    from leveret.cli import run_until_stopped, use_uvloop
+
+    use_uvloop(config)
+    return run_until_stopped(
+        config,
+        lambda: serve_worker(config, args.index, args.count, control, listen_sockets),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The control channel between the supervisor and one worker process.
+
+An AF_UNIX stream socket pair, made by the supervisor at each start of the worker;
+the worker gets its end as a passed descriptor. Each direction has its own use:
+
+- supervisor -> worker: the worker's end of a mesh socket pair, with the index of
+  the peer at the other end (`handoff.send_connection`, the descriptor by
+  SCM_RIGHTS, the state `{"peer": N}` as JSON). Every link reaches a worker this
+  way, the first ones and those made when a peer restarts, so a worker has one
+  path for both: `mesh.connect(peer, sock)` (which replaces a link to that peer).
+- worker -> supervisor: events, one JSON object per line: `{"ready": [[host,
+  port], ...]}` once the worker listens (the addresses it accepts on).
+
+The channel also tells each side that the other is gone: the supervisor sees the
+worker's end close when it exits, and a worker whose supervisor died reads the end
+of its channel and stops, instead of serving on as an orphan nobody restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from leveret.workers.handoff import send_connection
+
+#: an event line longer than this is not the worker's (it sends a few addresses)
+MAX_LINE = 1 << 20
+
+
+def send_link(channel: socket.socket, peer: int, sock: socket.socket) -> None:
+    """Give the worker at the other end of `channel` its end `sock` of the link to
+    worker `peer` (the caller then closes its copy of `sock`)."""
+    send_connection(channel, sock, json.dumps({"peer": peer}).encode())
+
+
+def link_peer(state: bytes) -> int:
+    """The peer index a link handoff's state names (ValueError if it names none)."""
+    doc = json.loads(state)
+    peer = doc.get("peer") if isinstance(doc, dict) else None
+    if not isinstance(peer, int) or isinstance(peer, bool):
+        raise ValueError(f"a link handoff without a peer: {state!r}")
+    return peer
+
+
+def event_line(**event: Any) -> bytes:
+    return json.dumps(event).encode() + b"\n"
+
+
+class EventReader:
+    """Sans-IO: the worker's bytes in, its events (dicts) out, in order."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self._buffer = bytearray()
+        self._on_event = on_event
+
+    def feed(self, data: bytes) -> None:
+        buf = self._buffer
+        buf += data
+        while True:
+            end = buf.find(b"\n")
+            if end < 0:
+                if len(buf) > MAX_LINE:
+                    raise ValueError("a worker event line over 1 MB")
+                return
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if isinstance(event, dict):
+                self._on_event(event)

@@ -1,0 +1,320 @@
+"""`leveret server --workers N`: the supervisor process of a broker made of N workers.
+
+The `leveret server` process binds the broker's AMQP ports, one `SO_REUSEPORT`
+socket per worker on each (`sockets.listening_group`), and runs the workers under a
+`supervisor.Supervisor`. It serves no client itself. For each start of worker `i`:
+
+- a control channel (`control.py`): the worker's end goes with the listening
+  sockets as passed descriptors (`python -m leveret.worker`), the settings
+  in the environment (`LEVERET_WORKER_CONFIG`);
+- a new mesh socket pair with each other worker that runs (or is starting): one end
+  to each by SCM_RIGHTS on their control channels, so a restarted worker links to
+  the live ones and they replace their broken link to it;
+- its own settings (`worker_config`): its store in `<data-dir>/worker-<i>`, the
+  listeners resolved to the ports bound here (port 0 included), a share of the
+  memory budgets; the management API, Prometheus, MQTT, the definitions file and
+  the static shovels on worker 0 only.
+
+Once every worker said it accepts, this process logs the "Leveret listening for
+AMQP" lines a one-process broker logs. SIGTERM or SIGINT stop every worker (each
+closes its clients with 320 CONNECTION_FORCED) and return 0; a worker that exits
+before it ever served stops the others and makes the exit status non-zero.
+
+`<data-dir>/workers.json` records the broker's worker count and the cluster name
+that every worker gives clients: a count that differs from the recorded one is
+refused, since each worker's store holds the queues of its own share.
+`<data-dir>/workers-status.json` has each worker's pid, state, restarts, last exit
+status and readiness (the supervisor's status file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+
+from leveret.config import Listener, ServerConfig
+from leveret.workers.control import EventReader, send_link
+from leveret.workers.sockets import ListeningGroup, listening_group, mesh_pair
+from leveret.workers.supervisor import Supervisor
+
+log = logging.getLogger("leveret.workers")
+
+#: the environment variable a worker reads its settings from (a pickled ServerConfig)
+CONFIG_ENV = "LEVERET_WORKER_CONFIG"
+#: the broker-wide record in the top data dir
+LAYOUT_FILE = "workers.json"
+#: each worker's pid, state, restarts and readiness, rewritten at every change
+STATUS_FILE = "workers-status.json"
+
+
+class WorkersError(Exception):
+    """The workers cannot start as asked (the message says why)."""
+
+
+def worker_dir(data_dir: str, index: int) -> str:
+    return os.path.join(data_dir, f"worker-{index}")
+
+
+def check_layout(data_dir: str, count: int) -> dict:
+    """The data dir's worker record, made on the first start of a broker of workers.
+
+    A data dir made by one process has no record and is refused for several workers
+    (its queues are in the top dir, which no worker reads), as is one made by a
+    different number of workers. WorkersError says which."""
+    path = os.path.join(data_dir, LAYOUT_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        doc = None
+    except (OSError, ValueError) as exc:
+        raise WorkersError(f"{path} cannot be read: {exc}") from None
+    if doc is None:
+        if count == 1:
+            return {}
+        if _holds_a_store(data_dir):
+            raise WorkersError(
+                f"the data dir {data_dir} holds a one-process broker's store; "
+                f"--workers {count} would not read it (start it with --workers 1)"
+            )
+        return {}
+    recorded = doc.get("workers") if isinstance(doc, dict) else None
+    if recorded != count:
+        raise WorkersError(
+            f"the data dir {data_dir} belongs to a broker of --workers {recorded}; "
+            f"start it with --workers {recorded} (changing the count is not supported)"
+        )
+    return doc
+
+
+def _holds_a_store(data_dir: str) -> bool:
+    """Whether a one-process broker kept its store here (its definitions catalog)."""
+    return os.path.exists(os.path.join(data_dir, "definitions.db"))
+
+
+def write_layout(data_dir: str, doc: dict) -> None:
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, LAYOUT_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def worker_config(config: ServerConfig, groups: list[ListeningGroup], index: int) -> ServerConfig:
+    """Worker `index`'s settings: its store dir, the ports as bound, its share."""
+    count = config.workers
+    first = index == 0
+    changes: dict = {
+        "data_dir": worker_dir(config.data_dir, index),
+        "management_port": config.management_port if first else None,
+        "prometheus_port": config.prometheus_port if first else None,
+        "mqtt_port": config.mqtt_port if first else None,
+        "web_mqtt_port": config.web_mqtt_port if first else None,
+        "mqtt_tls_port": config.mqtt_tls_port if first else None,
+        "load_definitions": config.load_definitions if first else None,
+        "shovels": config.shovels if first else {},
+        # The budgets are the broker's: each worker gets its share.
+        "max_memory_bytes": config.max_memory_bytes // count,
+        "queue_ram_bytes": config.queue_ram_bytes // count,
+        "memory_high_watermark": config.memory_high_watermark // count,
+    }
+    if config.listeners:
+        changes["listeners"] = [Listener(g.host, g.port, g.kind) for g in groups]
+    else:
+        changes["port"] = groups[0].port
+        if config.tls_port is not None:
+            changes["tls_port"] = groups[1].port
+    return dataclasses.replace(config, **changes)
+
+
+def encode_config(config: ServerConfig) -> str:
+    return base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()
+
+
+def decode_config(text: str) -> ServerConfig:
+    config = pickle.loads(base64.b64decode(text))
+    if not isinstance(config, ServerConfig):
+        raise ValueError(f"{CONFIG_ENV} does not hold a ServerConfig")
+    return config
+
+
+class Workers:
+    """The supervisor's side of the broker: sockets, control channels, readiness."""
+
+    def __init__(self, config: ServerConfig, log_level: str = "info") -> None:
+        self.config = config
+        self.count = config.workers
+        self.log_level = log_level
+        self.groups: list[ListeningGroup] = []
+        self.configs: list[ServerConfig] = []
+        self.controls: dict[int, socket.socket] = {}  # this process's end, per worker
+        self._child_ends: dict[int, socket.socket] = {}  # closed once the worker runs
+        self.members: set[int] = set()  # workers started or starting, that get links
+        self.announced = False
+        self.supervisor: Supervisor | None = None
+
+    def bind(self) -> None:
+        """Every listener's socket group (OSError: a port is taken)."""
+        try:
+            for listener in self.config.effective_listeners():
+                self.groups.append(
+                    listening_group(listener.host, listener.port, listener.kind, self.count)
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    async def run(self) -> int:
+        doc = check_layout(self.config.data_dir, self.count)
+        cluster_name = self.config.cluster_name or doc.get("cluster_name")
+        if cluster_name is None:
+            cluster_name = f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
+        if doc.get("cluster_name") != cluster_name or not doc:
+            write_layout(
+                self.config.data_dir, {"workers": self.count, "cluster_name": cluster_name}
+            )
+        self.config = dataclasses.replace(self.config, cluster_name=cluster_name)
+        self.bind()
+        self.configs = [worker_config(self.config, self.groups, i) for i in range(self.count)]
+        loop = asyncio.get_running_loop()
+        sup = self.supervisor = Supervisor(
+            self.count,
+            self.command,
+            pass_fds=self.pass_fds,
+            on_start=self.on_start,
+            on_spawned=self.on_spawned,
+            on_exit=self.on_exit,
+            worker_env=lambda i: {CONFIG_ENV: encode_config(self.configs[i])},
+            require_ready=True,
+            new_session=True,
+            status_file=os.path.join(self.config.data_dir, STATUS_FILE),
+            # A restarted worker reads its store back: give it time before SIGKILL.
+            stop_timeout=30.0,
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop)
+        try:
+            rc = await sup.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            self.close()
+        log.info("Leveret stopped (%d workers)", self.count)
+        return rc
+
+    def _stop(self) -> None:
+        log.info("shutting down: stopping %d workers", self.count)
+        assert self.supervisor is not None
+        self.supervisor.stop()
+
+    # --- one worker's start -----------------------------------------------------------
+
+    def command(self, index: int) -> list[str]:
+        fds = [group.fds(index) for group in self.groups]
+        return [
+            sys.executable, "-m", "leveret.worker",
+            "--index", str(index), "--count", str(self.count),
+            "--control-fd", str(self._child_ends[index].fileno()),
+            "--listen-fds", json.dumps(fds),
+            "--log-level", self.log_level,
+        ]  # fmt: skip
+
+    def pass_fds(self, index: int) -> list[int]:
+        fds = [self._child_ends[index].fileno()]
+        for group in self.groups:
+            fds.extend(group.fds(index))
+        return fds
+
+    def on_start(self, index: int) -> None:
+        """Before worker `index` starts: its control channel, and a link to each
+        other worker that runs (its end sent to that worker now, ours queued on the
+        new channel, read by the worker once it serves)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.controls[index] = ours
+        self._child_ends[index] = theirs
+        for peer in sorted(self.members):
+            a, b = mesh_pair()
+            try:
+                try:
+                    send_link(self.controls[peer], index, a)
+                except OSError as exc:  # that worker is exiting; its restart links again
+                    log.info("no new link for worker %d: %s", peer, exc)
+                    continue
+                send_link(ours, peer, b)
+            finally:
+                a.close()
+                b.close()
+        self.members.add(index)
+        reader = EventReader(lambda event: self._event(index, event))
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._readable, index, ours, reader)
+
+    def on_spawned(self, index: int) -> None:
+        end = self._child_ends.pop(index, None)
+        if end is not None:
+            end.close()  # the worker has its own copy (or never started)
+
+    def on_exit(self, index: int, status: int | None) -> None:
+        self.members.discard(index)
+        ours = self.controls.pop(index, None)
+        if ours is not None:
+            asyncio.get_running_loop().remove_reader(ours.fileno())
+            ours.close()
+
+    def _readable(self, index: int, sock: socket.socket, reader: EventReader) -> None:
+        try:
+            data = sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the worker exited (its exit status comes from wait())
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            return
+        try:
+            reader.feed(data)
+        except ValueError as exc:
+            log.error("worker %d sent a bad event: %s", index, exc)
+
+    def _event(self, index: int, event: dict) -> None:
+        if "ready" not in event:
+            return
+        sup = self.supervisor
+        assert sup is not None
+        sup.ready(index)
+        if self.announced:
+            log.info("worker %d serves again", index)
+            return
+        if all(w.ready for w in sup.workers):
+            self.announced = True
+            for group in self.groups:
+                log.info(
+                    "Leveret listening for AMQP 0-9-1%s on %s",
+                    " over TLS" if group.kind == "amqps" else "",
+                    Listener(group.host, group.port, group.kind),
+                )
+            log.info("Leveret started with %d workers", self.count)
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.close()
+        self.groups = []
+        for sock in [*self.controls.values(), *self._child_ends.values()]:
+            sock.close()
+        self.controls.clear()
+        self._child_ends.clear()
+
+
+async def serve(config: ServerConfig, log_level: str = "info") -> int:
+    """Run the broker of `config.workers` workers until SIGTERM or SIGINT."""
+    return await Workers(config, log_level).run()
