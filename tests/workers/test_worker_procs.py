@@ -301,6 +301,7 @@ def test_a_port_already_taken_is_a_clear_error(workers, tmp_path: Path) -> None:
         port = holder.getsockname()[1]
         broker = workers(2, "--port", str(port))
         assert broker.proc.wait(timeout=60) == 1
+    assert not (broker.data / "workers.json").exists()  # the data dir stays unmarked
     log = broker.text()
     assert (
         f"cannot start: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
