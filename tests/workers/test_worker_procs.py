@@ -510,3 +510,60 @@ def test_worker_0_restarts_with_the_management_api(workers, tmp_path: Path) -> N
         == json.loads((broker.data / "workers.json").read_text())["cluster_name"]
     )
     assert broker.stop() == 0
+
+
+@pytest.mark.soak
+def test_workers_killed_in_turn_while_clients_connect(workers, soak_rounds: int) -> None:
+    """Each round SIGKILLs one worker while a client keeps connecting. A connection
+    the killed worker had accepted is lost (its client retries, as a client with
+    recovery does); every client gets served within a few tries, by a live worker or
+    the restarted one, and the broker stops cleanly at the end. Restarts stay under
+    the supervisor's limit (more than 10 in 60 s stop the broker) for up to 10
+    rounds a minute."""
+    broker = workers(2).wait_listening()
+    stop = threading.Event()
+    failures: list[list[BaseException]] = []
+    served = [0]
+
+    def clients() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            errors: list[BaseException] = []
+            for _attempt in range(5):
+                try:
+                    conn = broker.connect(f"soak-{n}")
+                    conn.channel().queue_declare("", exclusive=True)
+                    conn.close()
+                    served[0] += 1
+                    break
+                except pika.exceptions.AMQPError as exc:
+                    errors.append(exc)
+            else:
+                failures.append(errors)
+
+    thread = threading.Thread(target=clients)
+    thread.start()
+    try:
+        for round_ in range(soak_rounds):
+            victim = round_ % 2
+            before = broker.status()["workers"][victim]
+            os.kill(before["pid"], signal.SIGKILL)
+
+            def back(victim=victim, pid=before["pid"]):
+                """the killed worker serves again"""
+                w = broker.status()["workers"][victim]
+                return w["pid"] != pid and w["ready"]
+
+            wait_for(back)
+            start = served[0]
+            wait_for(lambda start=start: served[0] > start + 4)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert failures == []
+    assert [w["restarts"] for w in broker.status()["workers"]] == [
+        (soak_rounds + 1) // 2,
+        soak_rounds // 2,
+    ]
+    assert broker.stop() == 0
