@@ -346,6 +346,17 @@ def test_a_bad_data_dir_is_a_clear_error(workers, tmp_path: Path) -> None:
     assert "file" in broker.text()
 
 
+def test_a_worker_whose_store_cannot_open_stops_the_broker(workers, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "worker-1").write_text("not a directory")
+    broker = workers(2)
+    rc = broker.proc.wait(timeout=60)
+    log = broker.text()
+    assert rc == 2, log
+    assert re.search(r" worker 1 leveret: cannot start: .*worker-1", log), log
+    assert "worker 1 could not start (exit status 2): stopping all" in log
+
+
 def test_the_data_dir_keeps_its_worker_count(workers, tmp_path: Path) -> None:
     broker = workers(2).wait_listening()
     assert broker.stop() == 0
