@@ -301,6 +301,7 @@ def test_a_port_already_taken_is_a_clear_error(workers, tmp_path: Path) -> None:
         port = holder.getsockname()[1]
         broker = workers(2, "--port", str(port))
         assert broker.proc.wait(timeout=60) == 1
+    assert not (broker.data / "workers.json").exists()  # the data dir stays unmarked
     log = broker.text()
     assert (
         f"cannot start: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
@@ -343,6 +344,17 @@ def test_a_bad_data_dir_is_a_clear_error(workers, tmp_path: Path) -> None:
     assert broker.proc.wait(timeout=60) != 0
     assert "cannot start:" in broker.text()
     assert "file" in broker.text()
+
+
+def test_a_worker_whose_store_cannot_open_stops_the_broker(workers, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "worker-1").write_text("not a directory")
+    broker = workers(2)
+    rc = broker.proc.wait(timeout=60)
+    log = broker.text()
+    assert rc == 2, log
+    assert re.search(r" worker 1 leveret: cannot start: .*worker-1", log), log
+    assert "worker 1 could not start (exit status 2): stopping all" in log
 
 
 def test_the_data_dir_keeps_its_worker_count(workers, tmp_path: Path) -> None:
@@ -508,4 +520,61 @@ def test_worker_0_restarts_with_the_management_api(workers, tmp_path: Path) -> N
         wait_for(overview)["cluster_name"]
         == json.loads((broker.data / "workers.json").read_text())["cluster_name"]
     )
+    assert broker.stop() == 0
+
+
+@pytest.mark.soak
+def test_workers_killed_in_turn_while_clients_connect(workers, soak_rounds: int) -> None:
+    """Each round SIGKILLs one worker while a client keeps connecting. A connection
+    the killed worker had accepted is lost (its client retries, as a client with
+    recovery does); every client gets served within a few tries, by a live worker or
+    the restarted one, and the broker stops cleanly at the end. Restarts stay under
+    the supervisor's limit (more than 10 in 60 s stop the broker) for up to 10
+    rounds a minute."""
+    broker = workers(2).wait_listening()
+    stop = threading.Event()
+    failures: list[list[BaseException]] = []
+    served = [0]
+
+    def clients() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            errors: list[BaseException] = []
+            for _attempt in range(5):
+                try:
+                    conn = broker.connect(f"soak-{n}")
+                    conn.channel().queue_declare("", exclusive=True)
+                    conn.close()
+                    served[0] += 1
+                    break
+                except pika.exceptions.AMQPError as exc:
+                    errors.append(exc)
+            else:
+                failures.append(errors)
+
+    thread = threading.Thread(target=clients)
+    thread.start()
+    try:
+        for round_ in range(soak_rounds):
+            victim = round_ % 2
+            before = broker.status()["workers"][victim]
+            os.kill(before["pid"], signal.SIGKILL)
+
+            def back(victim=victim, pid=before["pid"]):
+                """the killed worker serves again"""
+                w = broker.status()["workers"][victim]
+                return w["pid"] != pid and w["ready"]
+
+            wait_for(back)
+            start = served[0]
+            wait_for(lambda start=start: served[0] > start + 4)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert failures == []
+    assert [w["restarts"] for w in broker.status()["workers"]] == [
+        (soak_rounds + 1) // 2,
+        soak_rounds // 2,
+    ]
     assert broker.stop() == 0

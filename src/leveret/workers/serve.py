@@ -177,15 +177,19 @@ class Workers:
 
     async def run(self) -> int:
         doc = check_layout(self.config.data_dir, self.count)
-        cluster_name = self.config.cluster_name or doc.get("cluster_name")
-        if cluster_name is None:
-            cluster_name = f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
-        if doc.get("cluster_name") != cluster_name or not doc:
-            write_layout(
-                self.config.data_dir, {"workers": self.count, "cluster_name": cluster_name}
-            )
+        self.bind()  # before the data dir is marked as a broker of workers
+        # The name a one-process broker makes on its first start and keeps; every
+        # worker gives it (--cluster-name overrides it, as for one process).
+        stored = doc.get("cluster_name")
+        if not doc:
+            stored = f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
+            try:
+                write_layout(self.config.data_dir, {"workers": self.count, "cluster_name": stored})
+            except BaseException:
+                self.close()
+                raise
+        cluster_name = self.config.cluster_name or stored
         self.config = dataclasses.replace(self.config, cluster_name=cluster_name)
-        self.bind()
         self.configs = [worker_config(self.config, self.groups, i) for i in range(self.count)]
         loop = asyncio.get_running_loop()
         sup = self.supervisor = Supervisor(
