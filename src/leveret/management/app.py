@@ -128,6 +128,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             # Queues have their stored messages back only after recovery: answer then,
             # with counts that are right (health checks and whoami need no queue).
             await server.wait_recovered()
+        stats = getattr(server, "worker_stats", None)
+        if stats is not None and not request.path.startswith(("/api/health/", "/api/whoami")):
+            await stats.refresh()  # other workers' queues and connections (workers.py)
     try:
         if replica.TAP is not None and request.method != "GET":
             return await _replicated(handler, request)

@@ -149,9 +149,13 @@ class ControlSocket:
         broker_source: Callable[[], Broker],
         path: str,
         ready: Callable[[], Awaitable[None]] | None = None,
+        operations: dict[str, Callable[..., Any]] | None = None,
     ) -> None:
         self._broker = broker_source  # the server may replace its broker at start
         self._ready = ready  # awaited before each operation: the broker's recovery
+        # Listings that replace OTHER_OPERATIONS' (worker 0 of several workers lists
+        # every worker's queues and connections).
+        self._operations = operations or {}
         self.path = path
         self._server: asyncio.AbstractServer | None = None
 
@@ -208,7 +212,11 @@ class ControlSocket:
         except (ValueError, KeyError, TypeError):
             return {"error": "invalid", "message": "malformed request to the control socket"}
         try:
-            result = run_operation(self._broker(), op, args)
+            override = self._operations.get(op)
+            if override is not None:
+                result = override(self._broker(), **args)
+            else:
+                result = run_operation(self._broker(), op, args)
         except ModelError as exc:
             kind = next((k for t, k in ERROR_KINDS.items() if isinstance(exc, t)), "error")
             return {"error": kind, "message": str(exc)}

@@ -15,6 +15,7 @@ from aiohttp import web
 from leveret.broker import definitions_json
 from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
 from leveret.broker.policies import _lower, winner
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
 from leveret.management.app import Denied, error, read_json
 from leveret.management.routes.common import (
@@ -33,6 +34,7 @@ from leveret.management.routes.common import (
     listing,
     login_vhosts,
     require_keys,
+    worker_stats,
 )
 from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
@@ -210,12 +212,31 @@ def _queue_basics(queue: Any) -> dict[str, Any]:
     return {**{k: full[k] for k in QUEUE_BASICS if k in full}, "state": "live"}
 
 
+def _worker_queue_json(stats: Any, q: Any, single: bool = False) -> dict[str, Any]:
+    """A queue of a broker of several workers (management/workers.py): its owner's
+    view, with the owner's index as `worker`."""
+    if isinstance(q, RemoteQueue):
+        return stats.queue_json(q, single)
+    return {**_queue_json(q.vhost, q, single), "worker": stats.index}
+
+
 async def list_queues(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+    stats = worker_stats(request)
     if request.query.get("disable_stats") == "true":
+        if stats is not None:
+            return listing(request, queues, partial(_worker_queue_basics, stats), paginated=True)
         return listing(request, queues, _queue_basics, paginated=True)
+    if stats is not None:
+        return listing(request, queues, partial(_worker_queue_json, stats), paginated=True)
     return listing(request, queues, lambda q: _queue_json(q.vhost, q), paginated=True)
+
+
+def _worker_queue_basics(stats: Any, queue: Any) -> dict[str, Any]:
+    full = _worker_queue_json(stats, queue)
+    state = "live" if full.get("state") != "down" else "down"
+    return {**{k: full[k] for k in (*QUEUE_BASICS, "worker") if k in full}, "state": state}
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -223,6 +244,9 @@ async def get_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
+    stats = worker_stats(request)
+    if stats is not None:
+        return web.json_response(_worker_queue_json(stats, queue, single=True))
     return web.json_response(_queue_json(vhost, queue, single=True))
 
 
