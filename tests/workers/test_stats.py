@@ -216,3 +216,35 @@ def test_a_queue_whose_worker_is_down_shows_its_definition(tmp_path: Path) -> No
             "worker": 1,
         }
         assert json.loads(json.dumps(_get(w, "overview")))["object_totals"]["queues"] == 1
+
+
+def test_the_web_ui_shows_each_queue_and_connection_s_worker(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from tests.browser import chromium
+
+    with in_process_workers(2, None, per_worker=HTTP_ON_0) as w, chromium() as browser:
+        name = _name_on(1, "wk-stats-ui")
+        conn = _connect(w, 1, "wk-stats-ui")
+        try:
+            conn.channel().queue_declare(name)
+            _placeholder(w, name)
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"http://127.0.0.1:{w.nodes[0].management.port}/")  # type: ignore[union-attr]
+            page.fill("input[name=username]", "guest")
+            page.fill("input[name=password]", "guest")
+            page.click("#login-form button[type=submit]")
+            page.click("#nav >> text=Queues")
+            expect(page.locator("#list th[data-key=worker]")).to_be_visible()
+            cells = page.locator("#list tbody tr", has_text=name).locator("td")
+            expect(cells.last).to_have_text("1")
+            page.click("#nav >> text=Connections")
+            expect(page.locator("#list th[data-key=worker]")).to_be_visible()
+            # the worker is the last column before the close button
+            cells = page.locator("#list tbody tr").first.locator("td")
+            expect(cells.nth(-2)).to_have_text("1")
+            assert errors == []
+        finally:
+            conn.close()
