@@ -16,12 +16,12 @@ import pika
 import pika.exceptions
 import pytest
 import requests
+from tests.workers.inprocess import InProcessWorkers, in_process_workers
 
 from leveret import ctl
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.server.ctl_socket import SOCKET_NAME
 from leveret.workers.mesh import placement
-from tests.workers.inprocess import InProcessWorkers, in_process_workers
 
 AUTH = ("guest", "guest")
 HTTP_ON_0 = {0: {"management_port": 0, "prometheus_port": 0}}
@@ -109,9 +109,7 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
             _placeholder(w, consumed)
 
             # The owner's figures, fields and `worker`, on worker 0's API.
-            doc = _until(
-                lambda: (d := _get(w, f"queues/%2F/{full}"))["messages"] == 3 and d
-            )
+            doc = _until(lambda: (d := _get(w, f"queues/%2F/{full}"))["messages"] == 3 and d)
             assert doc["worker"] == 1
             assert doc["messages_ready"] == 3
             assert doc["messages_unacknowledged"] == 0
@@ -182,9 +180,7 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
                     on_1.process_data_events(0.1)
             assert closed.value.reply_code == 320
             assert "wk-stats" in closed.value.reply_text
-            _until(
-                lambda: remote_name not in {c["name"] for c in _get(w, "connections")}
-            )
+            _until(lambda: remote_name not in {c["name"] for c in _get(w, "connections")})
         finally:
             for conn in (on_1, on_0):
                 if conn.is_open:
@@ -220,7 +216,6 @@ def test_a_queue_whose_worker_is_down_shows_its_definition(tmp_path: Path) -> No
 
 def test_the_web_ui_shows_each_queue_and_connection_s_worker(tmp_path: Path) -> None:
     from playwright.sync_api import expect
-
     from tests.browser import chromium
 
     with in_process_workers(2, None, per_worker=HTTP_ON_0) as w, chromium() as browser:
