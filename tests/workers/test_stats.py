@@ -142,6 +142,10 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
             assert len(consumers) == 1
             assert consumers[0]["queue"] == {"name": consumed, "vhost": "/"}
 
+            details = _get(w, f"queues/%2F/{consumed}")["consumer_details"]
+            assert [c["consumer_tag"] for c in details] == ["wk-stats-tag"]
+            assert details[0]["channel_details"]["connection_name"] == remote_name
+
             overview = _get(w, "overview")
             assert overview["object_totals"]["connections"] == 2
             assert overview["object_totals"]["queues"] == 3

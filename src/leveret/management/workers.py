@@ -414,6 +414,26 @@ class WorkerStats:
             return report.doc
         return {k: v for k, v in report.doc.items() if k not in SINGLE_ONLY}
 
+    def consumer_details(self, q: Any) -> list[dict[str, Any]]:
+        """The consumers on queue `q` of every worker's client channels (a consumer
+        is listed where its channel is, not where the queue is)."""
+        from leveret.management.routes.runtime import _consumer_json
+
+        vhost, name = q.vhost.name, q.name
+        out = [
+            _consumer_json(c)
+            for conn in self.node.broker.client_connections()
+            for ch in getattr(conn, "channels", {}).values()
+            for c in ch.consumers.values()
+            if c.queue.name == name and c.queue.vhost.name == vhost
+        ]
+        key = {"name": name, "vhost": vhost}
+        for report in self.reports.values():
+            for conn_report in report.connections:
+                for ch in conn_report.channels:
+                    out += [c for c in ch.doc.get("consumer_details", ()) if c["queue"] == key]
+        return out
+
     def queue_figures(self, q: RemoteQueue) -> SimpleNamespace | None:
         """What Prometheus' queue families read of a queue (scrape.queue_row's
         attributes), from its owner's report."""

@@ -64,7 +64,11 @@ def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
     consumers = list(q.consumers)
     extra: dict[str, Any] = {}
     if single:
-        extra["consumer_details"] = [_consumer_json(c) for c in consumers]
+        # A consumer whose client is on another worker (its channel a link to that
+        # worker, with no connection here) is listed by its own worker.
+        extra["consumer_details"] = [
+            _consumer_json(c) for c in consumers if hasattr(c.channel, "conn")
+        ]
         extra["deliveries"] = []  # per-channel figures: "basic" rates mode has none
         extra["incoming"] = []
     message_stats = stats.to_json(QUEUE_KEYS, by_side=True)
@@ -214,10 +218,15 @@ def _queue_basics(queue: Any) -> dict[str, Any]:
 
 def _worker_queue_json(stats: Any, q: Any, single: bool = False) -> dict[str, Any]:
     """A queue of a broker of several workers (management/workers.py): its owner's
-    view, with the owner's index as `worker`."""
+    view, with the owner's index as `worker`; a single queue's consumers are those
+    of every worker's channels."""
     if isinstance(q, RemoteQueue):
-        return stats.queue_json(q, single)
-    return {**_queue_json(q.vhost, q, single), "worker": stats.index}
+        doc = stats.queue_json(q, single)
+    else:
+        doc = {**_queue_json(q.vhost, q, single), "worker": stats.index}
+    if single and "consumer_details" in doc:
+        doc["consumer_details"] = stats.consumer_details(q)
+    return doc
 
 
 async def list_queues(request: web.Request) -> web.Response:
