@@ -34,11 +34,13 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import inventory
+from leveret.broker.errors import NotFound
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import FIELDS, Sampler, total, vhost_counts
 from leveret.management.prometheus.scrape import queue_row
@@ -200,9 +202,18 @@ class RemoteConnection:
             return {k: ("" if k in BLANK_IN_SINGLE and v is None else v) for k, v in doc.items()}
         return doc
 
-    def force_close(self, reason: str = "shutdown", text: str | None = None) -> asyncio.Future:
-        """Close it on its worker; the future is done once that worker sent the close."""
-        return self.stats.mesh.call(self.worker, "close_connection", self.name, text)
+    def force_close(
+        self, reason: str = "shutdown", text: str | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """Close it on its worker: awaited, done once that worker sent the close;
+        NotFound when that worker is down (the connection went with it)."""
+        return self._close(text)
+
+    async def _close(self, text: str | None) -> None:
+        try:
+            await self.stats.mesh.call(self.worker, "close_connection", self.name, text)
+        except ConnectionError:
+            raise NotFound(self.name) from None
 
 
 class RemoteChannel:
