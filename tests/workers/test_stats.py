@@ -177,6 +177,41 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
             names = {r["connection_name"] for r in ctl.call(sock, "list_connections", {})}
             assert {"wk-stats-on-1", "wk-stats-on-0"} <= names
 
+            # Messages got and purged through worker 0's API, on the owner.
+            got = requests.post(
+                _api(w, f"queues/%2F/{full}/get"),
+                json={"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto"},
+                auth=AUTH,
+                timeout=10,
+            )
+            assert got.status_code == 200, got.text
+            assert [(m["payload"], m["message_count"]) for m in got.json()] == [
+                ("m0", 2),
+                ("m1", 1),
+            ]
+            got = requests.post(
+                _api(w, f"queues/%2F/{full}/get"),
+                json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
+                auth=AUTH,
+                timeout=10,
+            )
+            assert [(m["payload"], m["redelivered"]) for m in got.json()] == [("m0", True)]
+            _until(lambda: _get(w, f"queues/%2F/{full}")["messages"] == 2)
+            purged = requests.delete(_api(w, f"queues/%2F/{full}/contents"), auth=AUTH, timeout=10)
+            assert purged.status_code == 204
+            _until(lambda: _get(w, f"queues/%2F/{full}")["messages"] == 0)
+            owner_vhost = w.nodes[1].broker.vhosts["/"]
+            assert w.call(lambda: owner_vhost.queues[full].message_count) == 0
+            # a placeholder whose queue its owner no longer has
+            w.call(lambda: owner_vhost.delete_queue(owner_vhost.queues[full]))
+            gone = requests.post(
+                _api(w, f"queues/%2F/{full}/get"),
+                json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
+                auth=AUTH,
+                timeout=10,
+            )
+            assert gone.status_code == 404
+
             # Closed through worker 0's API, on worker 1.
             response = requests.delete(
                 _api(w, f"connections/{quoted}"),

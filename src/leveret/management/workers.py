@@ -6,12 +6,14 @@ queues' messages and its own clients' connections; worker 0 alone runs the
 management API and Prometheus. `WorkerStats` is the piece of each worker that
 bridges the two:
 
-- on every worker it serves two calls over the mesh: "stats" answers a `Report` of
+- on every worker it serves calls over the mesh: "stats" answers a `Report` of
   what this worker holds (its queues as the management API shows them, built by the
   same functions that build worker 0's own, with Prometheus' figures beside them;
   its connections, channels and consumers likewise; its vhosts' message counts and
-  rates; its process' totals), and "close_connection" closes one of its connections
-  (DELETE /api/connections/{name} on worker 0);
+  rates; its process' totals); "close_connection" closes one of its connections
+  (DELETE /api/connections/{name} on worker 0); "api_get" and "api_purge" get
+  messages from and purge a queue it owns (the API's .../get and .../contents),
+  run on the owner as worker 0 runs them for its own queues;
 - on worker 0 it keeps the latest report of each other worker and hands them to the
   routes (`management/routes/`), to Prometheus' scrape and to `leveret ctl`'s
   listings.
@@ -246,6 +248,8 @@ class WorkerStats:
         self._sampler: Sampler | None = None
         self.mesh.serve("stats", self._serve_stats)
         self.mesh.serve("close_connection", self._serve_close)
+        self.mesh.serve("api_get", self._serve_get)
+        self.mesh.serve("api_purge", self._serve_purge)
 
     async def stop(self) -> None:
         if self._sampler is not None:
@@ -267,6 +271,34 @@ class WorkerStats:
                 conn.force_close(text=text)
                 return True
         return False
+
+    def _own_queue(self, vhost: str, name: str) -> Any:
+        v = self.node.broker.vhosts.get(vhost)
+        queue = v.queues.get(name) if v is not None else None
+        if queue is None or isinstance(queue, RemoteQueue):
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        return queue
+
+    def _serve_get(
+        self,
+        peer: int,
+        vhost: str,
+        name: str,
+        body: dict[str, Any],
+        count: int,
+        ackmode: str,
+        truncate: int | None,
+    ) -> list[dict[str, Any]]:
+        """POST /api/queues/{vhost}/{name}/get on worker 0 for a queue this worker owns."""
+        from leveret.management.routes.messages import get_from
+
+        return get_from(self._own_queue(vhost, name), body, count, ackmode, truncate)
+
+    def _serve_purge(self, peer: int, vhost: str, name: str) -> int:
+        """DELETE /api/queues/{vhost}/{name}/contents on worker 0 for a queue this
+        worker owns."""
+        queue = self._own_queue(vhost, name)
+        return queue.vhost.purge_queue(queue)
 
     def report(self) -> Report:
         """What this worker holds now (its own queues, not other workers' placeholders)."""

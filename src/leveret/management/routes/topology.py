@@ -319,7 +319,11 @@ async def purge_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "read", "queue", queue.name)
     _not_locked(queue, vhost)
-    vhost.purge_queue(queue)
+    stats = worker_stats(request)
+    if stats is not None and isinstance(queue, RemoteQueue):
+        await stats.mesh.call(queue.worker, "api_purge", vhost.name, queue.name)  # the owner's
+    else:
+        vhost.purge_queue(queue)
     return _ok()
 
 
