@@ -241,7 +241,8 @@ def test_a_queue_whose_worker_is_down_shows_its_definition(tmp_path: Path) -> No
         finally:
             conn.close()
         _placeholder(w, name)
-        _until(lambda: _get(w, f"queues/%2F/{name}").get("state") == "running")
+        _until(lambda: _get(w, f"queues/%2F/{name}").get("messages") == 0)
+        assert name in {q["name"] for q in _get(w, "definitions")["queues"]}
         w.call(w.meshes[0].links[1].close)
         doc = _until(lambda: (d := _get(w, f"queues/%2F/{name}"))["state"] == "down" and d)
         assert doc == {

@@ -130,7 +130,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             await server.wait_recovered()
         stats = getattr(server, "worker_stats", None)
         if stats is not None and not request.path.startswith(("/api/health/", "/api/whoami")):
-            await stats.refresh()  # other workers' queues and connections (workers.py)
+            # other workers' queues and connections (workers.py); the queues' JSON only
+            # for the queue routes
+            await stats.refresh(queue_docs=request.path.startswith("/api/queues"))
     try:
         if replica.TAP is not None and request.method != "GET":
             return await _replicated(handler, request)

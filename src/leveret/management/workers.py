@@ -89,11 +89,13 @@ BLANK_IN_SINGLE = (
 
 @dataclass
 class QueueReport:
-    """One queue as its owner shows it: the management API's single view (with
-    `worker`) and Prometheus' row (scrape.queue_row's columns)."""
+    """One queue as its owner shows it: Prometheus' row (scrape.queue_row's columns),
+    its depth rates (ready, unacked per second) and, when asked for, the management
+    API's single view (with `worker`)."""
 
-    doc: dict[str, Any]
     row: tuple[float, ...]
+    rates: tuple[float, float]
+    doc: dict[str, Any] | None = None
 
 
 class Pending:
@@ -134,6 +136,7 @@ class Report:
     """What worker `worker` holds, as it answers "stats"."""
 
     worker: int
+    queue_docs: bool = False  # whether each QueueReport has its `doc`
     queues: dict[tuple[str, str], QueueReport] = field(default_factory=dict)
     connections: list[ConnectionReport] = field(default_factory=list)
     # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
@@ -258,12 +261,12 @@ class WorkerStats:
 
     # --- serving ---------------------------------------------------------------------
 
-    def _serve_stats(self, peer: int) -> Report:
+    def _serve_stats(self, peer: int, queue_docs: bool = False) -> Report:
         if self._sampler is None and self.node.management is None:
             # Rates need a sampler; worker 0's runs with its management API.
             self._sampler = Sampler(self.node.broker)
             self._sampler.start()
-        return self.report()
+        return self.report(queue_docs)
 
     def _serve_close(self, peer: int, name: str, text: str | None) -> bool:
         for conn in self.node.broker.client_connections():
@@ -300,25 +303,24 @@ class WorkerStats:
         queue = self._own_queue(vhost, name)
         return queue.vhost.purge_queue(queue)
 
-    def report(self) -> Report:
-        """What this worker holds now (its own queues, not other workers' placeholders)."""
+    def report(self, queue_docs: bool = False) -> Report:
+        """What this worker holds now (its own queues, not other workers' placeholders);
+        with `queue_docs`, each queue's management JSON too (the most costly part, for
+        the API's queue routes only)."""
         from leveret.management.routes.runtime import _channel_json, _connection_json
         from leveret.management.routes.topology import _queue_json
 
         broker = self.node.broker
         worker = self.index
-        out = Report(worker)
+        out = Report(worker, queue_docs)
         for vhost in broker.vhosts.values():
             for q in vhost.queues.values():
                 if isinstance(q, RemoteQueue):
                     continue
-                try:
-                    doc = _queue_json(vhost, q, single=True)
-                except Exception:  # a consumer whose channel cannot describe itself
-                    log.exception("statistics of %s", q.describe())
-                    doc = _queue_json(vhost, q)
-                doc["worker"] = worker
-                out.queues[(vhost.name, q.name)] = QueueReport(doc, queue_row(q))
+                queue = QueueReport(queue_row(q), q.stats.depth_rates)
+                if queue_docs:
+                    queue.doc = {**_queue_json(vhost, q, single=True), "worker": worker}
+                out.queues[(vhost.name, q.name)] = queue
         ctl_rows = {row["name"]: row for row in inventory.connections(broker)}
         by_vhost: dict[str, list[Any]] = {name: [] for name in broker.vhosts}
         for conn in broker.client_connections():
@@ -378,29 +380,32 @@ class WorkerStats:
 
     # --- worker 0: gathering -----------------------------------------------------------
 
-    async def refresh(self) -> None:
+    async def refresh(self, queue_docs: bool = False) -> None:
         """Ask every other live worker whose report is older than INTERVAL (or that
-        owns a queue its report lacks) for a new one; requests at the same time share
-        one round."""
-        if self._refreshing is not None:
+        owns a queue its report lacks, or lacks the queues' JSON that `queue_docs`
+        asks for) for a new one; requests at the same time share one round."""
+        while self._refreshing is not None:
             await asyncio.shield(self._refreshing)
-            return
         now = time.monotonic()
         live = set(self.mesh.peers)
         for peer in list(self.reports):
             if peer not in live:  # down: its objects are gone with it
                 del self.reports[peer]
+        missing = self._missing()
         stale = [
             p
             for p in sorted(live)
-            if now - self._fetched.get(p, -INTERVAL) >= INTERVAL or p in self._missing()
+            if now - self._fetched.get(p, -INTERVAL) >= INTERVAL
+            or p in missing
+            or (report := self.reports.get(p)) is None
+            or (queue_docs and not report.queue_docs)
         ]
         if not stale:
             return
         self._refreshing = asyncio.get_running_loop().create_future()
         try:
             answers = await asyncio.gather(
-                *(asyncio.wait_for(self.mesh.call(p, "stats"), TIMEOUT) for p in stale),
+                *(asyncio.wait_for(self.mesh.call(p, "stats", queue_docs), TIMEOUT) for p in stale),
                 return_exceptions=True,
             )
             for peer, answer in zip(stale, answers, strict=True):
@@ -433,11 +438,13 @@ class WorkerStats:
         return report.queues.get((q.vhost.name, q.name)) if report is not None else None
 
     def queue_json(self, q: RemoteQueue, single: bool = False) -> dict[str, Any]:
-        """A queue another worker owns, as its owner reported it; its definition and
-        `"state": "down"` while the owner has no report (RabbitMQ's answer for a
-        queue whose node is down)."""
+        """A queue another worker owns, as its owner reported it. Without a report:
+        its definition, with `"state": "down"` when the owner is down (RabbitMQ's
+        answer for a queue whose node is down), else "running" (a queue declared
+        since the owner's last report, which RabbitMQ also lists without figures
+        until its first statistics)."""
         report = self.queue_report(q)
-        if report is None:
+        if report is None or report.doc is None:
             from leveret.broker import definitions_json
             from leveret.management.routes.common import NODE
 
@@ -450,7 +457,7 @@ class WorkerStats:
                 "node": NODE,
                 "type": q.queue_type,
                 "vhost": q.vhost.name,
-                "state": "down",
+                "state": "running" if q.worker in self.mesh.peers else "down",
                 "worker": q.worker,
             }
         if single:
@@ -507,12 +514,12 @@ class WorkerStats:
                 report = self.queue_report(q)
                 if report is None:
                     continue
-                doc = report.doc
-                ready += doc["messages_ready"]
-                unacked += doc["messages_unacknowledged"]
-                consumers += doc["consumers"]
-                ready_rate += doc["messages_ready_details"]["rate"]
-                unacked_rate += doc["messages_unacknowledged_details"]["rate"]
+                row = report.row
+                ready += int(row[0])
+                unacked += int(row[1])
+                consumers += int(row[4])
+                ready_rate += report.rates[0]
+                unacked_rate += report.rates[1]
         return ready, unacked, consumers, ready_rate, unacked_rate
 
     def connections(self) -> list[RemoteConnection]:
@@ -626,8 +633,8 @@ class WorkerStats:
             if isinstance(q, RemoteQueue):
                 report = self.queue_report(q)
                 if report is not None:
-                    doc = report.doc
-                    row = {**row, "messages": doc["messages_ready"], "consumers": doc["consumers"]}
+                    figures = report.row
+                    row = {**row, "messages": int(figures[0]), "consumers": int(figures[4])}
             out.append(row)
         return out
 
