@@ -296,15 +296,9 @@ async def delete_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", queue.name)
     described = f"queue '{queue.name}' in vhost '{vhost.name}'"
-    messages, consumers = queue.message_count, queue.consumer_count
-    stats = worker_stats(request)
-    if stats is not None and isinstance(queue, RemoteQueue):
-        figures = stats.queue_figures(queue)  # its owner's
-        if figures is not None:
-            messages, consumers = figures.message_count, figures.consumer_count
-    if request.query.get("if-empty") == "true" and messages:
+    if request.query.get("if-empty") == "true" and queue.message_count:
         raise InvalidValue(f"{described} not empty")
-    if request.query.get("if-unused") == "true" and consumers:
+    if request.query.get("if-unused") == "true" and queue.consumer_count:
         raise InvalidValue(f"{described} in use")
     vhost.delete_queue(queue)
     return _ok()
