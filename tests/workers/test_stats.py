@@ -171,8 +171,10 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
             sock = os.path.join(tmp_path, "worker-0", SOCKET_NAME)
             rows = {r["name"]: r for r in ctl.call(sock, "list_queues", {})}
             assert rows[full]["messages"] == 3 and rows[consumed]["consumers"] == 1
-            names = {r["connection_name"] for r in ctl.call(sock, "list_connections", {})}
-            assert {"wk-stats-on-1", "wk-stats-on-0"} <= names
+            names = {
+                (r["connection_name"], r["worker"]) for r in ctl.call(sock, "list_connections", {})
+            }
+            assert names == {("wk-stats-on-1", 1), ("wk-stats-on-0", 0)}
 
             # Messages got and purged through worker 0's API, on the owner.
             got = requests.post(

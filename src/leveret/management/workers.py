@@ -349,7 +349,9 @@ class WorkerStats:
                     doc,
                     conn.user,
                     vhost,
-                    ctl_rows.get(getattr(conn, "peer", "?"), {}),
+                    {**ctl_rows[conn.peer], "worker": worker}
+                    if getattr(conn, "peer", None) in ctl_rows
+                    else {},
                     reports,
                     figures,
                 )
@@ -620,8 +622,8 @@ class WorkerStats:
             return self.ctl_queues(inventory.queues(v), v)
 
         def list_connections(broker: Any, vhost: str | None = None) -> list[dict[str, Any]]:
-            rows = inventory.connections(broker, vhost) + self.ctl_connections(vhost)
-            return sorted(rows, key=lambda r: r["name"])
+            own = [{**row, "worker": 0} for row in inventory.connections(broker, vhost)]
+            return sorted(own + self.ctl_connections(vhost), key=lambda r: r["name"])
 
         return {"list_queues": list_queues, "list_connections": list_connections}
 
@@ -639,7 +641,7 @@ class WorkerStats:
         return out
 
     def ctl_connections(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        """`leveret ctl list_connections`: other workers' rows."""
+        """`leveret ctl list_connections`: other workers' rows (with `worker`)."""
         return [
             c.ctl
             for report in self.reports.values()
