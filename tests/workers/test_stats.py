@@ -167,6 +167,17 @@ def test_worker_0_shows_every_workers_queues_connections_and_metrics(tmp_path: P
             assert "rabbitmq_queue_messages_ready 3.0" in totals
             assert 'rabbitmq_global_messages_received_total{protocol="amqp091"} 3.0' in totals
 
+            detailed = requests.get(
+                f"http://127.0.0.1:{port}/metrics/detailed",
+                params={"family": "queue_coarse_metrics", "vhost": "/"},
+                timeout=10,
+            ).text
+            assert (
+                f'rabbitmq_detailed_queue_messages_ready{{queue="{full}",vhost="/"}} 3.0'
+                in detailed
+            )
+            assert _get(w, "nodes")[0]["sockets_used"] == 2  # one client on each worker
+
             # leveret ctl on worker 0's socket lists the owner's counts and connections.
             sock = os.path.join(tmp_path, "worker-0", SOCKET_NAME)
             rows = {r["name"]: r for r in ctl.call(sock, "list_queues", {})}
