@@ -7,10 +7,11 @@ management API and Prometheus. `WorkerStats` is the piece of each worker that
 bridges the two:
 
 - on every worker it serves calls over the mesh: "stats" answers a `Report` of
-  what this worker holds (its queues as the management API shows them, built by the
-  same functions that build worker 0's own, with Prometheus' figures beside them;
-  its connections, channels and consumers likewise; its vhosts' message counts and
-  rates; its process' totals); "close_connection" closes one of its connections
+  what this worker holds (its queues' Prometheus figures and, for the API's queue
+  routes, their JSON as the management API shows them, built by the same functions
+  that build worker 0's own; its connections, channels and consumers likewise; its
+  vhosts' message counts and rates; its process' totals; its global counters);
+  "close_connection" closes one of its connections
   (DELETE /api/connections/{name} on worker 0); "api_get" and "api_purge" get
   messages from and purge a queue it owns (the API's .../get and .../contents),
   run on the owner as worker 0 runs them for its own queues;
@@ -28,6 +29,9 @@ the first report it is asked for, so rates exist where the counts change.
 A worker that does not answer within `TIMEOUT` keeps its last report; a worker that
 is down has none, and its queues show RabbitMQ's `"state": "down"` with their
 definition only.
+
+Nothing here runs on a one-process broker: the launcher makes a `WorkerStats` only
+for a node with a mesh, and the routes and collectors ask for it with one getattr.
 """
 
 from __future__ import annotations
@@ -41,11 +45,16 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from leveret.broker import inventory
+from leveret.broker import definitions_json, inventory
 from leveret.broker.errors import NotFound
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import FIELDS, Sampler, total, vhost_counts
+from leveret.management.prometheus.collectors.global_counters import QUEUE_SIDE
 from leveret.management.prometheus.scrape import queue_row
+from leveret.management.routes.common import NODE
+from leveret.management.routes.messages import get_from
+from leveret.management.routes.runtime import _channel_json, _connection_json, _consumer_json
+from leveret.management.routes.topology import _queue_json
 from leveret.server.alarms import resident_bytes
 
 if TYPE_CHECKING:
@@ -58,16 +67,6 @@ log = logging.getLogger("leveret.management")
 INTERVAL = 1.0
 #: how long worker 0 waits for a report before it uses the last one (seconds)
 TIMEOUT = 2.0
-#: the queue-side counts Prometheus' global counters show by queue type
-GLOBAL_QUEUE_SIDE = (
-    "deliver",
-    "deliver_no_ack",
-    "get",
-    "get_no_ack",
-    "get_empty",
-    "redeliver",
-    "ack",
-)
 #: what a queue's single view adds to its list entry
 SINGLE_ONLY = ("consumer_details", "deliveries", "incoming")
 #: what a channel's single view adds to its list entry
@@ -293,8 +292,6 @@ class WorkerStats:
         truncate: int | None,
     ) -> list[dict[str, Any]]:
         """POST /api/queues/{vhost}/{name}/get on worker 0 for a queue this worker owns."""
-        from leveret.management.routes.messages import get_from
-
         return get_from(self._own_queue(vhost, name), body, count, ackmode, truncate)
 
     def _serve_purge(self, peer: int, vhost: str, name: str) -> int:
@@ -307,8 +304,6 @@ class WorkerStats:
         """What this worker holds now (its own queues, not other workers' placeholders);
         with `queue_docs`, each queue's management JSON too (the most costly part, for
         the API's queue routes only)."""
-        from leveret.management.routes.runtime import _channel_json, _connection_json
-        from leveret.management.routes.topology import _queue_json
 
         broker = self.node.broker
         worker = self.index
@@ -364,9 +359,7 @@ class WorkerStats:
             out.vhosts[name] = (counts, tuple(rates.get(name) or ()))
         counters = broker.counters
         out.channel_side = total([counters.retired_stats, *(c for c, _ in out.vhosts.values())])
-        out.queue_side = counters.queue_counts(
-            [v for v in broker.vhosts.values()], GLOBAL_QUEUE_SIDE
-        )
+        out.queue_side = counters.queue_counts([v for v in broker.vhosts.values()], QUEUE_SIDE)
         out.dead_lettered = dict(counters.dead_lettered)
         out.opened = (broker.connections_opened, broker.channels_opened)
         retired = broker.counters.retired_churn
@@ -447,9 +440,6 @@ class WorkerStats:
         until its first statistics)."""
         report = self.queue_report(q)
         if report is None or report.doc is None:
-            from leveret.broker import definitions_json
-            from leveret.management.routes.common import NODE
-
             return {
                 "arguments": definitions_json._jsonable(q.arguments),
                 "auto_delete": q.auto_delete,
@@ -469,8 +459,6 @@ class WorkerStats:
     def consumer_details(self, q: Any) -> list[dict[str, Any]]:
         """The consumers on queue `q` of every worker's client channels (a consumer
         is listed where its channel is, not where the queue is)."""
-        from leveret.management.routes.runtime import _consumer_json
-
         vhost, name = q.vhost.name, q.name
         out = [
             _consumer_json(c)
