@@ -249,6 +249,8 @@ def test_tables_filter_sort_and_page(page, broker):
         page.click("th[data-key=name]")  # sorted by name already: now descending
         expect(page.locator("th[data-key=name]")).to_have_class(re.compile(r"\bdesc\b"))
         expect(rows.first).to_contain_text(f"{prefix}-24")
+        # One process: no worker column (a broker of several workers shows it)
+        expect(page.locator("th[data-key=worker]")).to_be_hidden()
         page.click("th[data-key=messages_ready]")  # a number column: biggest first
         expect(rows.nth(0)).to_contain_text(f"{prefix}-07")
         expect(rows.nth(1)).to_contain_text(f"{prefix}-03")

@@ -35,6 +35,8 @@ class NodeHandle(Protocol):
     prometheus: Any  # leveret.management.prometheus.PrometheusServer while it runs
     links: Any  # leveret.links.manager.LinkManager once started
     cluster: Any  # leveret.cluster.node.ClusterNode when this node leads a cluster
+    # leveret.management.workers.WorkerStats when the node is one of several workers
+    worker_stats: Any
 
     @property
     def recovering(self) -> bool:

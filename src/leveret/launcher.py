@@ -43,6 +43,7 @@ from leveret.workers.mesh import Mesh
 if TYPE_CHECKING:
     from leveret.management.app import ManagementServer
     from leveret.management.prometheus import Collector, Metrics, PrometheusServer
+    from leveret.management.workers import WorkerStats
     from leveret.mqtt.listener import MQTTListeners
 
 log = logging.getLogger("leveret.server")
@@ -82,6 +83,9 @@ class Node:
         self.links: LinkManager | None = None
         self.cluster: Any = None  # leveret.cluster.node.ClusterNode when this node leads
         self.mqtt: MQTTListeners | None = None  # when an MQTT port is set
+        # One of several workers: what each tells worker 0's management API,
+        # Prometheus and ctl socket about its queues and connections.
+        self.worker_stats: WorkerStats | None = None
         self.started_at = time.monotonic()
         # After a restart the node listens first and reads its stored messages back
         # in a worker thread (`recovery`); meanwhile connections hold client
@@ -130,6 +134,10 @@ class Node:
             self.load_definitions(self.config.load_definitions)
         await self.listener.start()
         await self._start_mqtt()
+        if self.mesh is not None:
+            from leveret.management.workers import WorkerStats
+
+            self.worker_stats = WorkerStats(self)
         if self.config.management_port is not None:
             from leveret.management.app import ManagementServer  # aiohttp: only when asked
 
@@ -165,10 +173,12 @@ class Node:
                     exc.strerror or exc,
                 )
         if self.config.persistence:
+            stats = self.worker_stats
             self.control = ControlSocket(
                 lambda: self.broker,
                 os.path.join(self.config.data_dir, SOCKET_NAME),
-                self.wait_recovered,
+                self.wait_recovered if stats is None else stats.ctl_ready,
+                None if stats is None else stats.ctl_operations(),
             )
             await self.control.start()
         if self.recovering:
@@ -306,6 +316,8 @@ class Node:
         if self.prometheus is not None:
             await self.prometheus.stop()
             self.prometheus = None
+        if self.worker_stats is not None:
+            await self.worker_stats.stop()
         if self.durable_state is not None:
             self.durable_state.close()
             self.durable_state = None

@@ -28,10 +28,19 @@ T = TypeVar("T")
 class InProcessWorkers:
     """`nodes[i]` is worker i; `port(i)` its AMQP port; `call(fn)` runs on their loop."""
 
-    def __init__(self, count: int, data_dir: Path | None, **config: Any) -> None:
+    def __init__(
+        self,
+        count: int,
+        data_dir: Path | None,
+        per_worker: dict[int, dict[str, Any]] | None = None,
+        **config: Any,
+    ) -> None:
         self.count = count
         self.data_dir = data_dir
         self.config = config
+        # options for one worker only: {0: {"management_port": 0}}, as v1 runs the
+        # management API on worker 0 alone
+        self.per_worker = per_worker or {}
         self.loop = asyncio.new_event_loop()
         self.nodes: list[Node] = []
         self.meshes: list[Mesh] = []
@@ -40,7 +49,7 @@ class InProcessWorkers:
 
     def worker_config(self, index: int) -> ServerConfig:
         base = ServerConfig(port=0, persistence=self.data_dir is not None)
-        options: dict[str, Any] = dict(self.config)
+        options: dict[str, Any] = {**self.config, **self.per_worker.get(index, {})}
         if self.data_dir is not None:
             options["data_dir"] = str(self.data_dir / f"worker-{index}")
         return replace(base, **options)
@@ -87,9 +96,12 @@ class InProcessWorkers:
 
 @contextmanager
 def in_process_workers(
-    count: int = 2, data_dir: Path | None = None, **config: Any
+    count: int = 2,
+    data_dir: Path | None = None,
+    per_worker: dict[int, dict[str, Any]] | None = None,
+    **config: Any,
 ) -> Iterator[InProcessWorkers]:
-    workers = InProcessWorkers(count, data_dir, **config).start()
+    workers = InProcessWorkers(count, data_dir, per_worker, **config).start()
     try:
         yield workers
     finally:

@@ -85,9 +85,11 @@ class Workers:
         )
 
     def connection_names(self, worker: int) -> list[str]:
-        """The connection names worker `worker` has (from its own ctl socket)."""
+        """The connection names worker `worker` has (from its own ctl socket; worker
+        0's lists every worker's, each row with its `worker`)."""
         ctl = str(self.data / f"worker-{worker}" / "ctl.sock")
-        return [row["connection_name"] for row in call(ctl, "list_connections", {})]
+        rows = call(ctl, "list_connections", {})
+        return [row["connection_name"] for row in rows if row.get("worker", worker) == worker]
 
     def connections_of(self, worker: int) -> int:
         return len(self.connection_names(worker))

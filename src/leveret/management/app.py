@@ -128,6 +128,11 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             # Queues have their stored messages back only after recovery: answer then,
             # with counts that are right (health checks and whoami need no queue).
             await server.wait_recovered()
+        stats = getattr(server, "worker_stats", None)
+        if stats is not None and not request.path.startswith(("/api/health/", "/api/whoami")):
+            # other workers' queues and connections (workers.py); the queues' JSON only
+            # for the queue routes
+            await stats.refresh(queue_docs=request.path.startswith("/api/queues"))
     try:
         if replica.TAP is not None and request.method != "GET":
             return await _replicated(handler, request)

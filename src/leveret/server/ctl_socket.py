@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -149,9 +150,13 @@ class ControlSocket:
         broker_source: Callable[[], Broker],
         path: str,
         ready: Callable[[], Awaitable[None]] | None = None,
+        operations: dict[str, Callable[..., Any]] | None = None,
     ) -> None:
         self._broker = broker_source  # the server may replace its broker at start
         self._ready = ready  # awaited before each operation: the broker's recovery
+        # Listings that replace OTHER_OPERATIONS' (worker 0 of several workers lists
+        # every worker's queues and connections).
+        self._operations = operations or {}
         self.path = path
         self._server: asyncio.AbstractServer | None = None
 
@@ -161,14 +166,23 @@ class ControlSocket:
             with short_path(self.path) as path:  # a data dir may be deep (unix_path.py)
                 if os.path.exists(path):
                     os.unlink(path)  # left by a broker that was killed
-                old_umask = os.umask(0o177)
+                # Bound here, with no await between setting the umask and restoring
+                # it: the umask is the process's, and another node of the same
+                # process (in-process workers) may start its socket meanwhile.
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
+                    old_umask = os.umask(0o177)
+                    try:
+                        sock.bind(path)
+                    finally:
+                        os.umask(old_umask)
+                    os.chmod(path, 0o600)
                     self._server = await asyncio.start_unix_server(
-                        self._serve, path, limit=MAX_REQUEST
+                        self._serve, sock=sock, limit=MAX_REQUEST
                     )
-                finally:
-                    os.umask(old_umask)
-                os.chmod(path, 0o600)
+                except BaseException:
+                    sock.close()
+                    raise
         except OSError as exc:
             log.warning("leveret ctl is unavailable: cannot listen on %s: %s", self.path, exc)
             return False
@@ -208,7 +222,11 @@ class ControlSocket:
         except (ValueError, KeyError, TypeError):
             return {"error": "invalid", "message": "malformed request to the control socket"}
         try:
-            result = run_operation(self._broker(), op, args)
+            override = self._operations.get(op)
+            if override is not None:
+                result = override(self._broker(), **args)
+            else:
+                result = run_operation(self._broker(), op, args)
         except ModelError as exc:
             kind = next((k for t, k in ERROR_KINDS.items() if isinstance(exc, t)), "error")
             return {"error": kind, "message": str(exc)}

@@ -72,6 +72,9 @@ class PrometheusServer:
         self._runner: web.AppRunner | None = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        stats = getattr(self.metrics.node, "worker_stats", None)
+        if stats is not None:
+            await stats.refresh()  # other workers' objects (management/workers.py)
         path = request.path.rstrip("/")
         if path.endswith("/per-object"):
             body = self.metrics.render("per-object")

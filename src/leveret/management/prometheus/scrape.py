@@ -52,6 +52,10 @@ class Scrape:
             ch for c in self.connections for ch in c.channels.values() if not ch.closing
         ]
         self.queues = [q for v in self.vhosts for q in v.queues.values()]
+        # Worker 0 of several workers: every worker's queues, connections and channels.
+        self.workers = getattr(self.node, "worker_stats", None)
+        if self.workers is not None:
+            self.workers.extend_scrape(self)
         if self.vhost_filter is not None:
             self.queues = [q for q in self.queues if q.vhost.name in self.vhost_filter]
         self._labels: dict[str, list[dict[str, str]]] = {}

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from leveret.broker.admin import VHOST_LIMITS
 from leveret.broker.errors import InvalidValue, NotFound
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.management.app import error, read_json
 from leveret.management.routes.common import (
     NODE,
@@ -23,6 +24,7 @@ from leveret.management.routes.common import (
     listing,
     require_keys,
     vhosts_message_stats,
+    worker_stats,
 )
 
 
@@ -49,11 +51,18 @@ def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
         ready = unacked = 0
         ready_rate = unacked_rate = 0.0
         for q in vhost.queues.values():
+            if q.__class__ is RemoteQueue:
+                continue  # another worker's: its figures are in its report, added below
             ready += q.message_count
             unacked += q.unacked
             rates = q.stats.depth_rates
             ready_rate += rates[0]
             unacked_rate += rates[1]
+        stats = worker_stats(request)
+        if stats is not None:
+            more = stats.queue_totals([vhost])
+            ready, unacked = ready + more[0], unacked + more[1]
+            ready_rate, unacked_rate = ready_rate + more[3], unacked_rate + more[4]
         out |= {
             "messages": ready + unacked,
             "messages_details": {"rate": round(ready_rate + unacked_rate, 1)},

@@ -26,6 +26,11 @@ def _server(request: web.Request) -> Any:
     return request.app[SERVER_KEY]
 
 
+def worker_stats(request: web.Request) -> Any:
+    """The other workers' reports (management/workers.py); None on a one-process broker."""
+    return getattr(_server(request), "worker_stats", None)
+
+
 def _broker(request: web.Request) -> Any:
     return _server(request).broker
 
@@ -123,6 +128,11 @@ def vhosts_message_stats(request: web.Request, vhosts: list[Any]) -> dict[str, A
     counts = total(vhost_counts(v, conns[v.name]) for v in vhosts)
     sampler = request.app[SAMPLER_KEY]
     rates = total(sampler.vhost_rates[n] for n in names if sampler.vhost_rates.get(n))
+    stats = worker_stats(request)
+    if stats is not None:  # the other workers' channels
+        more_counts, more_rates = stats.vhost_message_counts(names)
+        counts = total([counts, *more_counts])
+        rates = total([rates, *more_rates])
     # As RabbitMQ: the publishing side's keys and the delivering side's each once it moved.
     return message_stats_json(counts, rates, by_side=True)
 

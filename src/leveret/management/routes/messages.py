@@ -13,6 +13,7 @@ from leveret.broker import definitions_json, direct_reply
 from leveret.broker.errors import InvalidValue, PreconditionFailed
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.management.app import Denied, error, read_json
 from leveret.management.routes.common import (
     _access_check,
@@ -24,6 +25,7 @@ from leveret.management.routes.common import (
     bad_request,
     exchange_param,
     require_keys,
+    worker_stats,
 )
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.properties import BasicProperties, parse_header
@@ -249,6 +251,21 @@ async def get_messages(request: web.Request) -> web.Response:
         return error(404, "not_found", f"NOT_FOUND - no queue '{name}' in vhost '{vhost.name}'")
     if queue.queue_type != "classic":
         raise InvalidValue(f"cannot get from a {queue.queue_type} queue")
+    stats = worker_stats(request)
+    if stats is not None and isinstance(queue, RemoteQueue):
+        # Taken, shown and settled on the owner, in one turn of its loop as here.
+        got = await stats.mesh.call(
+            queue.worker, "api_get", vhost.name, name, body, count, ackmode, truncate
+        )
+        return web.json_response(got)
+    return web.json_response(get_from(queue, body, count, ackmode, truncate))
+
+
+def get_from(
+    queue: Any, body: dict[str, Any], count: int, ackmode: str, truncate: int | None
+) -> list[dict[str, Any]]:
+    """Up to `count` messages of `queue` as the API shows them, then requeued, acked or
+    rejected as `ackmode` says (the queue's own worker runs this)."""
     entries = []
     while len(entries) < count:
         entry = queue.get()
@@ -290,7 +307,7 @@ async def get_messages(request: web.Request) -> web.Response:
     else:
         for entry in entries:
             (queue.settle if ackmode.startswith("ack") else queue.reject)(entry)
-    return web.json_response(out)
+    return out
 
 
 def add_routes(r: web.UrlDispatcher) -> None:

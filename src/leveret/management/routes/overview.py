@@ -13,6 +13,7 @@ import leveret
 from leveret.broker import definitions_json
 from leveret.broker.errors import NotFound
 from leveret.broker.exchanges import EXCHANGE_TYPES
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.management import node_info
 from leveret.management.app import SAMPLER_KEY, error, read_json
 from leveret.management.routes.common import (
@@ -31,6 +32,7 @@ from leveret.management.routes.common import (
     listing,
     require_monitor,
     vhosts_message_stats,
+    worker_stats,
 )
 from leveret.server.alarms import resident_bytes
 
@@ -41,10 +43,12 @@ async def overview(request: web.Request) -> web.Response:
     monitor = is_monitor(request)
     user = request["user"].name
     # Monitoring users see every connection; others their own (RabbitMQ's overview).
+    stats = worker_stats(request)
+    every = server.broker.client_connections()
+    if stats is not None:  # the other workers' too
+        every += stats.connections()
     connections = [
-        c
-        for c in server.broker.client_connections()
-        if c.vhost in vhosts and (monitor or getattr(c, "user", None) == user)
+        c for c in every if c.vhost in vhosts and (monitor or getattr(c, "user", None) == user)
     ]
     # One pass over every queue: with 10,000 queues this is most of the call's time.
     n_queues = ready = unacked = consumers = 0
@@ -52,12 +56,18 @@ async def overview(request: web.Request) -> web.Response:
     for v in vhosts:
         n_queues += len(v.queues)
         for q in v.queues.values():
+            if q.__class__ is RemoteQueue:
+                continue  # another worker's: its figures are in its report, added below
             ready += q.message_count
             unacked += q.unacked
             consumers += q.consumer_count
             rates = q.stats.depth_rates
             ready_rate += rates[0]
             unacked_rate += rates[1]
+    if stats is not None:
+        more = stats.queue_totals(vhosts)
+        ready, unacked, consumers = ready + more[0], unacked + more[1], consumers + more[2]
+        ready_rate, unacked_rate = ready_rate + more[3], unacked_rate + more[4]
     message_stats = vhosts_message_stats(request, vhosts)
     if message_stats:
         message_stats.update(_disk_stats(server))
@@ -198,10 +208,16 @@ def _node_json(server: Any) -> dict[str, Any]:
 
 
 def _nodes(server: Any) -> list[dict[str, Any]]:
-    """This node, or in a cluster every node (leveret.cluster adds running and leader)."""
+    """This node, or in a cluster every node (leveret.cluster adds running and leader).
+    A node of several workers is all of them: their memory, descriptors and sockets
+    add up (management/workers.py)."""
+    doc = _node_json(server)
+    stats = getattr(server, "worker_stats", None)
+    if stats is not None:
+        doc = stats.node_totals(doc)
     if server.cluster is not None:
-        return server.cluster.api_nodes(_node_json(server))
-    return [_node_json(server)]
+        return server.cluster.api_nodes(doc)
+    return [doc]
 
 
 def _churn_rates(server: Any) -> tuple[float, ...] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from leveret.management.routes.common import (
     is_admin,
     is_monitor,
     listing,
+    worker_stats,
 )
 
 # Erlang process figures RabbitMQ adds to connections, channels and queues. Leveret's
@@ -105,12 +107,23 @@ def _mqtt_connection_json(conn: Any) -> dict[str, Any]:
 
 
 def _all_connections(request: web.Request) -> list[Any]:
-    """AMQP connections and, when the broker serves MQTT, MQTT ones."""
+    """AMQP connections and, when the broker serves MQTT, MQTT ones; with several
+    workers, the other workers' too (management/workers.py's RemoteConnection)."""
     broker = _broker(request)
     conns = list(broker.connections)
     if broker.mqtt is not None:
         conns += broker.mqtt.open_connections()
+    stats = worker_stats(request)
+    if stats is not None:
+        conns += stats.connections()
     return conns
+
+
+def _worker_connection_json(index: int, conn: Any, single: bool = False) -> dict[str, Any]:
+    """A connection of a broker of several workers, with its worker's index."""
+    if hasattr(conn, "report"):  # another worker's, as that worker built it
+        return conn.json(single)
+    return {**_connection_json(conn, single), "worker": index}
 
 
 def _connection_json(conn: Any, single: bool = False) -> dict[str, Any]:
@@ -184,7 +197,9 @@ def _visible_connections(request: web.Request) -> list[Any]:
 async def list_connections(request: web.Request) -> web.Response:
     # RabbitMQ pages /api/connections, not /api/vhosts/{vhost}/connections.
     paginated = "vhost" not in request.match_info
-    return listing(request, _visible_connections(request), _connection_json, paginated=paginated)
+    stats = worker_stats(request)
+    build = _connection_json if stats is None else partial(_worker_connection_json, stats.index)
+    return listing(request, _visible_connections(request), build, paginated=paginated)
 
 
 def _connection(request: web.Request) -> Any:
@@ -209,14 +224,20 @@ def _visible_connection(request: web.Request) -> Any:
 
 
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(_connection_json(_visible_connection(request), single=True))
+    conn = _visible_connection(request)
+    stats = worker_stats(request)
+    if stats is not None:
+        return web.json_response(_worker_connection_json(stats.index, conn, single=True))
+    return web.json_response(_connection_json(conn, single=True))
 
 
 async def delete_connection(request: web.Request) -> web.Response:
     conn = _connection(request)
     _own_or(request, conn.user, is_admin(request))
     reason = request.headers.get("X-Reason", "Closed via management plugin")
-    conn.force_close(text=f"CONNECTION_FORCED - {reason}")
+    closing = conn.force_close(text=f"CONNECTION_FORCED - {reason}")
+    if closing is not None:  # another worker's: closed there (management/workers.py)
+        await closing
     return _ok()
 
 
@@ -224,7 +245,11 @@ def _user_connections(request: web.Request) -> list[Any]:
     """A user's connections, for that user itself, monitoring or administrator users."""
     name = request.match_info["user"]
     _own_or(request, name, is_admin(request) if request.method == "DELETE" else is_monitor(request))
-    return sorted(_broker(request).connections_of(user=name), key=lambda c: c.name)
+    conns = _broker(request).connections_of(user=name)
+    stats = worker_stats(request)
+    if stats is not None:
+        conns = [*conns, *(c for c in stats.connections() if c.user == name)]
+    return sorted(conns, key=lambda c: c.name)
 
 
 async def user_connections(request: web.Request) -> web.Response:
@@ -245,7 +270,9 @@ async def user_connections(request: web.Request) -> web.Response:
 async def close_user_connections(request: web.Request) -> web.Response:
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     for conn in _user_connections(request):
-        conn.force_close(text=f"CONNECTION_FORCED - {reason}")
+        closing = conn.force_close(text=f"CONNECTION_FORCED - {reason}")
+        if closing is not None:  # another worker's
+            await closing
     return _ok()
 
 
@@ -253,7 +280,7 @@ async def close_user_connections(request: web.Request) -> web.Response:
 
 
 def _channel_name(channel: Any) -> str:
-    return f"{channel.conn.name} ({channel.number})"
+    return f"{channel.conn.name} ({channel.number})"  # as RemoteChannel.name
 
 
 def _channel_details(channel: Any) -> dict[str, Any]:
@@ -270,6 +297,8 @@ def _channel_details(channel: Any) -> dict[str, Any]:
 
 
 def _channel_json(channel: Any, single: bool = False) -> dict[str, Any]:
+    if hasattr(channel, "report"):  # another worker's (management/workers.py)
+        return channel.json(single)
     conn = channel.conn
     host, port = _peer(conn)
     waiting = sum(1 for state in channel.confirm_waiting.values() if state is None)
@@ -329,7 +358,11 @@ async def connection_channels(request: web.Request) -> web.Response:
 
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    for conn in _broker(request).connections:
+    stats = worker_stats(request)
+    conns = _broker(request).connections
+    if stats is not None:
+        conns = [*conns, *stats.connections()]
+    for conn in conns:
         for channel in conn.channels.values():
             if _channel_name(channel) == name:
                 _own_or(request, conn.user, is_monitor(request))
@@ -338,6 +371,8 @@ async def get_channel(request: web.Request) -> web.Response:
 
 
 def _consumer_json(consumer: Any) -> dict[str, Any]:
+    if isinstance(consumer, dict):  # another worker's, as it built it
+        return consumer
     queue = consumer.queue
     return {
         "consumer_tag": consumer.tag,

@@ -15,6 +15,7 @@ from aiohttp import web
 from leveret.broker import definitions_json
 from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
 from leveret.broker.policies import _lower, winner
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
 from leveret.management.app import Denied, error, read_json
 from leveret.management.routes.common import (
@@ -33,6 +34,7 @@ from leveret.management.routes.common import (
     listing,
     login_vhosts,
     require_keys,
+    worker_stats,
 )
 from leveret.management.routes.runtime import _consumer_json, idle_since, process_stand_ins
 
@@ -62,7 +64,11 @@ def _queue_json(vhost: Any, q: Any, single: bool = False) -> dict[str, Any]:
     consumers = list(q.consumers)
     extra: dict[str, Any] = {}
     if single:
-        extra["consumer_details"] = [_consumer_json(c) for c in consumers]
+        # A consumer whose client is on another worker (its channel a link to that
+        # worker, with no connection here) is listed by its own worker.
+        extra["consumer_details"] = [
+            _consumer_json(c) for c in consumers if hasattr(c.channel, "conn")
+        ]
         extra["deliveries"] = []  # per-channel figures: "basic" rates mode has none
         extra["incoming"] = []
     message_stats = stats.to_json(QUEUE_KEYS, by_side=True)
@@ -210,12 +216,36 @@ def _queue_basics(queue: Any) -> dict[str, Any]:
     return {**{k: full[k] for k in QUEUE_BASICS if k in full}, "state": "live"}
 
 
+def _worker_queue_json(stats: Any, q: Any, single: bool = False) -> dict[str, Any]:
+    """A queue of a broker of several workers (management/workers.py): its owner's
+    view, with the owner's index as `worker`; a single queue's consumers are those
+    of every worker's channels."""
+    if isinstance(q, RemoteQueue):
+        doc = stats.queue_json(q, single)
+    else:
+        doc = {**_queue_json(q.vhost, q, single), "worker": stats.index}
+    if single and "consumer_details" in doc:
+        doc["consumer_details"] = stats.consumer_details(q)
+    return doc
+
+
 async def list_queues(request: web.Request) -> web.Response:
     vhosts = [_vhost(request)] if "vhost" in request.match_info else login_vhosts(request)
     queues = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+    stats = worker_stats(request)
     if request.query.get("disable_stats") == "true":
+        if stats is not None:
+            return listing(request, queues, partial(_worker_queue_basics, stats), paginated=True)
         return listing(request, queues, _queue_basics, paginated=True)
+    if stats is not None:
+        return listing(request, queues, partial(_worker_queue_json, stats), paginated=True)
     return listing(request, queues, lambda q: _queue_json(q.vhost, q), paginated=True)
+
+
+def _worker_queue_basics(stats: Any, queue: Any) -> dict[str, Any]:
+    full = _worker_queue_json(stats, queue)
+    state = "live" if full.get("state") != "down" else "down"
+    return {**{k: full[k] for k in (*QUEUE_BASICS, "worker") if k in full}, "state": state}
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -223,6 +253,9 @@ async def get_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise NotFound(request.match_info["name"])
+    stats = worker_stats(request)
+    if stats is not None:
+        return web.json_response(_worker_queue_json(stats, queue, single=True))
     return web.json_response(_queue_json(vhost, queue, single=True))
 
 
@@ -280,7 +313,11 @@ async def purge_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "read", "queue", queue.name)
     _not_locked(queue, vhost)
-    vhost.purge_queue(queue)
+    stats = worker_stats(request)
+    if stats is not None and isinstance(queue, RemoteQueue):
+        await stats.mesh.call(queue.worker, "api_purge", vhost.name, queue.name)  # the owner's
+    else:
+        vhost.purge_queue(queue)
     return _ok()
 
 

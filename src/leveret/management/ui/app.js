@@ -84,8 +84,10 @@ const has = (tag) => me && (me.tags.includes(tag) || me.tags.includes("administr
 // --- a table that sorts, filters and pages, on the client ---------------------------------
 
 class Table {
-  // columns: [{key, label, num?, render?(row)}]; rows come from load(), again on refresh().
-  // Columns without a label hold buttons: they neither sort nor take part in the filter.
+  // columns: [{key, label, num?, render?(row), optional?}]; rows come from load(), again on
+  // refresh(). Columns without a label hold buttons: they neither sort nor take part in the
+  // filter. An optional column shows only when some row has its key (`worker`: a broker of
+  // several workers).
   constructor(columns, load, { pageSize = 20, id } = {}) {
     Object.assign(this, { columns, load, pageSize });
     this.rows = [];
@@ -125,8 +127,12 @@ class Table {
     if (!this.filter) return true;
     return this.columns.some((c) => c.label && !c.num && String(this.value(row, c) ?? "").toLowerCase().includes(this.filter));
   }
+  shownColumns() {
+    return this.columns.filter((c) => !c.optional || this.rows.some((r) => r[c.key] !== undefined));
+  }
   draw() {
     const column = this.columns.find((c) => c.key === this.sortKey);
+    const columns = this.shownColumns();
     let rows = this.rows.filter((r) => this.matches(r));
     rows = rows.slice().sort((a, b) => {
       const x = this.value(a, column), y = this.value(b, column);
@@ -136,17 +142,18 @@ class Table {
     const pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
     this.page = Math.min(this.page, pages - 1);
     const shown = rows.slice(this.page * this.pageSize, (this.page + 1) * this.pageSize);
-    for (const th of this.head.children) {
+    for (const [i, th] of [...this.head.children].entries()) {
+      th.hidden = !columns.includes(this.columns[i]);
       th.classList.toggle("sorted", th.dataset.key === this.sortKey);
       th.classList.toggle("desc", th.dataset.key === this.sortKey && this.desc);
     }
     this.body.replaceChildren(...(shown.length ? shown.map((r) => h("tr", {},
-      this.columns.map((c) => {
+      columns.map((c) => {
         const v = this.value(r, c);
         return h("td", { class: c.num ? "num" : "", title: c.render || typeof v === "object" ? null : v },
           c.render ? c.render(r) : (c.num ? num(v) : String(v ?? "")));
       })))
-      : [h("tr", {}, h("td", { colspan: this.columns.length, class: "muted empty" },
+      : [h("tr", {}, h("td", { colspan: columns.length, class: "muted empty" },
         this.rows.length ? "Nothing matches the filter." : "Nothing here yet."))]));
     this.pager.replaceChildren(
       h("button", { class: "secondary", "aria-label": "previous page", disabled: this.page === 0, onclick: () => { this.page--; this.draw(); } }, "‹"),
@@ -291,6 +298,7 @@ function connectionsPage() {
     { key: "channels", label: "Channels", num: true },
     { key: "recv_oct_details.rate", label: "In B/s", num: true },
     { key: "send_oct_details.rate", label: "Out B/s", num: true },
+    { key: "worker", label: "Worker", num: true, optional: true },
     { key: "close", label: "", render: (r) => dangerButton("Close", `Close connection ${r.name}?`, "Connection closed",
       () => api("DELETE", `/connections/${enc(r.name)}`)) },
   ], "/connections");
@@ -339,6 +347,7 @@ function queuesPage() {
     { key: "message_stats.publish_details.rate", label: "In /s", num: true },
     { key: "message_stats.deliver_get_details.rate", label: "Out /s", num: true },
     { key: "message_stats.ack_details.rate", label: "Ack /s", num: true },
+    { key: "worker", label: "Worker", num: true, optional: true },
   ], "/queues", (table) => card("Add a queue",
     h("form", { class: "inline", id: "add-queue", onsubmit: (e) => { e.preventDefault();
       const v = formValues(e.target);
@@ -481,6 +490,7 @@ async function queuePage(vhost, name) {
     details.replaceChildren(props({
       vhost: q.vhost, type: q.type, durable: q.durable, "auto delete": q.auto_delete, exclusive: q.exclusive,
       arguments: q.arguments, policy: q.policy || "—", state: q.state,
+      ...(q.worker !== undefined ? { worker: q.worker } : {}),
       ...(q.type === "stream" ? { "first offset": q.stream_first_offset, "next offset": q.stream_next_offset } : {}),
     }));
     const s = q.message_stats || {};

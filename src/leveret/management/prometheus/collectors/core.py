@@ -42,18 +42,24 @@ def _connection_churn(s: Scrape) -> Iterator[Family]:
     broker = s.broker
     retired = broker.counters.retired_churn
     churn = [sum(v.churn[i] for v in s.vhosts) + retired[i] for i in range(3)]
+    conns_opened, channels_opened = broker.connections_opened, broker.channels_opened
+    if s.workers is not None:  # every worker's
+        more_conns, more_channels, more_churn = s.workers.opened()
+        conns_opened += more_conns
+        channels_opened += more_channels
+        churn = [a + b for a, b in zip(churn, more_churn, strict=True)]
     for name, doc, value in (
-        ("connections_opened", "Total number of connections opened", broker.connections_opened),
+        ("connections_opened", "Total number of connections opened", conns_opened),
         (
             "connections_closed",
             "Total number of connections closed or terminated",
-            broker.connections_opened - len(s.connections),
+            conns_opened - len(s.connections),
         ),
-        ("channels_opened", "Total number of channels opened", broker.channels_opened),
+        ("channels_opened", "Total number of channels opened", channels_opened),
         (
             "channels_closed",
             "Total number of channels closed",
-            broker.channels_opened - len(s.channels),
+            channels_opened - len(s.channels),
         ),
         ("queues_declared", "Total number of queues declared", churn[0]),
         ("queues_created", "Total number of queues created", churn[1]),

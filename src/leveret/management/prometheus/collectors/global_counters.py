@@ -48,6 +48,10 @@ def _global(s: Scrape) -> Iterator[Family]:
     channel_side = total(
         [counters.retired_stats, *(vhost_counts(v, by_vhost[v.name]) for v in s.vhosts)]
     )
+    by_type = counters.queue_counts(s.vhosts, QUEUE_SIDE)
+    dead = counters.dead_lettered
+    if s.workers is not None:  # worker 0 of several: every worker's counts
+        channel_side, by_type, dead = s.workers.global_counters(channel_side, by_type, dead)
     received = channel_side[_I["publish"]]
     dropped = channel_side[_I["drop_unroutable"]]
     returned = channel_side[_I["return_unroutable"]]
@@ -91,7 +95,6 @@ def _global(s: Scrape) -> Iterator[Family]:
         channel_side[_I["confirm"]],
     )  # fmt: skip
     # What queues did, by queue type (queue-side counts, deleted queues included).
-    by_type = counters.queue_counts(s.vhosts, QUEUE_SIDE)
     zero = dict.fromkeys(QUEUE_SIDE, 0)
     for name, doc, keys in (
         ("delivered", "Total number of messages delivered to consumers",
@@ -123,7 +126,6 @@ def _global(s: Scrape) -> Iterator[Family]:
                 queue_type=queue_type_label(queue_type),
             )
         yield family
-    dead = counters.dead_lettered
     for reason, doc in (
         ("confirmed", "Total number of messages dead-lettered and confirmed by target queues"),
         ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit exceeded"),

@@ -1,0 +1,643 @@
+"""One broker from outside: worker 0's management API, Prometheus endpoint and ctl
+socket show the queues, connections, channels and consumers of every worker.
+
+In a broker of several worker processes (leveret.workers) each worker holds its own
+queues' messages and its own clients' connections; worker 0 alone runs the
+management API and Prometheus. `WorkerStats` is the piece of each worker that
+bridges the two:
+
+- on every worker it serves calls over the mesh: "stats" answers a `Report` of
+  what this worker holds (its queues' Prometheus figures and, for the API's queue
+  routes, their JSON as the management API shows them, built by the same functions
+  that build worker 0's own; its connections, channels and consumers likewise; its
+  vhosts' message counts and rates; its process' totals; its global counters);
+  "close_connection" closes one of its connections
+  (DELETE /api/connections/{name} on worker 0); "api_get" and "api_purge" get
+  messages from and purge a queue it owns (the API's .../get and .../contents),
+  run on the owner as worker 0 runs them for its own queues;
+- on worker 0 it keeps the latest report of each other worker and hands them to the
+  routes (`management/routes/`), to Prometheus' scrape and to `leveret ctl`'s
+  listings.
+
+Reports are pulled, not pushed: an API request, a scrape or a ctl listing on worker
+0 first `refresh()`es, which asks every other live worker at most once per
+`INTERVAL` (1 s; RabbitMQ's collect_statistics_interval is 5 s), all at once, and
+reuses the answers for requests within that second. A broker nobody looks at
+exchanges nothing; a worker starts its rates sampler (broker.stats.Sampler) with
+the first report it is asked for, so rates exist where the counts change.
+
+A worker that does not answer within `TIMEOUT` keeps its last report; a worker that
+is down has none, and its queues show RabbitMQ's `"state": "down"` with their
+definition only.
+
+Nothing here runs on a one-process broker: the launcher makes a `WorkerStats` only
+for a node with a mesh, and the routes and collectors ask for it with one getattr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker import definitions_json, inventory
+from leveret.broker.errors import NotFound
+from leveret.broker.queues.remote import RemoteQueue
+from leveret.broker.stats import FIELDS, Sampler, total, vhost_counts
+from leveret.management.prometheus.collectors.global_counters import QUEUE_SIDE
+from leveret.management.prometheus.scrape import queue_row
+from leveret.management.routes.common import NODE
+from leveret.management.routes.messages import get_from
+from leveret.management.routes.runtime import _channel_json, _connection_json, _consumer_json
+from leveret.management.routes.topology import _queue_json
+from leveret.server.alarms import resident_bytes
+
+if TYPE_CHECKING:
+    from leveret.handle import NodeHandle
+    from leveret.management.prometheus.scrape import Scrape
+
+log = logging.getLogger("leveret.management")
+
+#: how old a worker's report may be before a request asks for a new one (seconds)
+INTERVAL = 1.0
+#: how long worker 0 waits for a report before it uses the last one (seconds)
+TIMEOUT = 2.0
+#: what a queue's single view adds to its list entry
+SINGLE_ONLY = ("consumer_details", "deliveries", "incoming")
+#: what a channel's single view adds to its list entry
+CHANNEL_SINGLE_ONLY = ("consumer_details", "publishes", "deliveries")
+#: TLS fields a list shows as null and a single connection as "" (RabbitMQ's quirk)
+BLANK_IN_SINGLE = (
+    "ssl_protocol",
+    "ssl_cipher",
+    "ssl_hash",
+    "ssl_key_exchange",
+    "peer_cert_subject",
+    "peer_cert_issuer",
+    "peer_cert_validity",
+)
+
+
+# --- what one worker reports ------------------------------------------------------------
+
+
+@dataclass
+class QueueReport:
+    """One queue as its owner shows it: Prometheus' row (scrape.queue_row's columns),
+    its depth rates (ready, unacked per second) and, when asked for, the management
+    API's single view (with `worker`)."""
+
+    row: tuple[float, ...]
+    rates: tuple[float, float]
+    doc: dict[str, Any] | None = None
+
+
+class Pending:
+    """A transport stand-in for Prometheus' pending-bytes figure of a reported
+    connection."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def get_write_buffer_size(self) -> int:
+        return self.size
+
+
+@dataclass
+class ChannelReport:
+    """One channel: its management views and the figures Prometheus' channel families
+    read (the same attribute names as a live channel's, so the collectors read
+    either)."""
+
+    doc: dict[str, Any]  # the single view (list view: less CHANNEL_SINGLE_ONLY)
+    figures: SimpleNamespace
+
+
+@dataclass
+class ConnectionReport:
+    """One client connection on another worker."""
+
+    doc: dict[str, Any]  # the list view, with `worker`
+    user: str | None
+    vhost: str | None
+    ctl: dict[str, Any]  # its `leveret ctl list_connections` row
+    channels: list[ChannelReport]
+    figures: SimpleNamespace  # what Prometheus' connection families read
+
+
+@dataclass
+class Report:
+    """What worker `worker` holds, as it answers "stats"."""
+
+    worker: int
+    queue_docs: bool = False  # whether each QueueReport has its `doc`
+    queues: dict[tuple[str, str], QueueReport] = field(default_factory=dict)
+    connections: list[ConnectionReport] = field(default_factory=list)
+    # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
+    vhosts: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    # connections/channels opened, queue churn (declared, created, deleted)
+    opened: tuple[int, int] = (0, 0)
+    churn: tuple[int, int, int] = (0, 0, 0)
+    # process totals: resident bytes, open descriptors, client sockets
+    node: dict[str, int] = field(default_factory=dict)
+    # Prometheus' global counters: channel-side counts (FIELDS order), queue-side
+    # counts by queue type, dead-lettered messages by (reason, queue type, strategy)
+    channel_side: tuple[int, ...] = ()
+    queue_side: dict[str, dict[str, int]] = field(default_factory=dict)
+    dead_lettered: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+def _channel_figures(ch: Any, conn: SimpleNamespace) -> SimpleNamespace:
+    tx = ch.tx
+    return SimpleNamespace(
+        conn=conn,
+        number=ch.number,
+        vhost=SimpleNamespace(name=ch.vhost.name),
+        consumers=tuple(ch.consumers),
+        unacked_count=ch.unacked_count,
+        publish_seq=ch.publish_seq,
+        confirmed_upto=ch.confirmed_upto,
+        confirms_folded=getattr(ch, "confirms_folded", 0),
+        confirm_mode=ch.confirm_mode,
+        tx=None
+        if tx is None
+        else SimpleNamespace(
+            publishes=range(len(tx.publishes)), settlements=range(len(tx.settlements))
+        ),
+        prefetch_count=ch.prefetch_count,
+        global_prefetch=ch.global_prefetch,
+        stats=SimpleNamespace(**{k: getattr(ch.stats, k) for k in FIELDS}),
+        closing=False,
+    )
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+# --- worker 0's view of another worker's objects ------------------------------------------
+
+
+class RemoteConnection:
+    """A connection another worker holds, as worker 0's routes list it: `name`,
+    `user`, `vhost` (worker 0's vhost object) and `worker` as a live connection has
+    them, its JSON as its worker built it, and `force_close` through that worker."""
+
+    def __init__(self, stats: WorkerStats, report: ConnectionReport, vhost: Any) -> None:
+        self.stats = stats
+        self.report = report
+        self.name: str = report.doc["name"]
+        self.user = report.user
+        self.vhost = vhost
+        self.worker: int = report.doc["worker"]
+        self.channels = {ch.doc["number"]: RemoteChannel(self, ch) for ch in report.channels}
+
+    def json(self, single: bool = False) -> dict[str, Any]:
+        doc = self.report.doc
+        if single:
+            return {k: ("" if k in BLANK_IN_SINGLE and v is None else v) for k, v in doc.items()}
+        return doc
+
+    def force_close(
+        self, reason: str = "shutdown", text: str | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """Close it on its worker: awaited, done once that worker sent the close;
+        NotFound when that worker is down (the connection went with it)."""
+        return self._close(text)
+
+    async def _close(self, text: str | None) -> None:
+        try:
+            await self.stats.mesh.call(self.worker, "close_connection", self.name, text)
+        except ConnectionError:
+            raise NotFound(self.name) from None
+
+
+class RemoteChannel:
+    """A channel of a `RemoteConnection`."""
+
+    def __init__(self, conn: RemoteConnection, report: ChannelReport) -> None:
+        self.conn = conn
+        self.report = report
+        self.number: int = report.doc["number"]
+        self.name: str = report.doc["name"]
+        self.consumers = {c["consumer_tag"]: c for c in report.doc.get("consumer_details", [])}
+
+    def json(self, single: bool = False) -> dict[str, Any]:
+        doc = self.report.doc
+        if single:
+            return doc
+        return {k: v for k, v in doc.items() if k not in CHANNEL_SINGLE_ONLY}
+
+
+class WorkerStats:
+    """This worker's side of the aggregation (see the module's docstring)."""
+
+    def __init__(self, node: NodeHandle) -> None:
+        self.node = node
+        self.mesh: Any = node.broker.mesh
+        self.index: int = self.mesh.index
+        self.reports: dict[int, Report] = {}
+        self._fetched: dict[int, float] = {}
+        self._refreshing: asyncio.Future[None] | None = None
+        self._sampler: Sampler | None = None
+        self.mesh.serve("stats", self._serve_stats)
+        self.mesh.serve("close_connection", self._serve_close)
+        self.mesh.serve("api_get", self._serve_get)
+        self.mesh.serve("api_purge", self._serve_purge)
+
+    async def stop(self) -> None:
+        if self._sampler is not None:
+            await self._sampler.stop()
+            self._sampler = None
+
+    # --- serving ---------------------------------------------------------------------
+
+    def _serve_stats(self, peer: int, queue_docs: bool = False) -> Report:
+        if self._sampler is None and self.node.management is None:
+            # Rates need a sampler; worker 0's runs with its management API.
+            self._sampler = Sampler(self.node.broker)
+            self._sampler.start()
+        return self.report(queue_docs)
+
+    def _serve_close(self, peer: int, name: str, text: str | None) -> bool:
+        for conn in self.node.broker.client_connections():
+            if conn.name == name:
+                conn.force_close(text=text)
+                return True
+        return False
+
+    def _own_queue(self, vhost: str, name: str) -> Any:
+        v = self.node.broker.vhosts.get(vhost)
+        queue = v.queues.get(name) if v is not None else None
+        if queue is None or isinstance(queue, RemoteQueue):
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        return queue
+
+    def _serve_get(
+        self,
+        peer: int,
+        vhost: str,
+        name: str,
+        body: dict[str, Any],
+        count: int,
+        ackmode: str,
+        truncate: int | None,
+    ) -> list[dict[str, Any]]:
+        """POST /api/queues/{vhost}/{name}/get on worker 0 for a queue this worker owns."""
+        return get_from(self._own_queue(vhost, name), body, count, ackmode, truncate)
+
+    def _serve_purge(self, peer: int, vhost: str, name: str) -> int:
+        """DELETE /api/queues/{vhost}/{name}/contents on worker 0 for a queue this
+        worker owns."""
+        queue = self._own_queue(vhost, name)
+        return queue.vhost.purge_queue(queue)
+
+    def report(self, queue_docs: bool = False) -> Report:
+        """What this worker holds now (its own queues, not other workers' placeholders);
+        with `queue_docs`, each queue's management JSON too (the most costly part, for
+        the API's queue routes only)."""
+
+        broker = self.node.broker
+        worker = self.index
+        out = Report(worker, queue_docs)
+        for vhost in broker.vhosts.values():
+            for q in vhost.queues.values():
+                if isinstance(q, RemoteQueue):
+                    continue
+                queue = QueueReport(queue_row(q), q.stats.depth_rates)
+                if queue_docs:
+                    queue.doc = {**_queue_json(vhost, q, single=True), "worker": worker}
+                out.queues[(vhost.name, q.name)] = queue
+        ctl_rows = {row["name"]: row for row in inventory.connections(broker)}
+        by_vhost: dict[str, list[Any]] = {name: [] for name in broker.vhosts}
+        for conn in broker.client_connections():
+            doc = _connection_json(conn)
+            doc["worker"] = worker
+            channels = getattr(conn, "channels", {})
+            figures = SimpleNamespace(
+                name=conn.name,
+                recv_oct=getattr(conn, "recv_oct", 0),
+                send_oct=getattr(conn, "send_oct", 0),
+                recv_cnt=getattr(conn, "recv_cnt", getattr(conn, "received", 0)),
+                send_cnt=getattr(conn, "send_cnt", getattr(conn, "sent", 0)),
+                transport=Pending(_pending(conn)),
+                channels={},
+            )
+            reports = []
+            for ch in channels.values():
+                if ch.closing:
+                    continue
+                ch_figures = _channel_figures(ch, figures)
+                figures.channels[ch.number] = ch_figures
+                reports.append(ChannelReport(_channel_json(ch, single=True), ch_figures))
+            vhost = conn.vhost.name if conn.vhost is not None else None
+            out.connections.append(
+                ConnectionReport(
+                    doc,
+                    conn.user,
+                    vhost,
+                    {**ctl_rows[conn.peer], "worker": worker}
+                    if getattr(conn, "peer", None) in ctl_rows
+                    else {},
+                    reports,
+                    figures,
+                )
+            )
+            if vhost in by_vhost and getattr(conn, "stats", None) is not None:
+                by_vhost[vhost].append(conn)
+        rates = self._sampler.vhost_rates if self._sampler is not None else {}
+        for name, conns in by_vhost.items():
+            counts = vhost_counts(broker.vhosts[name], conns)
+            out.vhosts[name] = (counts, tuple(rates.get(name) or ()))
+        counters = broker.counters
+        out.channel_side = total([counters.retired_stats, *(c for c, _ in out.vhosts.values())])
+        out.queue_side = counters.queue_counts([v for v in broker.vhosts.values()], QUEUE_SIDE)
+        out.dead_lettered = dict(counters.dead_lettered)
+        out.opened = (broker.connections_opened, broker.channels_opened)
+        retired = broker.counters.retired_churn
+        out.churn = tuple(  # type: ignore[assignment]
+            sum(v.churn[i] for v in broker.vhosts.values()) + retired[i] for i in range(3)
+        )
+        out.node = {
+            "mem_used": resident_bytes(),
+            "fd_used": _open_fds(),
+            "sockets_used": len(broker.connections),
+        }
+        return out
+
+    # --- worker 0: gathering -----------------------------------------------------------
+
+    async def refresh(self, queue_docs: bool = False) -> None:
+        """Ask every other live worker whose report is older than INTERVAL (or that
+        owns a queue its report lacks, or lacks the queues' JSON that `queue_docs`
+        asks for) for a new one; requests at the same time share one round."""
+        while self._refreshing is not None:
+            await asyncio.shield(self._refreshing)
+        now = time.monotonic()
+        live = set(self.mesh.peers)
+        for peer in list(self.reports):
+            if peer not in live:  # down: its objects are gone with it
+                del self.reports[peer]
+        missing = self._missing()
+        stale = [
+            p
+            for p in sorted(live)
+            if now - self._fetched.get(p, -INTERVAL) >= INTERVAL
+            or p in missing
+            or (report := self.reports.get(p)) is None
+            or (queue_docs and not report.queue_docs)
+        ]
+        if not stale:
+            return
+        self._refreshing = asyncio.get_running_loop().create_future()
+        try:
+            answers = await asyncio.gather(
+                *(asyncio.wait_for(self.mesh.call(p, "stats", queue_docs), TIMEOUT) for p in stale),
+                return_exceptions=True,
+            )
+            for peer, answer in zip(stale, answers, strict=True):
+                if isinstance(answer, Report):
+                    self.reports[peer] = answer
+                    self._fetched[peer] = now
+                else:
+                    log.warning("no statistics from worker %d: %r", peer, answer)
+                    if peer not in set(self.mesh.peers):
+                        self.reports.pop(peer, None)
+        finally:
+            self._refreshing.set_result(None)
+            self._refreshing = None
+
+    def _missing(self) -> set[int]:
+        """Workers owning a queue their last report does not have (declared since)."""
+        out: set[int] = set()
+        for vhost in self.node.broker.vhosts.values():
+            for q in vhost.queues.values():
+                if isinstance(q, RemoteQueue) and q.worker not in out:
+                    report = self.reports.get(q.worker)
+                    if report is None or (vhost.name, q.name) not in report.queues:
+                        out.add(q.worker)
+        return out
+
+    # --- worker 0: what the routes read ---------------------------------------------------
+
+    def queue_report(self, q: RemoteQueue) -> QueueReport | None:
+        report = self.reports.get(q.worker)
+        return report.queues.get((q.vhost.name, q.name)) if report is not None else None
+
+    def queue_json(self, q: RemoteQueue, single: bool = False) -> dict[str, Any]:
+        """A queue another worker owns, as its owner reported it. Without a report:
+        its definition, with `"state": "down"` when the owner is down (RabbitMQ's
+        answer for a queue whose node is down), else "running" (a queue declared
+        since the owner's last report, which RabbitMQ also lists without figures
+        until its first statistics)."""
+        report = self.queue_report(q)
+        if report is None or report.doc is None:
+            return {
+                "arguments": definitions_json._jsonable(q.arguments),
+                "auto_delete": q.auto_delete,
+                "durable": q.durable,
+                "exclusive": q.exclusive_owner is not None,
+                "name": q.name,
+                "node": NODE,
+                "type": q.queue_type,
+                "vhost": q.vhost.name,
+                "state": "running" if q.worker in self.mesh.peers else "down",
+                "worker": q.worker,
+            }
+        if single:
+            return report.doc
+        return {k: v for k, v in report.doc.items() if k not in SINGLE_ONLY}
+
+    def consumer_details(self, q: Any) -> list[dict[str, Any]]:
+        """The consumers on queue `q` of every worker's client channels (a consumer
+        is listed where its channel is, not where the queue is)."""
+        vhost, name = q.vhost.name, q.name
+        out = [
+            _consumer_json(c)
+            for conn in self.node.broker.client_connections()
+            for ch in getattr(conn, "channels", {}).values()
+            for c in ch.consumers.values()
+            if c.queue.name == name and c.queue.vhost.name == vhost
+        ]
+        key = {"name": name, "vhost": vhost}
+        for report in self.reports.values():
+            for conn_report in report.connections:
+                for ch in conn_report.channels:
+                    out += [c for c in ch.doc.get("consumer_details", ()) if c["queue"] == key]
+        return out
+
+    def queue_figures(self, q: RemoteQueue) -> SimpleNamespace | None:
+        """What Prometheus' queue families read of a queue (scrape.queue_row's
+        attributes), from its owner's report."""
+        report = self.queue_report(q)
+        if report is None:
+            return None
+        r = report.row
+        return SimpleNamespace(
+            vhost=q.vhost,
+            name=q.name,
+            queue_type=q.queue_type,
+            message_count=r[0],
+            unacked=r[1],
+            ready=SimpleNamespace(paged=r[2], bytes=r[3]),
+            consumer_count=r[4],
+            stats=SimpleNamespace(publish=r[6]),
+        )
+
+    def queue_totals(self, vhosts: list[Any]) -> tuple[int, int, int, float, float]:
+        """(ready, unacked, consumers, ready rate, unacked rate) of the queues other
+        workers own in `vhosts`."""
+        ready = unacked = consumers = 0
+        ready_rate = unacked_rate = 0.0
+        for vhost in vhosts:
+            for q in vhost.queues.values():
+                if not isinstance(q, RemoteQueue):
+                    continue
+                report = self.queue_report(q)
+                if report is None:
+                    continue
+                row = report.row
+                ready += int(row[0])
+                unacked += int(row[1])
+                consumers += int(row[4])
+                ready_rate += report.rates[0]
+                unacked_rate += report.rates[1]
+        return ready, unacked, consumers, ready_rate, unacked_rate
+
+    def connections(self) -> list[RemoteConnection]:
+        """Every other worker's client connections."""
+        vhosts = self.node.broker.vhosts
+        return [
+            RemoteConnection(self, c, vhosts.get(c.vhost) if c.vhost is not None else None)
+            for report in self.reports.values()
+            for c in report.connections
+        ]
+
+    def vhost_message_counts(
+        self, names: set[str]
+    ) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]]]:
+        """Other workers' message counts and rates for these vhosts."""
+        counts, rates = [], []
+        for report in self.reports.values():
+            for name, (c, r) in report.vhosts.items():
+                if name in names:
+                    counts.append(c)
+                    if r:
+                        rates.append(r)
+        return counts, rates
+
+    def node_totals(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """/api/nodes: the broker's node is all its workers; their memory, descriptors
+        and sockets add up."""
+        for report in self.reports.values():
+            for key, value in report.node.items():
+                doc[key] = doc.get(key, 0) + value
+            if "sockets_used" in report.node:
+                doc["proc_used"] = doc.get("proc_used", 0) + report.node["sockets_used"]
+        return doc
+
+    def opened(self) -> tuple[int, int, tuple[int, int, int]]:
+        """Other workers' connections and channels opened, and queue churn."""
+        conns = chans = 0
+        churn = [0, 0, 0]
+        for report in self.reports.values():
+            conns += report.opened[0]
+            chans += report.opened[1]
+            for i in range(3):
+                churn[i] += report.churn[i]
+        return conns, chans, (churn[0], churn[1], churn[2])
+
+    def global_counters(
+        self,
+        channel_side: tuple[int, ...],
+        queue_side: dict[str, dict[str, int]],
+        dead: dict[tuple[str, str, str], int],
+    ) -> tuple[tuple[int, ...], dict[str, dict[str, int]], dict[tuple[str, str, str], int]]:
+        """Prometheus' global counters with every other worker's added."""
+        reports = list(self.reports.values())
+        channel_side = total([channel_side, *(r.channel_side for r in reports if r.channel_side)])
+        queue_side = {t: dict(c) for t, c in queue_side.items()}
+        dead = dict(dead)
+        for r in reports:
+            for queue_type, counts in r.queue_side.items():
+                mine = queue_side.setdefault(queue_type, dict.fromkeys(counts, 0))
+                for key, n in counts.items():
+                    mine[key] = mine.get(key, 0) + n
+            for key, n in r.dead_lettered.items():
+                dead[key] = dead.get(key, 0) + n
+        return channel_side, queue_side, dead
+
+    def extend_scrape(self, s: Scrape) -> None:
+        """Prometheus: other workers' queues (in place of their placeholders, which
+        have no figures of their own), connections and channels join the scrape."""
+        queues = []
+        for q in s.queues:
+            if isinstance(q, RemoteQueue):
+                figures = self.queue_figures(q)
+                if figures is not None:
+                    queues.append(figures)
+            else:
+                queues.append(q)
+        s.queues = queues
+        for report in self.reports.values():
+            for c in report.connections:
+                s.connections.append(c.figures)
+                s.channels.extend(c.figures.channels.values())
+
+    # --- worker 0: leveret ctl -------------------------------------------------------------
+
+    async def ctl_ready(self) -> None:
+        """Before each ctl operation: the recovery, then fresh reports."""
+        await self.node.wait_recovered()
+        if self.index == 0:
+            await self.refresh()
+
+    def ctl_operations(self) -> dict[str, Any]:
+        """The ctl listings that show every worker's objects (worker 0's socket)."""
+        if self.index != 0:
+            return {}
+
+        def list_queues(broker: Any, vhost: str = "/") -> list[dict[str, Any]]:
+            v = broker.admin.vhost(vhost)
+            return self.ctl_queues(inventory.queues(v), v)
+
+        def list_connections(broker: Any, vhost: str | None = None) -> list[dict[str, Any]]:
+            own = [{**row, "worker": 0} for row in inventory.connections(broker, vhost)]
+            return sorted(own + self.ctl_connections(vhost), key=lambda r: r["name"])
+
+        return {"list_queues": list_queues, "list_connections": list_connections}
+
+    def ctl_queues(self, rows: list[dict[str, Any]], vhost: Any) -> list[dict[str, Any]]:
+        """`leveret ctl list_queues`: a queue another worker owns gets its owner's row."""
+        out = []
+        for row in rows:
+            q = vhost.queues.get(row["name"])
+            if isinstance(q, RemoteQueue):
+                report = self.queue_report(q)
+                if report is not None:
+                    figures = report.row
+                    row = {**row, "messages": int(figures[0]), "consumers": int(figures[4])}
+            out.append(row)
+        return out
+
+    def ctl_connections(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """`leveret ctl list_connections`: other workers' rows (with `worker`)."""
+        return [
+            c.ctl
+            for report in self.reports.values()
+            for c in report.connections
+            if c.ctl and (vhost is None or c.vhost == vhost)
+        ]
+
+
+def _pending(conn: Any) -> int:
+    size = getattr(getattr(conn, "transport", None), "get_write_buffer_size", None)
+    return size() if size is not None else 0
