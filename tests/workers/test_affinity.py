@@ -1,0 +1,280 @@
+"""Connection affinity with real `leveret server --workers 2` processes: a plain-TCP
+connection whose queue another worker owns moves to that worker, socket and state,
+and its client sees nothing; TLS connections, connections already holding what
+cannot move, and a broker with affinity off keep their connections where they are."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import ssl
+import sys
+import threading
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from leveret.protocol import connection as pc
+from leveret.protocol.methods import encode_publish
+from leveret.protocol.properties import EMPTY_PROPERTIES, content_header_frame
+from leveret.protocol.states import OPEN
+from leveret.workers.mesh import placement
+
+from .test_worker_procs import Workers, wait_for
+from .test_worker_procs import workers as workers  # the fixture  # noqa: PLC0414
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
+
+
+def owned_by(worker: int, prefix: str, count: int = 2) -> str:
+    """A queue name that worker `worker` owns by placement."""
+    for n in range(1000):
+        name = f"{prefix}-{n}"
+        if placement("/", name, count) == worker:
+            return name
+    raise AssertionError("no name found")
+
+
+def on_worker(broker: Workers, name: str) -> int | None:
+    """The worker whose own ctl socket lists connection `name` (None: no worker's)."""
+    found = [w for w in range(2) if name in broker.connection_names(w)]
+    assert len(found) <= 1, f"{name} listed on workers {found}"
+    return found[0] if found else None
+
+
+def conn_name(conn: pika.BlockingConnection) -> str:
+    return conn._impl.params.client_properties["connection_name"]
+
+
+def moved(broker: Workers, name: str, to: int) -> bool:
+    """connection `name` is on worker `to` alone"""
+    return on_worker(broker, name) == to
+
+
+def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothing(
+    workers,
+) -> None:
+    broker = workers(2).wait_listening()
+    queue = owned_by(1, "wk-affinity-q")
+    conn = broker.connect_to(0, "mover")
+    name = conn_name(conn)
+    # Several channels with state before the switch: confirm mode, qos, a plain one.
+    confirms = conn.channel()
+    confirms.confirm_delivery()
+    consumer = conn.channel()
+    consumer.basic_qos(prefetch_count=7)
+    plain = conn.channel()
+    plain.exchange_declare("amq.direct", "direct", passive=True)  # names no queue: no decision
+    assert on_worker(broker, name) == 0
+
+    ok = confirms.queue_declare(queue, durable=True)  # the switch
+    assert ok.method.queue == queue and ok.method.message_count == 0
+    wait_for(lambda: moved(broker, name, 1))
+    log = broker.text()
+    assert re.search(r"worker 0 leveret\.connection: connection \S+ handed to worker 1", log)
+    assert re.search(r"worker 1 leveret\.connection: connection \S+ taken over from worker 0", log)
+
+    # The same client goes on as if nothing happened: confirms numbered from 1.
+    plain.queue_bind(queue, "amq.direct", "k")
+    for n in range(20):
+        confirms.basic_publish(
+            "",
+            queue,
+            f"m{n}".encode(),
+            pika.BasicProperties(delivery_mode=2),
+            mandatory=True,
+        )
+    confirms.basic_publish("amq.direct", "k", b"via-x", mandatory=True)
+    assert plain.queue_declare(queue, passive=True).method.message_count == 21
+
+    got: list[bytes] = []
+
+    def on_message(ch, method, _props, body) -> None:
+        got.append(body)
+        assert method.delivery_tag == len(got)  # the channel's tags start at 1 here too
+        ch.basic_ack(method.delivery_tag)
+
+    consumer.basic_consume(queue, on_message)
+    wait_for(lambda: conn.process_data_events(time_limit=0.05) or len(got) == 21)
+    assert got == [f"m{n}".encode() for n in range(20)] + [b"via-x"]
+    assert plain.queue_declare(queue, durable=True).method.message_count == 0
+    ch = conn.channel()  # a new channel after the switch
+    assert ch.queue_declare(queue, passive=True).method.consumer_count == 1
+    conn.close()
+    wait_for(lambda: on_worker(broker, name) is None)
+    assert broker.stop() == 0
+
+
+def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None:
+    broker = workers(2).wait_listening()
+    queue = owned_by(1, "wk-affinity-p")
+    setup = broker.connect_to(1, "setup")
+    setup.channel().queue_declare(queue)
+    conn = broker.connect_to(0, "publisher")
+    name = conn_name(conn)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for n in range(5):  # the first publish decides; it and the rest arrive on worker 1
+        ch.basic_publish("", queue, f"p{n}".encode())
+    wait_for(lambda: moved(broker, name, 1))
+    check = setup.channel()
+    assert check.queue_declare(queue, passive=True).method.message_count == 5
+    assert [check.basic_get(queue, auto_ack=True)[2] for _ in range(5)] == [
+        f"p{n}".encode() for n in range(5)
+    ]
+    conn.close()
+    setup.close()
+    assert broker.stop() == 0
+
+
+def test_a_connection_that_consumes_first_stays_where_it_is(workers) -> None:
+    broker = workers(2).wait_listening()
+    local = owned_by(0, "wk-affinity-l")
+    remote = owned_by(1, "wk-affinity-r")
+    conn = broker.connect_to(0, "consumer")
+    name = conn_name(conn)
+    ch = conn.channel()
+    ch.queue_declare(local)  # decided: its queue is here
+    ch.basic_consume(local, lambda *a: None)
+    ch.queue_declare(remote)  # later methods never move it (it has a consumer, too)
+    ch.basic_publish("", remote, b"x")
+    conn.process_data_events(time_limit=0.2)
+    assert on_worker(broker, name) == 0
+    assert "handed to worker" not in broker.text()
+    conn.close()
+    assert broker.stop() == 0
+
+
+def test_affinity_off_keeps_every_connection_on_its_worker(workers) -> None:
+    broker = workers(2, "--worker-affinity", "off").wait_listening()
+    queue = owned_by(1, "wk-affinity-off")
+    conn = broker.connect_to(0, "stayer")
+    name = conn_name(conn)
+    conn.channel().queue_declare(queue)
+    conn.process_data_events(time_limit=0.2)
+    assert on_worker(broker, name) == 0
+    assert "handed to worker" not in broker.text()
+    conn.close()
+    assert broker.stop() == 0
+
+
+def test_a_tls_connection_is_not_handed_over(workers, tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    cert.private_key_pem.write_to_path(tmp_path / "key.pem")
+    cert.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    broker = workers(
+        2,
+        "--tls-port", "0",
+        "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"),
+    )  # fmt: skip
+    broker.wait_listening()
+    tls = re.search(
+        r"Leveret listening for AMQP 0-9-1 over TLS on 127\.0\.0\.1:(\d+)", broker.text()
+    )
+    assert tls is not None
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    queues = {w: owned_by(w, "wk-affinity-tls") for w in range(2)}
+    conns = []
+    for n in range(8):  # some land on each worker; none moves
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                "127.0.0.1",
+                int(tls.group(1)),
+                ssl_options=pika.SSLOptions(context, "127.0.0.1"),
+                client_properties={"connection_name": f"tls-{n}"},
+            )
+        )
+        conns.append(conn)
+    where = {f"tls-{n}": on_worker(broker, f"tls-{n}") for n in range(8)}
+    for n, conn in enumerate(conns):
+        other = 1 - where[f"tls-{n}"]  # the queue of the worker it is not on
+        ch = conn.channel()
+        ch.queue_declare(queues[other])
+        ch.basic_publish("", queues[other], b"tls")
+    for n in range(8):
+        assert on_worker(broker, f"tls-{n}") == where[f"tls-{n}"]
+    assert "handed to worker" not in broker.text()
+    for conn in conns:
+        conn.close()
+    assert broker.stop() == 0
+
+
+def test_the_receiving_worker_killed_during_a_handoff(workers) -> None:
+    """Worker 1 is stopped (SIGSTOP) so the handoff waits in its channel, then killed:
+    the client sees its connection close, reconnects, and finds every message it had
+    confirmed."""
+    broker = workers(2).wait_listening()
+    queue = owned_by(1, "wk-affinity-k")
+    first = broker.connect()
+    ch = first.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(queue, durable=True)
+    for n in range(50):
+        ch.basic_publish("", queue, f"c{n}".encode(), pika.BasicProperties(delivery_mode=2))
+    first.close()
+
+    mover = broker.connect_to(0, "killed")
+    moving = mover.channel()
+    pid = broker.status()["workers"][1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+
+    def kill_once_handed() -> None:
+        try:
+            wait_for(lambda: "handed to worker 1" in broker.text())
+        finally:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_once_handed)
+    killer.start()
+    try:
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            moving.queue_declare(queue, passive=True)  # handed to the stopped worker
+    finally:
+        killer.join()
+    wait_for(lambda: broker.status()["workers"][1]["pid"] != pid)
+    wait_for(lambda: broker.status()["workers"][1]["ready"])
+
+    again = broker.connect()
+    ch = again.channel()
+    assert ch.queue_declare(queue, durable=True, passive=True).method.message_count == 50
+    assert [ch.basic_get(queue, auto_ack=True)[2] for _ in range(50)] == [
+        f"c{n}".encode() for n in range(50)
+    ]
+    again.close()
+    assert broker.stop() == 0
+
+
+def test_the_core_state_moves_only_between_frames() -> None:
+    """export_state refuses a connection that is not open or has a content half read;
+    import_state makes a new core open with the same channels and sizes."""
+    core = pc.Connection(pc.SERVER)
+    with pytest.raises(ValueError):
+        core.export_state()
+    state = {
+        "frame_max": 8192,
+        "channel_max": 16,
+        "heartbeat": 0,
+        "username": "guest",
+        "vhost": "/",
+        "client_properties": {"product": "x"},
+        "channels": [1, 3],
+    }
+    core.import_state(state)
+    assert core.state == OPEN and core.open_channels == [1, 3]
+    assert core.export_state() == state
+    # a basic.publish whose body has not come: channel 1 is between frames no more
+    publish = b"".join(
+        [
+            encode_publish(1, "", "q"),
+            content_header_frame(1, 10, EMPTY_PROPERTIES),
+        ]
+    )
+    assert list(core.receive_data(publish)) == []
+    with pytest.raises(ValueError, match="channel 1"):
+        core.export_state()
