@@ -18,6 +18,7 @@ import pika.exceptions
 import pytest
 
 from leveret.protocol import connection as pc
+from leveret.protocol.frames import body_frames
 from leveret.protocol.methods import encode_publish
 from leveret.protocol.properties import EMPTY_PROPERTIES, content_header_frame
 from leveret.protocol.states import OPEN
@@ -268,11 +269,13 @@ def test_the_core_state_moves_only_between_frames() -> None:
     core.import_state(state)
     assert core.state == OPEN and core.open_channels == [1, 3]
     assert core.export_state() == state
-    # a basic.publish whose body has not come: channel 1 is between frames no more
+    # A whole frame of a publish still waiting for its body's rest is not pending
+    # input any more: the core holds the content, and the connection cannot move.
     publish = b"".join(
         [
             encode_publish(1, "", "q"),
-            content_header_frame(1, 10, EMPTY_PROPERTIES),
+            content_header_frame(1, 10000, EMPTY_PROPERTIES),
+            *body_frames(1, b"x" * 8000, 8192),
         ]
     )
     assert list(core.receive_data(publish)) == []
