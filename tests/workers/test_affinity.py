@@ -17,6 +17,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from leveret.ctl import call
 from leveret.protocol import connection as pc
 from leveret.protocol.frames import body_frames
 from leveret.protocol.methods import encode_publish
@@ -74,6 +75,16 @@ def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothi
     ok = confirms.queue_declare(queue, durable=True)  # the switch
     assert ok.method.queue == queue and ok.method.message_count == 0
     wait_for(lambda: moved(broker, name, 1))
+    # What worker 0 shows of the whole broker (ctl, as the management API: other
+    # workers' reports are up to a second old) has it once, on worker 1.
+    ctl0 = str(broker.data / "worker-0" / "ctl.sock")
+
+    def shown_on_worker_1() -> bool:
+        """worker 0's list of every worker's connections shows it on worker 1 alone"""
+        rows = call(ctl0, "list_connections", {})
+        return [r["worker"] for r in rows if r["connection_name"] == name] == [1]
+
+    wait_for(shown_on_worker_1)
     log = broker.text()
     assert re.search(r"worker 0 leveret\.connection: connection \S+ handed to worker 1", log)
     assert re.search(r"worker 1 leveret\.connection: connection \S+ taken over from worker 0", log)

@@ -299,9 +299,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             log.warning("connection %s stays: %s", self.peer, exc)
             return core.receive_data(pending)
         log.info("connection %s handed to worker %d, which owns its queues", self.peer, peer)
-        # It leaves this worker's counts (the worker that took it counts it).
+        # It leaves this worker's counts and lists (the worker that took it counts it,
+        # and its byte counts go on there: connection_lost adds none to the vhost's).
         self.broker.connections_opened -= 1
         self.broker.channels_opened -= len(self.channels)
+        self.broker.connections.discard(self)
         self.state = "closed"
         self.transport.abort()  # type: ignore[union-attr]  # our descriptor only: no FIN
         return True
