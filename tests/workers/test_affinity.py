@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import ssl
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from leveret.protocol.methods import encode_publish
 from leveret.protocol.properties import EMPTY_PROPERTIES, content_header_frame
 from leveret.protocol.states import OPEN
 from leveret.workers.mesh import placement
+from serverproc import server_argv
 
 from .test_worker_procs import Workers, wait_for
 from .test_worker_procs import workers as workers  # the fixture  # noqa: PLC0414
@@ -292,3 +294,14 @@ def test_the_core_state_moves_only_between_frames() -> None:
     assert list(core.receive_data(publish)) == []
     with pytest.raises(ValueError, match="channel 1"):
         core.export_state()
+
+
+def test_a_bad_affinity_setting_is_refused_with_its_name() -> None:
+    proc = subprocess.run(
+        server_argv("--port", "0", "--worker-affinity", "maybe", workers=2),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--worker-affinity" in proc.stderr and "expected on or off, got 'maybe'" in proc.stderr
