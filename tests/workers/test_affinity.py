@@ -127,18 +127,37 @@ def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None
     queue = owned_by(1, "wk-affinity-p")
     setup = broker.connect_to(1, "setup")
     setup.channel().queue_declare(queue)
-    conn = broker.connect_to(0, "publisher")
-    name = conn_name(conn)
+    for attempt in range(64):  # heartbeats on, and a frame_max smaller than the body
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                "127.0.0.1",
+                broker.port,
+                heartbeat=1,
+                frame_max=8192,
+                client_properties={"connection_name": f"publisher-{attempt}"},
+            )
+        )
+        name = conn_name(conn)
+        if on_worker(broker, name) == 0:
+            break
+        conn.close()
     ch = conn.channel()
     ch.confirm_delivery()
-    for n in range(5):  # the first publish decides; it and the rest arrive on worker 1
+    big = bytes(range(256)) * 100  # 25,600 bytes: four body frames
+    # The first publish decides: it (re-encoded from what the core parsed) and the
+    # rest arrive on worker 1.
+    ch.basic_publish("", queue, big)
+    for n in range(5):
         ch.basic_publish("", queue, f"p{n}".encode())
     wait_for(lambda: moved(broker, name, 1))
     check = setup.channel()
-    assert check.queue_declare(queue, passive=True).method.message_count == 5
-    assert [check.basic_get(queue, auto_ack=True)[2] for _ in range(5)] == [
+    assert check.queue_declare(queue, passive=True).method.message_count == 6
+    assert [check.basic_get(queue, auto_ack=True)[2] for _ in range(6)] == [big] + [
         f"p{n}".encode() for n in range(5)
     ]
+    conn.sleep(3)  # heartbeats go on from worker 1 (a missed one closes the connection)
+    assert conn.is_open
+    ch.basic_publish("", queue, b"after")
     conn.close()
     setup.close()
     assert broker.stop() == 0
@@ -254,12 +273,15 @@ def test_the_receiving_worker_killed_during_a_handoff(workers) -> None:
     wait_for(lambda: broker.status()["workers"][1]["pid"] != pid)
     wait_for(lambda: broker.status()["workers"][1]["ready"])
 
-    again = broker.connect()
+    # The restarted worker has new handoff channels: connections move to it again.
+    wait_for(lambda: broker.text().count("worker 0 leveret.workers: link to worker 1 up") >= 2)
+    again = broker.connect_to(0, "after")
     ch = again.channel()
     assert ch.queue_declare(queue, durable=True, passive=True).method.message_count == 50
     assert [ch.basic_get(queue, auto_ack=True)[2] for _ in range(50)] == [
         f"c{n}".encode() for n in range(50)
     ]
+    assert moved(broker, conn_name(again), 1)
     again.close()
     assert broker.stop() == 0
 
