@@ -17,6 +17,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from pamqp import body, commands
 
 from leveret.ctl import call
 from leveret.protocol import connection as pc
@@ -25,6 +26,7 @@ from leveret.protocol.methods import encode_publish
 from leveret.protocol.properties import EMPTY_PROPERTIES, content_header_frame
 from leveret.protocol.states import OPEN
 from leveret.workers.mesh import placement
+from rawamqp import RawClient, content_frames, method_frame
 from serverproc import server_argv
 
 from .test_worker_procs import Workers, wait_for
@@ -327,3 +329,67 @@ def test_a_bad_affinity_setting_is_refused_with_its_name() -> None:
     )
     assert proc.returncode == 2
     assert "--worker-affinity" in proc.stderr and "expected on or off, got 'maybe'" in proc.stderr
+
+
+def test_methods_pipelined_behind_the_deciding_one_move_with_it(workers) -> None:
+    """A client that sends many methods in one write (channel.open, qos, confirm,
+    declare, consume, publishes, half a frame): what the first worker read and had
+    not handled is handled on the second, in order."""
+    broker = workers(2).wait_listening()
+    queue = owned_by(1, "wk-affinity-pipe")
+    for _attempt in range(64):
+        client = RawClient("127.0.0.1", broker.port, timeout=30)
+        client.handshake()
+        peer = f"127.0.0.1:{client.sock.getsockname()[1]}"
+        ctl = str(broker.data / "worker-0" / "ctl.sock")
+        rows = call(ctl, "list_connections", {})
+        if any(r["name"] == peer and r.get("worker", 0) == 0 for r in rows):
+            break
+        client.sock.close()
+    client.open_channel(1)
+    burst = b"".join(
+        [
+            method_frame(1, commands.Basic.Qos(prefetch_count=10)),
+            method_frame(2, commands.Channel.Open()),
+            method_frame(2, commands.Confirm.Select()),
+            method_frame(2, commands.Queue.Declare(queue=queue)),  # decides
+            method_frame(2, commands.Basic.Consume(queue=queue, no_ack=True)),
+            *(
+                method_frame(2, commands.Basic.Publish(routing_key=queue))
+                + content_frames(2, f"b{n}".encode())
+                for n in range(3)
+            ),
+        ]
+    )
+    last = method_frame(2, commands.Basic.Publish(routing_key=queue)) + content_frames(2, b"b3")
+    client.send(burst + last[:10])  # the last publish's start: a frame cut in two
+    client.wait_for(commands.Basic.QosOk, channel=1)
+    client.wait_for(commands.Channel.OpenOk, channel=2)
+    client.wait_for(commands.Confirm.SelectOk, channel=2)
+    _, ok = client.wait_for(commands.Queue.DeclareOk, channel=2)
+    assert ok.queue == queue
+    client.wait_for(commands.Basic.ConsumeOk, channel=2)
+    wait_for(lambda: on_worker_by_peer(broker, peer) == 1)
+    client.send(last[10:])
+    bodies, confirmed = [], 0
+    while len(bodies) < 4 or confirmed < 4:
+        _, frame = client.wait_for(commands.Basic.Deliver, commands.Basic.Ack, body.ContentBody)
+        if isinstance(frame, body.ContentBody):
+            bodies.append(frame.value)
+        elif isinstance(frame, commands.Basic.Ack):
+            confirmed = frame.delivery_tag  # numbered from 1 on the channel, as sent
+    assert bodies == [b"b0", b"b1", b"b2", b"b3"]
+    assert confirmed == 4
+    client.sock.close()
+    assert broker.stop() == 0
+
+
+def on_worker_by_peer(broker: Workers, peer: str) -> int | None:
+    """The worker whose own ctl socket lists the connection from `peer`."""
+    found = []
+    for w in range(2):
+        rows = call(str(broker.data / f"worker-{w}" / "ctl.sock"), "list_connections", {})
+        if any(r["name"] == peer and r.get("worker", w) == w for r in rows):
+            found.append(w)
+    assert len(found) <= 1
+    return found[0] if found else None
