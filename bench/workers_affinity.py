@@ -2,7 +2,7 @@
 """CPU time per message of a broker of two workers, with connection affinity on and off.
 
     PYTHONPATH=src python bench/workers_affinity.py [--seconds 4] [--runs 3]
-        [--size 16] [--confirm 200] [--prefetch 500]
+        [--size 16] [--confirm 200] [--prefetch 500] [--churn N]
 
 A real `leveret server --workers 2` (one supervisor, two worker processes) per run.
 One client connection, as most applications have one per queue: it publishes with
@@ -20,6 +20,11 @@ The figure is the CPU time (user + system, /proc/PID/stat) of both worker
 processes together over the measured window, divided by the messages consumed in
 it; the client's CPU is its own (this process). Medians of `--runs` runs, the two
 settings taking turns.
+
+`--churn N` measures what a move costs instead: N short connections (pika), each
+opening a channel, declaring the queue and closing, one after another; both
+workers' CPU time per connection. The kernel puts about half of them on worker 0,
+and those move.
 """
 
 from __future__ import annotations
@@ -164,6 +169,27 @@ async def measure(port: int, data: Path, pids: list[int], args, queue: str) -> f
     return per
 
 
+def churn(port: int, pids: list[int], args, queue: str) -> float:
+    """`--churn N`: N connections one after another, each opening a channel,
+    declaring the queue (the decision: on, about half of them move) and closing;
+    both workers' CPU time per connection."""
+    import pika
+
+    params = pika.ConnectionParameters("127.0.0.1", port, heartbeat=0)
+    pika.BlockingConnection(params).channel().queue_declare(queue)  # declared once
+    cpu0, t0 = cpu_seconds(pids), time.monotonic()
+    for _ in range(args.churn):
+        conn = pika.BlockingConnection(params)
+        conn.channel().queue_declare(queue)
+        conn.close()
+    cpu1, t1 = cpu_seconds(pids), time.monotonic()
+    per = (cpu1 - cpu0) / args.churn * 1e6
+    print(
+        f"    {args.churn / (t1 - t0):7.1f} conn/s  {per:7.0f} us CPU/connection", file=sys.stderr
+    )
+    return per
+
+
 def run_once(affinity: str, args) -> float:
     with tempfile.TemporaryDirectory(prefix="leveret-affinity-") as tmp:
         data = Path(tmp) / "data"
@@ -196,6 +222,8 @@ def run_once(affinity: str, args) -> float:
                 for n in range(100)
                 if placement("/", f"bench-affinity-{n}", 2)
             )
+            if args.churn:
+                return churn(int(m.group(1)), pids, args, queue)
             return asyncio.run(measure(int(m.group(1)), data, pids, args, queue))
         finally:
             proc.terminate()
@@ -209,15 +237,19 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16)
     parser.add_argument("--confirm", type=int, default=200, help="confirm window")
     parser.add_argument("--prefetch", type=int, default=500)
+    parser.add_argument(
+        "--churn", type=int, default=0, metavar="N", help="measure N short connections instead"
+    )
     args = parser.parse_args()
     results: dict[str, list[float]] = {"on": [], "off": []}
     for r in range(args.runs):
         for affinity in ("on", "off"):
             print(f"run {r + 1}, affinity {affinity}", file=sys.stderr)
             results[affinity].append(run_once(affinity, args))
+    unit = "connection" if args.churn else "msg"
     for affinity, values in results.items():
         print(
-            f"affinity {affinity:3}: {statistics.median(values):7.1f} us CPU/msg "
+            f"affinity {affinity:3}: {statistics.median(values):7.1f} us CPU/{unit} "
             f"(median of {len(values)}: {', '.join(f'{v:.1f}' for v in values)})"
         )
 
