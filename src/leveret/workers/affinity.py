@@ -135,6 +135,8 @@ def cannot_move(conn: Any, event: pc.Event) -> str | None:
         return "it has exclusive queues"
     if conn._reading_paused:
         return "reading is paused (flow control or an alarm)"
+    if conn.alarm_reason is not None or conn._told_blocked:
+        return "a resource alarm blocks it (the other worker's alarms are its own)"
     if conn._out or transport.get_write_buffer_size():
         return "output not written yet"
     events = conn.core._events
