@@ -6,6 +6,7 @@ cannot move, and a broker with affinity off keep their connections where they ar
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import signal
 import ssl
@@ -393,3 +394,64 @@ def on_worker_by_peer(broker: Workers, peer: str) -> int | None:
             found.append(w)
     assert len(found) <= 1
     return found[0] if found else None
+
+
+def test_what_keeps_a_channel_and_what_its_state_carries(tmp_path: Path) -> None:
+    """On a one-process broker's real connection: the channel states that cannot move
+    are named, and export_state/import_state carry a connection's channels (numbers,
+    tags, confirm sequence numbers, qos, tx mode) into a new connection object."""
+    from leveret.server.connection import AMQPConnection
+    from leveret.testing import embedded_broker
+
+    with embedded_broker(data_dir=str(tmp_path / "one")) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        consuming, getting, tx, confirms, plain = (conn.channel() for _ in range(5))
+        consuming.queue_declare("wk-affinity-a")
+        consuming.basic_consume("wk-affinity-a", lambda *a: None)
+        getting.queue_declare("wk-affinity-b")
+        getting.basic_publish("", "wk-affinity-b", b"x")
+        assert getting.basic_get("wk-affinity-b")[0].delivery_tag == 1  # not acked
+        tx.tx_select()
+        tx.basic_publish("", "wk-affinity-b", b"in a transaction")
+        confirms.confirm_delivery()
+        confirms.basic_publish("", "wk-affinity-b", b"confirmed")  # seq 1, confirmed
+        plain.basic_qos(prefetch_count=3)
+        server_conn = next(iter(broker.server.connections))
+
+        def reasons():
+            return {n: ch.cannot_move() for n, ch in server_conn.channels.items()}
+
+        assert broker.call(reasons) == {
+            1: "a channel has consumers",
+            2: "a channel has unacked deliveries",
+            3: "a channel has an open transaction",
+            4: None,
+            5: None,
+        }
+
+        def round_trip():
+            state = server_conn.export_state(b"unparsed")
+            state = pickle.loads(pickle.dumps(state))
+            copy = AMQPConnection(broker.server.listener)
+            copy.import_state(state)
+            return (
+                state,
+                {
+                    n: (ch.delivery_tag, ch.confirm_mode, ch.publish_seq, ch.prefetch_count)
+                    for n, ch in copy.channels.items()
+                },
+                copy.core.export_state(),
+            )
+
+        state, channels, core = broker.call(round_trip)
+        assert state["input"] == b"unparsed" and state["user"] == "guest"
+        assert channels == {
+            1: (0, False, 0, 0),
+            2: (1, False, 0, 0),
+            3: (0, False, 0, 0),
+            4: (0, True, 1, 0),
+            5: (0, False, 0, 3),
+        }
+        assert core == server_conn.core.export_state()
+        assert core["channels"] == [1, 2, 3, 4, 5]
+        conn.close()
