@@ -36,6 +36,14 @@ from .test_worker_procs import workers as workers  # the fixture  # noqa: PLC041
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
 
+def linked(broker: Workers) -> Workers:
+    """Waits until the two workers' links are up (a worker links just after it starts
+    accepting, docs/workers.md), so methods that need the other worker find it."""
+    wait_for(lambda: "worker 0 leveret.workers: link to worker 1 up" in broker.text())
+    wait_for(lambda: "worker 1 leveret.workers: link to worker 0 up" in broker.text())
+    return broker
+
+
 def owned_by(worker: int, prefix: str, count: int = 2) -> str:
     """A queue name that worker `worker` owns by placement."""
     for n in range(1000):
@@ -64,7 +72,7 @@ def moved(broker: Workers, name: str, to: int) -> bool:
 def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothing(
     workers,
 ) -> None:
-    broker = workers(2).wait_listening()
+    broker = linked(workers(2).wait_listening())
     queue = owned_by(1, "wk-affinity-q")
     conn = broker.connect_to(0, "mover")
     name = conn_name(conn)
@@ -126,7 +134,7 @@ def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothi
 
 
 def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None:
-    broker = workers(2).wait_listening()
+    broker = linked(workers(2).wait_listening())
     queue = owned_by(1, "wk-affinity-p")
     setup = broker.connect_to(1, "setup")
     setup.channel().queue_declare(queue)
@@ -167,7 +175,7 @@ def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None
 
 
 def test_a_connection_that_consumes_first_stays_where_it_is(workers) -> None:
-    broker = workers(2).wait_listening()
+    broker = linked(workers(2).wait_listening())
     local = owned_by(0, "wk-affinity-l")
     remote = owned_by(1, "wk-affinity-r")
     conn = broker.connect_to(0, "consumer")
@@ -185,7 +193,7 @@ def test_a_connection_that_consumes_first_stays_where_it_is(workers) -> None:
 
 
 def test_affinity_off_keeps_every_connection_on_its_worker(workers) -> None:
-    broker = workers(2, "--worker-affinity", "off").wait_listening()
+    broker = linked(workers(2, "--worker-affinity", "off").wait_listening())
     queue = owned_by(1, "wk-affinity-off")
     conn = broker.connect_to(0, "stayer")
     name = conn_name(conn)
@@ -209,7 +217,7 @@ def test_a_tls_connection_is_not_handed_over(workers, tmp_path: Path) -> None:
         "--tls-port", "0",
         "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"),
     )  # fmt: skip
-    broker.wait_listening()
+    linked(broker.wait_listening())
     tls = re.search(
         r"Leveret listening for AMQP 0-9-1 over TLS on 127\.0\.0\.1:(\d+)", broker.text()
     )
@@ -245,7 +253,7 @@ def test_the_receiving_worker_killed_during_a_handoff(workers) -> None:
     """Worker 1 is stopped (SIGSTOP) so the handoff waits in its channel, then killed:
     the client sees its connection close, reconnects, and finds every message it had
     confirmed."""
-    broker = workers(2).wait_listening()
+    broker = linked(workers(2).wait_listening())
     queue = owned_by(1, "wk-affinity-k")
     first = broker.connect()
     ch = first.channel()
@@ -336,7 +344,7 @@ def test_methods_pipelined_behind_the_deciding_one_move_with_it(workers) -> None
     """A client that sends many methods in one write (channel.open, qos, confirm,
     declare, consume, publishes, half a frame): what the first worker read and had
     not handled is handled on the second, in order."""
-    broker = workers(2).wait_listening()
+    broker = linked(workers(2).wait_listening())
     queue = owned_by(1, "wk-affinity-pipe")
     for _attempt in range(64):
         client = RawClient("127.0.0.1", broker.port, timeout=30)

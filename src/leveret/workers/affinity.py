@@ -196,13 +196,17 @@ class Handoffs:
             self.detach(peer)
 
     def detach(self, peer: int) -> None:
+        sender = self._senders.pop(peer, None)
+        if sender is not None:
+            sender.close()
+        sock = self._channels.pop(peer, None)
         task = self._readers.pop(peer, None)
-        if task is not None:
-            task.cancel()
-        for table in (self._senders, self._channels):
-            sock = table.pop(peer, None)
+        if task is not None and not task.done():
+            task.cancel()  # its reader leaves the loop first, then the socket closes
             if sock is not None:
-                sock.close()
+                task.add_done_callback(lambda _task: sock.close())
+        elif sock is not None:
+            sock.close()
 
     def can_send(self, peer: int) -> bool:
         return peer in self._senders and peer in self.mesh.peers
