@@ -349,9 +349,7 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._affinity = None  # where its queues are: no decision to make again
         self._gated = self.server.recovering
         for item in state["channels"]:
-            channel = Channel(self, item["number"])
-            channel.import_state(item)
-            self.channels[channel.number] = channel
+            self._add_channel(item["number"]).import_state(item)
         self._adopted = (state["input"], state["worker"])
 
     def _resume_adopted(self) -> None:
@@ -413,8 +411,7 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 except (AMQPError, ModelError) as exc:
                     self._channel_exception(ch, exc, BASIC_NACK)
         elif kind is pc.ChannelOpened:
-            number = event.channel  # type: ignore[attr-defined]
-            self.channels[number] = Channel(self, number)
+            self._add_channel(event.channel)  # type: ignore[attr-defined]
             self.broker.channels_opened += 1
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
@@ -455,6 +452,13 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             raise ConnectionError_(
                 COMMAND_INVALID, f"unexpected {type(event).__name__} from a client"
             )
+
+    def _add_channel(self, number: int) -> Channel:
+        """A new channel of this connection: opened by the client, or moved here with
+        the connection from another worker (`import_state`). Whatever every channel
+        of this broker needs from its start is set up here, for both."""
+        self.channels[number] = channel = Channel(self, number)
+        return channel
 
     def _channel_exception(self, ch: Channel, exc: AMQPError | ModelError, index: int) -> None:
         """A channel handler raised: close the channel, or the connection for hard errors."""
