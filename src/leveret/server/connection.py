@@ -347,7 +347,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self.access_changed()
         self.state = "open"
         self._affinity = None  # where its queues are: no decision to make again
-        self._gated = self.server.recovering
+        # (_gated stays as the constructor set it: the first read clears it when
+        # nothing else needs it, as for any connection.)
         for item in state["channels"]:
             self._add_channel(item["number"]).import_state(item)
         self._adopted = (state["input"], state["worker"])
