@@ -1,0 +1,275 @@
+"""Metadata in a broker of several workers: one writer (worker 0), every change on
+every worker in one order, placement, exclusivity, cascades, restarts and resyncs.
+
+The workers run in one process (tests/workers/inprocess.py) with real links between
+them; clients are pika connections to different workers' ports."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker
+from tests.workers.inprocess import InProcessWorkers, in_process_workers
+
+from leveret.broker.queues.remote import RemoteOwner, RemoteQueue
+from leveret.workers.mesh import placement
+
+
+@pytest.fixture
+def workers() -> Iterator[InProcessWorkers]:
+    with in_process_workers(3) as w:
+        yield w
+
+
+def connect(w: InProcessWorkers, index: int) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(w.url(index)))
+
+
+def name_owned_by(worker: int, count: int, prefix: str = "q") -> str:
+    """A queue name that placement gives to `worker`."""
+    for i in range(1000):
+        name = f"{prefix}-{i}"
+        if placement("/", name, count) == worker:
+            return name
+    raise AssertionError("no such name")
+
+
+def vhost(w: InProcessWorkers, index: int) -> Any:
+    return w.nodes[index].broker.vhosts["/"]
+
+
+def topology(w: InProcessWorkers, index: int) -> dict[str, Any]:
+    """What a worker's model holds: exchanges, queues with owners, bindings."""
+
+    def read() -> dict[str, Any]:
+        v = vhost(w, index)
+        return {
+            "exchanges": sorted(
+                (e.name, e.type_name, e.durable, e.auto_delete) for e in v.exchanges.values()
+            ),
+            "queues": sorted(
+                (q.name, q.worker if type(q) is RemoteQueue else index, q.durable)
+                for q in v.queues.values()
+            ),
+            "bindings": sorted(
+                (b.source.name, b.destination.name, b.routing_key)
+                for e in v.exchanges.values()
+                for b in e.bindings.values()
+            ),
+        }
+
+    return w.call(read)
+
+
+def test_declare_on_one_worker_is_seen_by_all(workers: InProcessWorkers) -> None:
+    w = workers
+    c1 = connect(w, 1)
+    ch1 = c1.channel()
+    names = [name_owned_by(k, 3) for k in range(3)]
+    for name in names:
+        ok = ch1.queue_declare(name, durable=True)
+        assert ok.method.queue == name
+    c0 = connect(w, 0)
+    ch0 = c0.channel()
+    for name in names:
+        assert ch0.queue_declare(name, passive=True).method.message_count == 0
+    views = [topology(w, i) for i in range(3)]
+    assert views[0] == views[1] == views[2]
+    for k, name in enumerate(names):
+        assert (name, k, True) in views[0]["queues"]
+        for i in range(3):
+            queue = w.call(lambda i=i, name=name: vhost(w, i).queues[name])
+            assert (type(queue) is RemoteQueue) == (i != k)
+    # a publish on worker 0 right after a declare on worker 2 finds the queue
+    c2 = connect(w, 2)
+    ch2 = c2.channel()
+    ch2.exchange_declare("wk-fan", "fanout")
+    ch2.queue_bind(names[0], "wk-fan")
+    ch0.confirm_delivery()
+    ch0.basic_publish("", names[0], b"hello", mandatory=True)
+    for c in (c0, c1, c2):
+        c.close()
+
+
+def test_conflicting_exchange_declares_one_wins(workers: InProcessWorkers) -> None:
+    w = workers
+    conns = [connect(w, i) for i in (1, 2)]
+    results: dict[str, Any] = {}
+
+    def declare(conn: pika.BlockingConnection, kind: str) -> None:
+        ch = conn.channel()
+        try:
+            ch.exchange_declare("wk-race", kind)
+            results[kind] = "ok"
+        except ChannelClosedByBroker as exc:
+            results[kind] = (exc.reply_code, exc.reply_text)
+
+    threads = [
+        threading.Thread(target=declare, args=(conns[0], "direct")),
+        threading.Thread(target=declare, args=(conns[1], "topic")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(r == "ok" for r in results.values()) == [False, True]
+    winner = next(k for k, r in results.items() if r == "ok")
+    loser = next(k for k, r in results.items() if r != "ok")
+    assert results[loser] == (
+        406,
+        "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'wk-race' in vhost '/': "
+        f"received '{loser}' but current is '{winner}'",
+    )
+    for i in range(3):
+        assert ("wk-race", winner, False, False) in topology(w, i)["exchanges"]
+    for c in conns:
+        c.close()
+
+
+def test_bindings_and_delete_cascades_everywhere(workers: InProcessWorkers) -> None:
+    w = workers
+    c1 = connect(w, 1)
+    ch = c1.channel()
+    ch.exchange_declare("wk-auto", "direct", auto_delete=True)
+    ch.exchange_declare("wk-dest", "fanout")
+    q = name_owned_by(2, 3, "bound")
+    ch.queue_declare(q)
+    ch.queue_bind(q, "wk-auto", "k1")
+    ch.exchange_bind("wk-dest", "wk-auto", "k2")
+    views = [topology(w, i) for i in range(3)]
+    assert views[0] == views[1] == views[2]
+    assert ("wk-auto", q, "k1") in views[0]["bindings"]
+    assert ("wk-auto", "wk-dest", "k2") in views[0]["bindings"]
+    ch.queue_unbind(q, "wk-auto", "k1")
+    ch.exchange_unbind("wk-dest", "wk-auto", "k2")  # the last binding: wk-auto goes
+    for i in range(3):
+        view = topology(w, i)
+        assert not [e for e in view["exchanges"] if e[0] == "wk-auto"]
+        assert not [b for b in view["bindings"] if b[0] == "wk-auto"]
+    ch.exchange_declare("wk-auto2", "direct", auto_delete=True)
+    ch.queue_bind(q, "wk-auto2", "k")
+    c0 = connect(w, 0)
+    c0.channel().queue_delete(q)  # deleted on worker 0; owned by worker 2
+    views = [topology(w, i) for i in range(3)]
+    assert views[0] == views[1] == views[2]
+    assert q not in [x[0] for x in views[0]["queues"]]
+    assert "wk-auto2" not in [e[0] for e in views[0]["exchanges"]]
+    c0.close()
+    c1.close()
+
+
+def test_exclusive_queue_is_locked_elsewhere_and_goes_with_its_connection(
+    workers: InProcessWorkers,
+) -> None:
+    w = workers
+    c1 = connect(w, 1)
+    ch1 = c1.channel()
+    name = ch1.queue_declare("", exclusive=True).method.queue
+    named = name_owned_by(0, 3, "excl")
+    ch1.queue_declare(named, exclusive=True)  # exclusive: on worker 1, not its hash owner
+    for q in (name, named):
+        assert (q, 1, False) in topology(w, 0)["queues"]
+        owner = w.call(lambda q=q: vhost(w, 2).queues[q].exclusive_owner)
+        assert type(owner) is RemoteOwner and owner.worker == 1
+    c0 = connect(w, 0)
+    for q in (name, named):
+        with pytest.raises(ChannelClosedByBroker) as err:
+            c0.channel().queue_declare(q, passive=True)
+        assert err.value.reply_code == 405
+        assert err.value.reply_text.startswith(
+            f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}'"
+        )
+    ch1.queue_declare(named, exclusive=True)  # its own connection may redeclare it
+    c1.close()
+    for _ in range(100):
+        if all(name not in [x[0] for x in topology(w, i)["queues"]] for i in range(3)):
+            break
+        threading.Event().wait(0.05)
+    for i in range(3):
+        names = [x[0] for x in topology(w, i)["queues"]]
+        assert name not in names and named not in names
+    c0.close()
+
+
+def test_placement_is_kept_across_restarts(tmp_path: Path) -> None:
+    names = [name_owned_by(k, 2, "keep") for k in range(2)]
+    with in_process_workers(2, tmp_path) as w:
+        conn = connect(w, 1)
+        ch = conn.channel()
+        ch.exchange_declare("wk-keep", "topic", durable=True)
+        for name in names:
+            ch.queue_declare(name, durable=True)
+            ch.queue_bind(name, "wk-keep", "a.#")
+        before = [topology(w, i) for i in range(2)]
+        conn.close()
+    assert before[0] == before[1]
+    with in_process_workers(2, tmp_path) as w:
+        after = [topology(w, i) for i in range(2)]
+        assert after == before
+        conn = connect(w, 0)
+        assert conn.channel().queue_declare(names[1], passive=True).method.queue == names[1]
+        conn.close()
+
+
+def test_a_worker_that_missed_changes_resyncs(workers: InProcessWorkers) -> None:
+    w = workers
+    # worker 2's link to worker 0 breaks: it misses what follows, then rejoins
+    w.call(lambda: w.meshes[0].links[2].close())
+    c1 = connect(w, 1)
+    ch = c1.channel()
+    ch.exchange_declare("wk-missed", "direct")
+    q = name_owned_by(1, 3, "missed")
+    ch.queue_declare(q)
+    ch.queue_bind(q, "wk-missed", "r")
+    assert "wk-missed" not in [e[0] for e in topology(w, 2)["exchanges"]]
+
+    async def relink() -> None:
+        from leveret.workers.link import socket_pair
+
+        a, b = socket_pair()
+        await w.meshes[0].connect(2, a)
+        await w.meshes[2].connect(0, b)
+
+    w.run(relink())
+    for _ in range(100):
+        if topology(w, 2) == topology(w, 0):
+            break
+        threading.Event().wait(0.05)
+    assert topology(w, 2) == topology(w, 0)
+    c1.close()
+
+
+def test_changes_while_worker_0_is_down_fail_clearly(workers: InProcessWorkers) -> None:
+    w = workers
+    c1 = connect(w, 1)
+    ch = c1.channel()
+    ch.queue_declare(name_owned_by(1, 3, "before"))
+    w.call(lambda: [w.meshes[0].links[p].close() for p in (1, 2)])
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        ch.exchange_declare("wk-nowriter", "direct")
+    assert err.value.reply_code == 541
+    assert "metadata writer (worker 0" in err.value.reply_text
+
+
+def test_queue_whose_owner_is_down_answers_as_rabbitmq(workers: InProcessWorkers) -> None:
+    w = workers
+    name = name_owned_by(2, 3, "home")
+    c0 = connect(w, 0)
+    c0.channel().queue_declare(name, durable=True)
+    w.call(lambda: [w.meshes[2].links[p].close() for p in (0, 1)])
+    for index in (0, 1):
+        conn = connect(w, index)
+        with pytest.raises(ChannelClosedByBroker) as err:
+            conn.channel().queue_declare(name, durable=True)
+        assert (err.value.reply_code, err.value.reply_text) == (
+            404,
+            f"NOT_FOUND - home node 'leveret-2@localhost' of durable queue '{name}' in "
+            "vhost '/' is down or inaccessible",
+        )
+        conn.close()
+    c0.close()
