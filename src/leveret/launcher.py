@@ -132,12 +132,15 @@ class Node:
         started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
-        if self.config.load_definitions:
+        # One of several workers: in sync with worker 0 before clients come; only
+        # worker 0 imports a definitions file (the others take it from there).
+        if self.metadata is not None:
+            await self.metadata.start()
+        importer = self.mesh is None or self.mesh.index == 0
+        if self.config.load_definitions and importer:
             if self.recovering:
                 await self._recover()  # the import must see (and may refuse) recovered queues
             self.load_definitions(self.config.load_definitions)
-        if self.metadata is not None:
-            await self.metadata.start()  # in sync with worker 0 before clients come
         await self.listener.start()
         await self._start_mqtt()
         if self.mesh is not None:

@@ -273,3 +273,177 @@ def test_queue_whose_owner_is_down_answers_as_rabbitmq(workers: InProcessWorkers
         )
         conn.close()
     c0.close()
+
+
+def wait_until(check: Any, timeout: float = 10) -> bool:
+    for _ in range(int(timeout / 0.05)):
+        if check():
+            return True
+        threading.Event().wait(0.05)
+    return bool(check())
+
+
+def queue_names(w: InProcessWorkers, index: int) -> list[str]:
+    return [x[0] for x in topology(w, index)["queues"]]
+
+
+def test_model_made_deletions_reach_every_worker(workers: InProcessWorkers) -> None:
+    w = workers
+    auto = name_owned_by(1, 3, "auto")
+    expiring = name_owned_by(2, 3, "expiring")
+    c0 = connect(w, 0)
+    ch0 = c0.channel()
+    ch0.queue_declare(auto, auto_delete=True)
+    ch0.queue_declare(expiring, arguments={"x-expires": 300})
+    assert all(auto in queue_names(w, i) and expiring in queue_names(w, i) for i in range(3))
+    c1 = connect(w, 1)  # the owner's own worker: a consumer there, then none
+    ch1 = c1.channel()
+    tag = ch1.basic_consume(auto, lambda *a: None)
+    ch1.basic_cancel(tag)
+    assert wait_until(lambda: all(auto not in queue_names(w, i) for i in range(3)))
+    assert wait_until(lambda: all(expiring not in queue_names(w, i) for i in range(3)))
+    c0.close()
+    c1.close()
+
+
+def test_admin_changes_reach_every_worker(workers: InProcessWorkers) -> None:
+    w = workers
+    admin = w.nodes[0].broker.admin
+
+    def change() -> None:
+        admin.add_vhost("wk-meta-v")
+        admin.add_user("wk-meta-u", "secret", ["management"])
+        admin.set_permissions("wk-meta-u", "wk-meta-v", ".*", ".*", ".*")
+        admin.set_policy("wk-meta-v", "wk-ttl", "^ttl", {"message-ttl": 1000}, 0, "queues")
+
+    w.call(change)
+    w.run(w.nodes[0].broker.meta.settled())
+    for i in range(3):
+        broker = w.nodes[i].broker
+        assert w.call(lambda b=broker: "wk-meta-v" in b.vhosts)
+        assert w.call(lambda b=broker: "wk-ttl" in b.vhosts["wk-meta-v"].policies)
+    params = pika.URLParameters(f"amqp://wk-meta-u:secret@127.0.0.1:{w.port(2)}/wk-meta-v")
+    conn = pika.BlockingConnection(params)
+    conn.channel().queue_declare("ttl-q")
+    conn.close()
+    assert "ttl-q" in w.call(lambda: list(w.nodes[1].broker.vhosts["wk-meta-v"].queues))
+    with pytest.raises(Exception, match="cannot change metadata itself"):
+        w.call(lambda: w.nodes[1].broker.admin.add_vhost("wk-elsewhere"))
+    w.call(lambda: admin.delete_vhost("wk-meta-v"))
+    w.run(w.nodes[0].broker.meta.settled())
+    for i in range(3):
+        assert w.call(lambda i=i: "wk-meta-v" not in w.nodes[i].broker.vhosts)
+
+
+def test_management_api_changes_go_through_the_writer() -> None:
+    import json
+    import urllib.request
+
+    with in_process_workers(2, management_port=0) as w:
+        port = w.nodes[0].management.port
+        name = name_owned_by(1, 2, "http")
+
+        def request(method: str, path: str, body: Any = None) -> int:
+            data = json.dumps(body).encode() if body is not None else None
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data, method=method)
+            req.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+            req.add_header("Content-Type", "application/json")
+            with urllib.request.urlopen(req) as response:
+                return response.status
+
+        assert request("PUT", f"/api/queues/%2F/{name}", {"durable": True}) == 201
+        assert request("PUT", "/api/exchanges/%2F/wk-http", {"type": "topic"}) == 201
+        assert request("POST", f"/api/bindings/%2F/e/wk-http/q/{name}", {"routing_key": "a"})
+        for i in range(2):
+            view = topology(w, i)
+            assert (name, 1, True) in view["queues"]
+            assert ("wk-http", name, "a") in view["bindings"]
+        assert request("DELETE", f"/api/queues/%2F/{name}") == 204
+        assert request("DELETE", "/api/exchanges/%2F/wk-http") == 204
+        for i in range(2):
+            assert name not in queue_names(w, i)
+            assert "wk-http" not in [e[0] for e in topology(w, i)["exchanges"]]
+
+
+def test_a_resync_brings_admin_changes_too(workers: InProcessWorkers) -> None:
+    w = workers
+    w.call(lambda: w.meshes[0].links[2].close())
+    admin = w.nodes[0].broker.admin
+    w.call(lambda: admin.add_vhost("wk-missed-v"))
+    w.call(lambda: admin.add_user("wk-missed-u", "pw", []))
+    assert not w.call(lambda: "wk-missed-v" in w.nodes[2].broker.vhosts)
+
+    async def relink() -> None:
+        from leveret.workers.link import socket_pair
+
+        a, b = socket_pair()
+        await w.meshes[0].connect(2, a)
+        await w.meshes[2].connect(0, b)
+
+    w.run(relink())
+    assert wait_until(lambda: w.call(lambda: "wk-missed-v" in w.nodes[2].broker.vhosts))
+    assert w.call(lambda: "wk-missed-u" in w.nodes[2].broker.access.users)
+
+
+def restart(w: InProcessWorkers, index: int) -> None:
+    """Stop worker `index` and start it again from its store, with new links."""
+    from leveret.launcher import Node
+    from leveret.workers.link import socket_pair
+    from leveret.workers.mesh import Mesh
+
+    async def go() -> None:
+        await w.nodes[index].stop()
+        w.meshes[index].close()
+        mesh = Mesh(index, w.count)
+        node = Node(w.worker_config(index), loop=w.loop, mesh=mesh)
+        for peer in range(w.count):
+            if peer != index:
+                a, b = socket_pair()
+                await mesh.connect(peer, a)
+                await w.meshes[peer].connect(index, b)
+        w.nodes[index], w.meshes[index] = node, mesh
+        await node.start()
+
+    w.run(go())
+
+
+def test_workers_resync_when_worker_0_restarts(tmp_path: Path) -> None:
+    with in_process_workers(3, tmp_path) as w:
+        transient = name_owned_by(1, 3, "transient")
+        durable = name_owned_by(2, 3, "durable")
+        conn = connect(w, 1)
+        ch = conn.channel()
+        ch.exchange_declare("wk-restart", "direct", durable=True)
+        ch.queue_declare(transient)  # worker 0 keeps it in memory only
+        ch.queue_bind(transient, "wk-restart", "t")
+        ch.queue_declare(durable, durable=True)
+        ch.queue_bind(durable, "wk-restart", "d")
+        before = topology(w, 1)
+        restart(w, 0)
+        assert wait_until(lambda: all(topology(w, i) == before for i in range(3)))
+        ch.queue_declare(transient, passive=True)
+        ch.exchange_declare("wk-after", "fanout")  # worker 0 writes again
+        assert all("wk-after" in [e[0] for e in topology(w, i)["exchanges"]] for i in range(3))
+        conn.close()
+
+
+def test_a_restarted_worker_keeps_its_queues_and_messages(tmp_path: Path) -> None:
+    with in_process_workers(2, tmp_path) as w:
+        mine = name_owned_by(1, 2, "kept")
+        conn = connect(w, 1)
+        ch = conn.channel()
+        ch.queue_declare(mine, durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", mine, b"kept", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        restart(w, 1)
+        assert topology(w, 0) == topology(w, 1)
+        conn = connect(w, 1)
+        ch = conn.channel()
+        assert ch.queue_declare(mine, passive=True).method.message_count == 1
+        method, _props, body = ch.basic_get(mine, auto_ack=True)
+        assert body == b"kept"
+        conn.close()
+        conn = connect(w, 0)  # counts of a queue another worker owns: from the owner
+        assert conn.channel().queue_declare(mine, durable=True).method.message_count == 0
+        conn.close()

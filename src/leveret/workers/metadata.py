@@ -45,10 +45,12 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
+from leveret.broker import definitions_json
 from leveret.broker.direct_reply import PSEUDO_QUEUE
-from leveret.broker.errors import NotFound, PreconditionFailed
+from leveret.broker.errors import InvalidValue, NotFound, PreconditionFailed
 from leveret.broker.exchange import Exchange, arguments_key
 from leveret.broker.queues.remote import RemoteOwner, RemoteQueue
+from leveret.broker.vhost import INTERNAL_USER
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
     EXCHANGE_BIND,
@@ -103,6 +105,33 @@ def writer_down() -> ConnectionError_:
     )
 
 
+#: the administrative changes (broker/admin.py's Admin, by method name) that worker 0
+#: makes and sends on: each worker runs the same method with the same arguments
+ADMIN_CHANGES = (
+    "add_vhost",
+    "delete_vhost",
+    "set_vhost_limits",
+    "clear_vhost_limits",
+    "add_user",
+    "delete_user",
+    "change_password",
+    "clear_password",
+    "set_user_tags",
+    "set_user_limits",
+    "clear_user_limits",
+    "set_permissions",
+    "clear_permissions",
+    "set_topic_permissions",
+    "clear_topic_permissions",
+    "set_policy",
+    "clear_policy",
+    "set_operator_policy",
+    "clear_operator_policy",
+)
+#: the same for the global parameters (broker/global_parameters.py)
+GLOBAL_PARAMETER_CHANGES = ("set", "clear")
+
+
 def _args(table: Any) -> dict[str, Any]:
     return dict(table) if table else {}
 
@@ -131,6 +160,7 @@ class Metadata:
         self._conns: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._owners: dict[tuple[int, int], list[Any]] = {}
         self.applying = False  # True while an op is applied (its deletions are not news)
+        self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
         mesh.on(META, self._on_meta)
         mesh.on(META_APPLIED, self._on_applied)
         mesh.serve("meta", self._serve_meta)
@@ -149,6 +179,13 @@ class Metadata:
         """The broker is built (its store's definitions are back): follow its vhosts'
         changes, serve syncs (worker 0), or sync with worker 0 (the others)."""
         self.broker.vhost_watchers.append(self._watch)
+        self._originals = {
+            ("admin", name): self._wrap(self.broker.admin, "admin", name) for name in ADMIN_CHANGES
+        }
+        for name in GLOBAL_PARAMETER_CHANGES:
+            self._originals["global", name] = self._wrap(
+                self.broker.global_parameters, "global", name
+            )
         self._ready.set()
         if self.index == WRITER:
             self._synced_event.set()
@@ -157,6 +194,35 @@ class Metadata:
             await self.sync()
         except PeerDown:
             log.warning("worker %d: worker %d is down; syncing when it is back", self.index, 0)
+
+    def _wrap(self, target: Any, where: str, name: str) -> Callable[..., Any]:
+        """Route `target.name(...)` through the writer; returns the original."""
+        original = getattr(target, name)
+
+        def change(*args: Any, **kwargs: Any) -> Any:
+            if self.applying:  # a part of a change being applied (admin calls admin)
+                return original(*args, **kwargs)
+            if self.index != WRITER:
+                raise InvalidValue(
+                    f"worker {self.index} cannot change metadata itself: worker {WRITER} "
+                    "(the management API, leveret ctl of worker 0) makes such changes"
+                )
+            self.applying = True
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self.applying = False
+            self._broadcast((where, None, name, args, kwargs), None)
+            return result
+
+        setattr(target, name, change)
+        return original
+
+    async def settled(self) -> None:
+        """Return once every change sent so far is applied by every live worker."""
+        waiting = [done for _peers, done, _result in self._waiting.values()]
+        if waiting:
+            await asyncio.gather(*waiting)
 
     # --- connections ----------------------------------------------------------------
 
@@ -308,6 +374,81 @@ class Metadata:
             _declare_ok(ch, m)((name, queue.message_count, queue.consumer_count))
             return
         self._run(ch, QUEUE_DECLARE, self._declared(result, vhost, name), _declare_ok(ch, m))
+
+    def queue_declare_op(
+        self,
+        vhost: str,
+        name: str,
+        durable: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Op:
+        """A declaration by no connection (the management API): placed by its name."""
+        owner = self.mesh.owner_of(vhost, name)
+        return (
+            "queue.declare",
+            vhost,
+            name,
+            durable,
+            False,
+            auto_delete,
+            arguments,
+            None,
+            False,
+            owner,
+        )
+
+    def import_item(
+        self, vhost: VirtualHost, kind: str, item: dict[str, Any], user: str | None
+    ) -> None:
+        """An exchange, queue or binding of a definitions import (on worker 0), made
+        as that change; the management API answers once every worker has it."""
+        if self.index != WRITER and not self.applying:
+            raise InvalidValue(
+                f"worker {self.index} cannot change metadata itself: worker {WRITER} imports"
+            )
+        arguments = item.get("arguments") or {}
+        op: Op
+        if kind == "exchanges":
+            if item["name"] in vhost.exchanges and item["name"].startswith("amq."):
+                return
+            op = (
+                "exchange.declare",
+                vhost.name,
+                item["name"],
+                item["type"],
+                bool(item.get("durable", True)),
+                bool(item.get("auto_delete", False)),
+                bool(item.get("internal", False)),
+                arguments,
+                user or INTERNAL_USER,
+            )
+        elif kind == "queues":
+            if item.get("type") and "x-queue-type" not in arguments:
+                arguments = {**arguments, "x-queue-type": item["type"]}
+            name = item["name"]
+            op = (
+                *self.queue_declare_op(
+                    vhost.name,
+                    name,
+                    bool(item.get("durable", True)),
+                    bool(item.get("auto_delete", False)),
+                    arguments,
+                ),
+                False,  # as stored: no default queue type
+            )
+        else:
+            op = (
+                "bind",
+                vhost.name,
+                item["source"],
+                item["destination"],
+                item["destination_type"] == "queue",
+                item.get("routing_key", ""),
+                arguments,
+                None,
+            )
+        self.submit(op)
 
     async def _declared(self, change: Any, vhost: VirtualHost, name: str) -> tuple[str, int, int]:
         """A declaration done (`change`, when one was made): the queue's counts, from
@@ -574,6 +715,10 @@ class Metadata:
 
     def _apply(self, op: Op) -> Any:
         kind, vhost_name = op[0], op[1]
+        if kind in ("admin", "global"):
+            _kind, _vhost, name, args, kwargs = op
+            self._originals[kind, name](*args, **kwargs)
+            return None
         vhost = self.broker.vhosts.get(vhost_name)
         if vhost is None:
             raise NotFound(f"no vhost '{vhost_name}'")
@@ -619,6 +764,7 @@ class Metadata:
         ref: ConnRef,
         server_named: bool,
         placed: int,
+        default_type: bool = True,
     ) -> str:
         existing = vhost.queues.get(name)
         mine = placed == self.index
@@ -634,7 +780,7 @@ class Metadata:
             arguments,
             conn,
             server_named,
-            default_type=True,
+            default_type=default_type,
             worker=None if mine else placed,
         )
         if existing is None and exclusive:
@@ -789,7 +935,54 @@ class Metadata:
                 "queues": queues,
                 "bindings": [(k, b.arguments) for k, b in _bindings(vhost).items()],
             }
-        return {"seq": self.seq, "vhosts": vhosts}
+        return {"seq": self.seq, "admin": self._admin_state(), "vhosts": vhosts}
+
+    def _admin_state(self) -> dict[str, Any]:
+        """Vhosts, users, permissions, limits, policies and global parameters, as a
+        definitions export has them (runtime parameters, which start shovels and
+        federation links, stay with worker 0)."""
+        doc = definitions_json.export_definitions(self.broker)
+        doc["parameters"] = [
+            p for p in doc["parameters"] if p["component"] in ("vhost-limits", "operator_policy")
+        ]
+        for kind in ("queues", "exchanges", "bindings"):
+            doc.pop(kind, None)
+        return doc
+
+    def _reconcile_admin(self, want: dict[str, Any]) -> None:
+        """Make this worker's vhosts, users, permissions and policies worker 0's."""
+        broker = self.broker
+        admin = broker.admin
+        original = self._originals
+        vhosts = {v["name"] for v in want["vhosts"]}
+        for name in [n for n in broker.vhosts if n not in vhosts]:
+            original["admin", "delete_vhost"](name)
+        users = {u["name"] for u in want["users"]}
+        for name in [n for n in broker.access.users if n not in users]:
+            original["admin", "delete_user"](name)
+        permissions = {(p["user"], p["vhost"]) for p in want["permissions"]}
+        for user, vhost in [k for k in broker.access.permissions if k not in permissions]:
+            original["admin", "clear_permissions"](user, vhost)
+        topics = {(t["user"], t["vhost"], t["exchange"]) for t in want["topic_permissions"]}
+        for record in admin.list_topic_permissions():
+            key = (record["user"], record["vhost"], record["exchange"])
+            if key not in topics:
+                original["admin", "clear_topic_permissions"](*key)
+        policies = {(p["vhost"], p["name"]) for p in want["policies"]}
+        operator = {
+            (p["vhost"], p["name"])
+            for p in want["parameters"]
+            if p["component"] == "operator_policy"
+        }
+        limited = {p["vhost"] for p in want["parameters"] if p["component"] == "vhost-limits"}
+        for vhost in list(broker.vhosts.values()):
+            for name in [n for n in vhost.policies if (vhost.name, n) not in policies]:
+                original["admin", "clear_policy"](vhost.name, name)
+            for name in [n for n in vhost.operator_policies if (vhost.name, n) not in operator]:
+                original["admin", "clear_operator_policy"](vhost.name, name)
+            if vhost.limits and vhost.name not in limited:
+                original["admin", "clear_vhost_limits"](vhost.name)
+        definitions_json.import_definitions(broker, want)
 
     def reconcile(self, snapshot: dict[str, Any]) -> list[tuple[str, str]]:
         """Make this worker's topology the snapshot's, keeping the messages of the
@@ -797,6 +990,8 @@ class Metadata:
         lost: list[tuple[str, str]] = []
         self.applying = True
         try:
+            if "admin" in snapshot:
+                self._reconcile_admin(snapshot["admin"])
             for vhost_name, want in snapshot["vhosts"].items():
                 vhost = self.broker.vhosts.get(vhost_name)
                 if vhost is not None:
