@@ -447,3 +447,34 @@ def test_a_restarted_worker_keeps_its_queues_and_messages(tmp_path: Path) -> Non
         conn = connect(w, 0)  # counts of a queue another worker owns: from the owner
         assert conn.channel().queue_declare(mine, durable=True).method.message_count == 0
         conn.close()
+
+
+def test_a_connection_holds_what_follows_a_change_in_flight(workers: InProcessWorkers) -> None:
+    """Pipelined, without waiting for any answer (nowait): each method must see what
+    the ones before it changed, as on one process."""
+    from pamqp import commands
+    from tests.rawamqp import RawClient, method_frame
+
+    w = workers
+    name = name_owned_by(2, 3, "pipelined")
+    with RawClient("127.0.0.1", w.port(1)) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(
+            method_frame(1, commands.Exchange.Declare(exchange="wk-pipe", nowait=True))
+            + method_frame(1, commands.Queue.Declare(queue=name, nowait=True))
+            + method_frame(
+                1,
+                commands.Queue.Bind(queue=name, exchange="wk-pipe", routing_key="k", nowait=True),
+            )
+            + method_frame(
+                1, commands.Queue.Unbind(queue=name, exchange="wk-pipe", routing_key="k")
+            )
+            + method_frame(1, commands.Queue.Declare(queue=name, passive=True))
+        )
+        c.wait_for(commands.Queue.UnbindOk, timeout=10)
+        _ch, ok = c.wait_for(commands.Queue.DeclareOk, timeout=10)
+        assert ok.queue == name
+    for i in range(3):
+        assert ("wk-pipe", "direct", False, False) in topology(w, i)["exchanges"]
+        assert (name, 2, False) in topology(w, i)["queues"]

@@ -536,7 +536,9 @@ class Metadata:
 
     async def _submit_remote(self, op: Op) -> Any:
         if not self.in_sync:
-            try:
+            if WRITER not in self.mesh.peers:
+                raise writer_down()
+            try:  # linked, and syncing: changes wait for the snapshot
                 await asyncio.wait_for(self._synced_event.wait(), 10)
             except TimeoutError:
                 raise writer_down() from None
@@ -803,14 +805,14 @@ class Metadata:
         ref: ConnRef,
         answer: tuple[int, int] | None,
     ) -> None:
-        queue = vhost.queues.get(name)
-        if queue is None:
-            return
-        if answer is not None and ref[0] == self.index:
+        if answer is not None and ref[0] == self.index:  # the client's worker answers
             conn = self._conn_for(ref)
             ch = conn.channels.get(answer[0]) if conn is not None else None
             if ch is not None and not ch.closing:
                 ch.send_method(cmd.Queue.DeleteOk(answer[1]))
+        queue = vhost.queues.get(name)
+        if queue is None:
+            return
         owner = queue.exclusive_owner
         vhost.delete_queue(queue)
         if owner is not None and type(owner) is not RemoteOwner:
