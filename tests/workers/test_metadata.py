@@ -478,3 +478,49 @@ def test_a_connection_holds_what_follows_a_change_in_flight(workers: InProcessWo
     for i in range(3):
         assert ("wk-pipe", "direct", False, False) in topology(w, i)["exchanges"]
         assert (name, 2, False) in topology(w, i)["queues"]
+
+
+def _error_replies(url: str) -> list[tuple[int, str]]:
+    """The broker's answers to refused metadata changes, one channel each."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    attempts = [
+        lambda ch: ch.exchange_declare("wk-err", "direct"),
+        lambda ch: ch.exchange_declare("wk-err", "fanout"),
+        lambda ch: ch.exchange_declare("amq.wk", "direct"),
+        lambda ch: ch.queue_declare("amq.wk"),
+        lambda ch: ch.queue_declare("wk-err-q", arguments={"x-message-ttl": "soon"}),
+        lambda ch: ch.queue_declare("wk-err-q", arguments={"x-max-length": -1}),
+        lambda ch: ch.queue_declare("wk-err-q2", durable=True),
+        lambda ch: ch.queue_declare("wk-err-q2", durable=False),
+        lambda ch: ch.queue_bind("wk-err-q2", "wk-missing"),
+        lambda ch: ch.exchange_bind("wk-err", "wk-missing"),
+        lambda ch: ch.exchange_delete("amq.direct"),
+        lambda ch: ch.queue_declare("wk-missing", passive=True),
+        lambda ch: ch.exchange_declare("wk-missing", "direct", passive=True),
+    ]
+    replies = []
+    for attempt in attempts:
+        ch = conn.channel()
+        try:
+            attempt(ch)
+            replies.append((200, "ok"))
+        except ChannelClosedByBroker as exc:
+            replies.append((exc.reply_code, exc.reply_text))
+        if ch.is_open:
+            ch.close()
+    conn.channel().queue_delete("wk-err-q2")
+    conn.channel().exchange_delete("wk-err")
+    conn.close()
+    return replies
+
+
+def test_refusals_cross_workers_unchanged(workers: InProcessWorkers) -> None:
+    """Checked on worker 0 and refused there, a change gets the same answer on every
+    worker as on a broker of one process (whose answers tests/compat records)."""
+    from leveret.testing import embedded_broker
+
+    with embedded_broker() as one:
+        expected = _error_replies(one.url)
+    assert [code for code, _ in expected].count(200) == 2  # the first declares
+    for index in (0, 1, 2):
+        assert _error_replies(workers.url(index)) == expected
