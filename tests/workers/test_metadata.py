@@ -524,3 +524,20 @@ def test_refusals_cross_workers_unchanged(workers: InProcessWorkers) -> None:
     assert [code for code, _ in expected].count(200) == 2  # the first declares
     for index in (0, 1, 2):
         assert _error_replies(workers.url(index)) == expected
+
+
+def test_queue_churn_counts_on_the_owner_only(workers: InProcessWorkers) -> None:
+    w = workers
+    before = [w.call(lambda i=i: list(vhost(w, i).churn)) for i in range(3)]
+    conn = connect(w, 1)
+    ch = conn.channel()
+    name = name_owned_by(2, 3, "churn")
+    ch.queue_declare(name)
+    ch.queue_declare(name)
+    ch.queue_delete(name)
+    conn.close()
+    after = [w.call(lambda i=i: list(vhost(w, i).churn)) for i in range(3)]
+    deltas = [
+        [a - b for a, b in zip(x, y, strict=True)] for x, y in zip(after, before, strict=True)
+    ]
+    assert deltas == [[0, 0, 0], [0, 0, 0], [2, 1, 1]]

@@ -517,8 +517,7 @@ class VirtualHost:
         """Remove the stand-in of a queue another worker owns (its messages are the
         owner's; the owner deletes them as it applies the same change)."""
         queue.deleted = True
-        self.queues.pop(queue.name, None)
-        self.churn[2] += 1
+        self.queues.pop(queue.name, None)  # (counted deleted by its owner: `churn`)
         for binding in list(queue.bindings):
             self._drop_binding(binding, cascade=True)
         for consumer in list(queue.consumers):

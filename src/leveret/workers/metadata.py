@@ -770,6 +770,7 @@ class Metadata:
     ) -> str:
         existing = vhost.queues.get(name)
         mine = placed == self.index
+        churn = list(vhost.churn)
         conn = self._conn_for(ref)
         if exclusive and existing is None and not mine:
             conn = self._owner_stand_in(ref)
@@ -785,6 +786,8 @@ class Metadata:
             default_type=default_type,
             worker=None if mine else placed,
         )
+        if type(queue) is RemoteQueue:
+            vhost.churn[:] = churn  # declared and created: counted by the owner
         if existing is None and exclusive:
             if type(conn) is RemoteOwner:
                 self._owners[(ref[0], ref[1])][1] += 1
