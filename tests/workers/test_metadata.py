@@ -430,13 +430,17 @@ def test_workers_resync_when_worker_0_restarts(tmp_path: Path) -> None:
 def test_a_restarted_worker_keeps_its_queues_and_messages(tmp_path: Path) -> None:
     with in_process_workers(2, tmp_path) as w:
         mine = name_owned_by(1, 2, "kept")
+        gone = name_owned_by(1, 2, "transient")
         conn = connect(w, 1)
         ch = conn.channel()
         ch.queue_declare(mine, durable=True)
+        ch.queue_declare(gone)  # in worker 1's memory only: lost with its restart
         ch.confirm_delivery()
         ch.basic_publish("", mine, b"kept", pika.BasicProperties(delivery_mode=2))
         conn.close()
+        assert gone in queue_names(w, 0)
         restart(w, 1)
+        assert wait_until(lambda: gone not in queue_names(w, 0))
         assert topology(w, 0) == topology(w, 1)
         conn = connect(w, 1)
         ch = conn.channel()

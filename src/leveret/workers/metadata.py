@@ -584,7 +584,8 @@ class Metadata:
             if type(existing) is not RemoteQueue:
                 return
             worker, durable = existing.worker, existing.durable
-        if worker != self.index and worker not in self.mesh.peers:
+        # (a worker that is linked but not yet in sync is still starting: not there)
+        if worker != self.index and (worker not in self.mesh.peers or worker not in self.synced):
             raise absent(vhost.name, name, worker, durable)
 
     def _serve_meta(self, peer: int, op: Op, made: bool = False) -> Any:
@@ -1030,8 +1031,11 @@ class Metadata:
         for name, worker, durable, auto_delete, arguments, ref in queues.values():
             if name in vhost.queues:
                 continue
-            if worker == self.index:
-                lost.append((vhost.name, name))
+            if worker == self.index and (ref is not None or not durable):
+                lost.append((vhost.name, name))  # gone with this worker's restart
+                continue
+            if worker == self.index:  # durable, but not in this worker's store: empty
+                vhost.declare_queue(name, False, durable, False, auto_delete, arguments)
                 continue
             owner = self._owner_stand_in(ref) if ref is not None else None
             vhost.declare_queue(
