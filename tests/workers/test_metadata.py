@@ -545,3 +545,22 @@ def test_queue_churn_counts_on_the_owner_only(workers: InProcessWorkers) -> None
         [a - b for a, b in zip(x, y, strict=True)] for x, y in zip(after, before, strict=True)
     ]
     assert deltas == [[0, 0, 0], [0, 0, 0], [2, 1, 1]]
+
+
+def test_what_mqtt_makes_on_worker_0_reaches_the_others() -> None:
+    """MQTT listens on worker 0; its subscriptions' queues and bindings are made by
+    worker 0's model itself, and the other workers get them as made changes."""
+    from tests.mqttraw import RawMQTT
+
+    from leveret.mqtt import packets
+
+    with in_process_workers(2, mqtt_port=0) as w:
+        with RawMQTT(w.nodes[0].mqtt.port) as client:
+            client.connect("wk-meta-client", clean=False)
+            client.send(packets.Subscribe(1, [packets.Subscription("wk/meta", 1)]))
+            assert isinstance(client.recv(), packets.Suback)
+            views = [topology(w, i) for i in range(2)]
+            assert views[0] == views[1]
+            bound = [b for b in views[1]["bindings"] if b[0] == "amq.topic" and b[2] == "wk.meta"]
+            assert len(bound) == 1
+            assert (bound[0][1], 0, True) in views[1]["queues"]

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.workers.metadata")
 
 WRITER = 0  # the worker that writes metadata
+MADE = "made"  # a bind's connection when worker 0's own model made it (MQTT)
 
 #: a client connection as every worker names it: (its worker, its number there, its name)
 ConnRef = tuple[int, int, str]
@@ -158,6 +159,7 @@ class Metadata:
         # workers' connections that own exclusive queues (with how many they own)
         self._next_conn = 0
         self._conns: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._refs: weakref.WeakKeyDictionary[Any, ConnRef] = weakref.WeakKeyDictionary()
         self._owners: dict[tuple[int, int], list[Any]] = {}
         self.applying = False  # True while an op is applied (its deletions are not news)
         self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
@@ -228,10 +230,10 @@ class Metadata:
 
     def ref(self, conn: Any) -> ConnRef:
         """How every worker names `conn`, a client connection of this worker."""
-        ref = getattr(conn, "mesh_ref", None)
+        ref = self._refs.get(conn)
         if ref is None:
             self._next_conn += 1
-            ref = conn.mesh_ref = (self.index, self._next_conn, conn.name)
+            ref = self._refs[conn] = (self.index, self._next_conn, getattr(conn, "name", ""))
             self._conns[self._next_conn] = conn
         return ref
 
@@ -243,7 +245,7 @@ class Metadata:
         worker, number, name = ref
         if worker == self.index:
             conn = self._conns.get(number)
-            return conn if conn is not None and conn.state != "closed" else None
+            return conn if conn is not None and getattr(conn, "state", None) != "closed" else None
         entry = self._owners.get((worker, number))
         return entry[0] if entry is not None else RemoteOwner(worker, name)
 
@@ -641,6 +643,8 @@ class Metadata:
 
     def _watch(self, vhost: VirtualHost, event: str, subject: Any) -> None:
         if event != "queue-deleted":
+            if not self.applying and self.index == WRITER and self._ready.is_set():
+                self._made_on_writer(vhost, event, subject)
             return
         owner = subject.exclusive_owner
         if type(owner) is RemoteOwner:
@@ -650,6 +654,58 @@ class Metadata:
         # Not an op being applied: the model deleted the queue here (auto-delete,
         # exclusive owner gone, x-expires, an API call). Every worker must follow.
         self.model_change(("queue.deleted", vhost.name, subject.name))
+
+    def _made_on_writer(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        """Worker 0's model changed other than by an op: what serves only worker 0 (MQTT,
+        whose listeners are there) declared or bound something. Send it on as made."""
+        op: Op
+        if event == "queue":
+            if type(subject) is RemoteQueue:
+                return
+            ref = self._owner_ref(subject.exclusive_owner)
+            op = (
+                "queue.declare",
+                vhost.name,
+                subject.name,
+                subject.durable,
+                ref is not None,
+                subject.auto_delete,
+                subject.arguments,
+                ref,
+                subject.name.startswith("amq.gen-"),
+                self.index,
+                False,
+            )
+        elif event == "exchange":
+            op = (
+                "exchange.declare",
+                vhost.name,
+                subject.name,
+                subject.type_name,
+                subject.durable,
+                subject.auto_delete,
+                subject.internal,
+                subject.arguments,
+                getattr(subject, "declared_by", INTERNAL_USER),
+            )
+        elif event == "exchange-deleted":
+            op = ("exchange.delete", vhost.name, subject.name, False)
+        elif event in ("bind", "unbind"):
+            dest = subject.destination
+            to_queue = type(dest) is not Exchange
+            op = (
+                event,
+                vhost.name,
+                subject.source.name,
+                dest.name,
+                to_queue,
+                subject.routing_key,
+                subject.arguments,
+                MADE,
+            )
+        else:
+            return  # policies: sent as the admin change that set them
+        self._broadcast(op, None)
 
     def _release_owner(self, owner: RemoteOwner) -> None:
         for key, entry in list(self._owners.items()):
@@ -736,14 +792,18 @@ class Metadata:
             return None
         if kind == "bind":
             source, dest, to_queue, routing_key, arguments, ref = op[2:]
-            destination = (
-                vhost.get_queue(dest, self._conn_for(ref)) if to_queue else vhost.get_exchange(dest)
-            )
+            if not to_queue:
+                destination = vhost.get_exchange(dest)
+            elif ref == MADE:  # made by worker 0's own model: no one to check
+                destination = vhost.get_queue(dest, _owner_of(vhost, dest))
+            else:
+                destination = vhost.get_queue(dest, self._conn_for(ref))
             vhost.bind(vhost.get_exchange(source), destination, routing_key, arguments)
             return None
         if kind == "unbind":
             source, dest, to_queue, routing_key, arguments, ref = op[2:]
-            vhost.unbind(source, dest, to_queue, routing_key, arguments, self._conn_for(ref))
+            conn = _owner_of(vhost, dest) if ref == MADE else self._conn_for(ref)
+            vhost.unbind(source, dest, to_queue, routing_key, arguments, conn)
             return None
         if kind == "queue.declare":
             return self._queue_declare(vhost, *op[2:])
@@ -1083,6 +1143,12 @@ class Metadata:
         if queue is None or type(queue) is RemoteQueue:
             raise NotFound(f"no queue '{name}' in vhost '{vhost_name}'")
         return queue.message_count, queue.consumer_count
+
+
+def _owner_of(vhost: VirtualHost, name: str) -> Any:
+    """Whoever may use queue `name` (its exclusive owner, or None)."""
+    queue = vhost.queues.get(name)
+    return queue.exclusive_owner if queue is not None else None
 
 
 def _binding_key(binding: Any) -> tuple[str, str, bool, str, str]:
