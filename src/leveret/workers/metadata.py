@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -157,10 +158,13 @@ class Metadata:
         self._ready = asyncio.Event()  # started: the broker's definitions are back
         # the connections of this worker, by number, and the stand-ins of other
         # workers' connections that own exclusive queues (with how many they own)
-        self._next_conn = 0
+        # (from the clock: a restarted worker's connections get new numbers, not those
+        # of its connections before, which other workers may still name)
+        self._next_conn = time.time_ns()
         self._conns: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._refs: weakref.WeakKeyDictionary[Any, ConnRef] = weakref.WeakKeyDictionary()
         self._owners: dict[tuple[int, int], list[Any]] = {}
+        self._owner_keys: dict[RemoteOwner, tuple[int, int]] = {}
         self.applying = False  # True while an op is applied (its deletions are not news)
         self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
         mesh.on(META, self._on_meta)
@@ -205,6 +209,8 @@ class Metadata:
             if self.applying:  # a part of a change being applied (admin calls admin)
                 return original(*args, **kwargs)
             if self.index != WRITER:
+                if where == "global":  # made here on demand (internal_cluster_id)
+                    return original(*args, **kwargs)
                 raise InvalidValue(
                     f"worker {self.index} cannot change metadata itself: worker {WRITER} "
                     "(the management API, leveret ctl of worker 0) makes such changes"
@@ -251,17 +257,19 @@ class Metadata:
 
     def _owner_stand_in(self, ref: ConnRef) -> RemoteOwner:
         worker, number, name = ref
-        entry = self._owners.setdefault((worker, number), [RemoteOwner(worker, name), 0])
+        entry = self._owners.get((worker, number))
+        if entry is None:
+            entry = self._owners[worker, number] = [RemoteOwner(worker, name), 0]
+            self._owner_keys[entry[0]] = (worker, number)
         return entry[0]
 
     def _owner_ref(self, owner: Any) -> ConnRef | None:
         if owner is None:
             return None
         if type(owner) is RemoteOwner:
-            for (worker, number), (stand_in, _count) in self._owners.items():
-                if stand_in is owner:
-                    return (worker, number, owner.connection)
-            return (owner.worker, 0, owner.connection)
+            key = self._owner_keys.get(owner)
+            number = key[1] if key is not None else 0
+            return (owner.worker, number, owner.connection)
         return self.ref(owner)
 
     # --- AMQP methods (installed on each channel of this worker) ------------------
@@ -708,12 +716,13 @@ class Metadata:
         self._broadcast(op, None)
 
     def _release_owner(self, owner: RemoteOwner) -> None:
-        for key, entry in list(self._owners.items()):
-            if entry[0] is owner:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._owners[key]
-                return
+        key = self._owner_keys.get(owner)
+        entry = self._owners.get(key) if key is not None else None
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self._owners[key]
+                del self._owner_keys[owner]
 
     def model_change(self, op: Op) -> None:
         """A change already applied here: have every other worker apply it too."""
