@@ -564,3 +564,18 @@ def test_what_mqtt_makes_on_worker_0_reaches_the_others() -> None:
             bound = [b for b in views[1]["bindings"] if b[0] == "amq.topic" and b[2] == "wk.meta"]
             assert len(bound) == 1
             assert (bound[0][1], 0, True) in views[1]["queues"]
+
+
+def test_a_worker_that_cannot_apply_a_change_resyncs(workers: InProcessWorkers) -> None:
+    w = workers
+    conn = connect(w, 1)
+    ch = conn.channel()
+    ch.exchange_declare("wk-diverged", "direct")
+    q = name_owned_by(1, 3, "diverged")
+    ch.queue_declare(q)
+    # worker 2's model loses the exchange behind the writer's back
+    w.call(lambda: vhost(w, 2)._remove_exchange(vhost(w, 2).exchanges["wk-diverged"]))
+    ch.queue_bind(q, "wk-diverged", "k")  # worker 2 cannot apply it: it syncs
+    assert wait_until(lambda: topology(w, 2) == topology(w, 0))
+    assert ("wk-diverged", q, "k") in topology(w, 2)["bindings"]
+    conn.close()

@@ -758,22 +758,30 @@ class Metadata:
                 self.applied + 1,
                 seq - 1,
             )
-            self.in_sync = False
-            self._early = [(seq, body)]
-            self._sync_task = asyncio.ensure_future(self._sync_logged())
+            self.in_sync = False  # what comes until the snapshot waits for it
+            if self._sync_task is None or self._sync_task.done():
+                self._sync_task = asyncio.ensure_future(self._sync_logged())
             return
         else:
             op = pickle.loads(body)
             self.applying = True
+            failed = False
             try:
                 self._apply(op)
             except Exception:
+                # Worker 0 applied it: this worker's model differs from worker 0's.
                 log.exception(
-                    "worker %d could not apply metadata change %d %r", self.index, seq, op[:3]
+                    "worker %d could not apply metadata change %d %r; syncing",
+                    self.index,
+                    seq,
+                    op[:3],
                 )
+                failed = True
             finally:
                 self.applying = False
             self.applied = seq
+            if failed and (self._sync_task is None or self._sync_task.done()):
+                self._sync_task = asyncio.ensure_future(self._sync_logged())
         try:
             self.mesh.send(WRITER, MetaApplied(seq))
         except PeerDown:
@@ -903,6 +911,10 @@ class Metadata:
         lost = self.reconcile(snapshot)
         self.applied = snapshot["seq"]
         self.in_sync = True
+        try:  # what worker 0 sent before the snapshot is in it: applied
+            self.mesh.send(WRITER, MetaApplied(self.applied))
+        except PeerDown:
+            pass
         early, self._early = self._early, []
         for seq, body in sorted(early):
             if self.in_sync:
