@@ -307,6 +307,8 @@ class Node:
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self.metadata is not None:
+            self.metadata.stop()
         if self.links is not None:
             await self.links.stop()
         if self.recovery is not None and not self.recovery.done():

@@ -564,6 +564,15 @@ def test_what_mqtt_makes_on_worker_0_reaches_the_others() -> None:
             bound = [b for b in views[1]["bindings"] if b[0] == "amq.topic" and b[2] == "wk.meta"]
             assert len(bound) == 1
             assert (bound[0][1], 0, True) in views[1]["queues"]
+        with RawMQTT(w.nodes[0].mqtt.port) as client:  # a clean session's queue
+            client.connect("wk-meta-clean", clean=True)
+            client.send(packets.Subscribe(1, [packets.Subscription("wk/clean", 0)]))
+            assert isinstance(client.recv(), packets.Suback)
+            views = [topology(w, i) for i in range(2)]
+            assert views[0] == views[1]
+            assert [b for b in views[1]["bindings"] if b[2] == "wk.clean"]
+        assert wait_until(lambda: not [b for b in topology(w, 1)["bindings"] if b[2] == "wk.clean"])
+        assert topology(w, 0) == topology(w, 1)
 
 
 def test_a_worker_that_cannot_apply_a_change_resyncs(workers: InProcessWorkers) -> None:

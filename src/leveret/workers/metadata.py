@@ -201,6 +201,11 @@ class Metadata:
         except PeerDown:
             log.warning("worker %d: worker %d is down; syncing when it is back", self.index, 0)
 
+    def stop(self) -> None:
+        """The node stops: no sync runs on."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+
     def _wrap(self, target: Any, where: str, name: str) -> Callable[..., Any]:
         """Route `target.name(...)` through the writer; returns the original."""
         original = getattr(target, name)
