@@ -901,8 +901,9 @@ class Metadata:
             return
         owner = queue.exclusive_owner
         vhost.delete_queue(queue)
-        if owner is not None and type(owner) is not RemoteOwner:
-            owner.exclusive_queues.discard(queue)
+        held = getattr(owner, "exclusive_queues", None)  # an AMQP connection's
+        if held is not None:
+            held.discard(queue)
 
     # --- sync ---------------------------------------------------------------------
 
