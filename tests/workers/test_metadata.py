@@ -484,6 +484,10 @@ def test_a_connection_holds_what_follows_a_change_in_flight(workers: InProcessWo
         assert (name, 2, False) in topology(w, i)["queues"]
 
 
+QUORUM = {"x-queue-type": "quorum"}
+QUORUM_NAME = "wk-err-quorum-2"  # owned by worker 2 of 3
+
+
 def _error_replies(url: str) -> list[tuple[int, str]]:
     """The broker's answers to refused metadata changes, one channel each."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -501,6 +505,11 @@ def _error_replies(url: str) -> list[tuple[int, str]]:
         lambda ch: ch.exchange_delete("amq.direct"),
         lambda ch: ch.queue_declare("wk-missing", passive=True),
         lambda ch: ch.exchange_declare("wk-missing", "direct", passive=True),
+        # a queue type's own refusals, checked by worker 0 for a queue it will not own
+        lambda ch: ch.queue_declare("wk-err-qx", durable=True, exclusive=True, arguments=QUORUM),
+        lambda ch: ch.queue_declare("wk-err-qt", durable=False, arguments=QUORUM),
+        lambda ch: ch.queue_declare(QUORUM_NAME, durable=True, arguments=QUORUM),
+        lambda ch: ch.queue_declare(QUORUM_NAME, durable=True),  # compared as a quorum queue
     ]
     replies = []
     for attempt in attempts:
@@ -513,6 +522,7 @@ def _error_replies(url: str) -> list[tuple[int, str]]:
         if ch.is_open:
             ch.close()
     conn.channel().queue_delete("wk-err-q2")
+    conn.channel().queue_delete(QUORUM_NAME)
     conn.channel().exchange_delete("wk-err")
     conn.close()
     return replies
@@ -525,7 +535,7 @@ def test_refusals_cross_workers_unchanged(workers: InProcessWorkers) -> None:
 
     with embedded_broker() as one:
         expected = _error_replies(one.url)
-    assert [code for code, _ in expected].count(200) == 2  # the first declares
+    assert [code for code, _ in expected].count(200) == 3  # the first declares
     for index in (0, 1, 2):
         assert _error_replies(workers.url(index)) == expected
 

@@ -34,7 +34,7 @@ from leveret.broker.queue_args import (
     parse_queue_arguments,
     same_value,
 )
-from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, new_queue
+from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, check_new_queue, new_queue
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import MessageStats, NodeCounters
 
@@ -325,7 +325,9 @@ class VirtualHost:
                 ("durable", _flag(durable), _flag(existing.durable)),
                 ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
             )
-            for key in getattr(existing, "equivalence_args", EQUIVALENCE_ARGS):
+            # (a queue another worker owns compares as its type does)
+            kind = QUEUE_CLASSES.get(existing.queue_type) if type(existing) is RemoteQueue else None
+            for key in getattr(kind or existing, "equivalence_args", EQUIVALENCE_ARGS):
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
                 if not same_value(got_arg, cur_arg) and not _default_type(
                     existing, key, got_arg, cur_arg
@@ -359,6 +361,7 @@ class VirtualHost:
         if worker is None:
             queue = new_queue(self, name, durable, owner, auto_delete, arguments, options)
         else:
+            check_new_queue(self, name, durable, owner, auto_delete, arguments)
             queue = RemoteQueue(self, name, worker, durable, owner, auto_delete, arguments, options)
         if merged is not arguments:
             queue.apply_policy(merged, options)
