@@ -1,0 +1,67 @@
+"""The recorded AMQP scenarios (tests/compat/amqp: what RabbitMQ 3.10.8 answered),
+replayed through worker 1 of a broker of two workers.
+
+Every queue is placed on worker 1, the clients' worker, so that no message has to
+cross workers (that is the data path's part, tested on its own): what this replay
+checks is the metadata path. Each declaration, binding and deletion goes to worker
+0, which checks it against its own model, where worker 1's queues are stand-ins
+(RemoteQueue), applies it and sends it back to worker 1 before the client gets its
+answer; every refusal must read as RabbitMQ's, with the allow-list of the
+one-process replay and nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.compat.amqp.allowed import ALLOWED
+from tests.compat.amqp.runner import BrokerAdmin, Target, compare, discover, load_recording, run
+from tests.compat.common import split_allowed
+from tests.workers.inprocess import InProcessWorkers, in_process_workers
+
+SCENARIOS = discover()
+CLIENTS = 1  # the worker the scenarios' clients connect to
+
+
+class _WriterAdmin:
+    """The scenarios' administrative calls, made on worker 0 (the metadata writer),
+    returning once every worker has them."""
+
+    def __init__(self, workers: InProcessWorkers) -> None:
+        self.workers = workers
+
+    def __getattr__(self, name: str) -> Any:
+        def operation(*args: Any, **kwargs: Any) -> Any:
+            w = self.workers
+            admin = w.nodes[0].broker.admin
+            result = w.call(lambda: getattr(admin, name)(*args, **kwargs))
+            w.run(w.nodes[0].broker.meta.settled())
+            return result
+
+        return operation
+
+
+class _Broker:
+    def __init__(self, workers: InProcessWorkers) -> None:
+        self.admin = _WriterAdmin(workers)
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    with in_process_workers(2) as w:
+        for mesh in w.meshes:
+            mesh.owner_of = lambda vhost, name: CLIENTS  # type: ignore[method-assign]
+        yield Target("127.0.0.1", w.port(CLIENTS), BrokerAdmin(_Broker(w)))
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+def test_scenario_matches_rabbitmq_through_the_writer(target: Target, sid: str) -> None:
+    sc = SCENARIOS[sid]
+    expected = load_recording(sc)
+    assert expected is not None, f"{sid} is not recorded: run tests.compat.amqp.record"
+    actual = run(target, sc, expected)
+    assert "error" not in actual, actual["error"]
+    left, _used = split_allowed(compare(sid, expected, actual), ALLOWED)
+    assert left == [], "\n".join(map(str, left))
