@@ -88,8 +88,8 @@ def _model(w: InProcessWorkers, index: int) -> dict[str, Any]:
 
 def test_management_api_table_through_the_writer(tmp_path: Path) -> None:
     """The management API's recorded table (tests/compat/http) against worker 0 of two:
-    no difference the one-process replay does not have, and worker 1 ends with the
-    same metadata as worker 0."""
+    no difference the one-process replay does not have but the `worker` field of
+    queues and connections, and worker 1 ends with the same metadata as worker 0."""
     from tests.compat.http.allowed import ALLOWED as HTTP_ALLOWED
     from tests.compat.http.replay import gap_key, known_gaps, replay
     from tests.compat.http.runner import Target as HttpTarget
@@ -102,7 +102,13 @@ def test_management_api_table_through_the_writer(tmp_path: Path) -> None:
         assert expected, "no recordings"
         left, _used = split_allowed(diffs, HTTP_ALLOWED)
         gaps = known_gaps()
-        new = [str(d) for d in left if gap_key(d) not in gaps]
+        # (a broker of several workers names each queue's and connection's worker: the
+        # `worker` field of their listings)
+        new = [
+            str(d)
+            for d in left
+            if gap_key(d) not in gaps and not (d.kind == "extra" and d.path.endswith("worker"))
+        ]
         assert not new, "differences from RabbitMQ 3.10.8:\n" + "\n".join(new[:50])
         w.run(w.nodes[0].broker.meta.settled())
         assert _model(w, 1) == _model(w, 0)
