@@ -226,6 +226,8 @@ def test_a_worker_that_missed_changes_resyncs(workers: InProcessWorkers) -> None
     q = name_owned_by(1, 3, "missed")
     ch.queue_declare(q)
     ch.queue_bind(q, "wk-missed", "r")
+    c0 = connect(w, 0)  # an exclusive, server-named queue of worker 0 (amq.gen-...)
+    generated = c0.channel().queue_declare("", exclusive=True).method.queue
     assert "wk-missed" not in [e[0] for e in topology(w, 2)["exchanges"]]
 
     async def relink() -> None:
@@ -241,6 +243,8 @@ def test_a_worker_that_missed_changes_resyncs(workers: InProcessWorkers) -> None
             break
         threading.Event().wait(0.05)
     assert topology(w, 2) == topology(w, 0)
+    assert (generated, 0, False) in topology(w, 2)["queues"]
+    c0.close()
     c1.close()
 
 
@@ -249,6 +253,7 @@ def test_changes_while_worker_0_is_down_fail_clearly(workers: InProcessWorkers) 
     c1 = connect(w, 1)
     ch = c1.channel()
     ch.queue_declare(name_owned_by(1, 3, "before"))
+    w.nodes[1].metadata.writer_wait = 0.5  # (the time worker 0 has to be back)
     w.call(lambda: [w.meshes[0].links[p].close() for p in (1, 2)])
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
         ch.exchange_declare("wk-nowriter", "direct")

@@ -76,6 +76,7 @@ log = logging.getLogger("leveret.workers.metadata")
 
 WRITER = 0  # the worker that writes metadata
 MADE = "made"  # a bind's connection when worker 0's own model made it (MQTT)
+WRITER_WAIT = 10.0  # seconds a change waits for worker 0 to be back (Metadata.writer_wait)
 
 #: a client connection as every worker names it: (its worker, its number there, its name)
 ConnRef = tuple[int, int, str]
@@ -155,6 +156,9 @@ class Metadata:
         self._early: list[tuple[int, bytes]] = []  # ops that came before the snapshot
         self._sync_task: asyncio.Task[None] | None = None
         self._synced_event = asyncio.Event()  # a follower is in sync
+        #: how long a change waits for worker 0 when it is not linked (as this worker
+        #: starts, or while worker 0 restarts) before it fails with `writer_down`
+        self.writer_wait = WRITER_WAIT
         self._ready = asyncio.Event()  # started: the broker's definitions are back
         # the connections of this worker, by number, and the stand-ins of other
         # workers' connections that own exclusive queues (with how many they own)
@@ -550,16 +554,25 @@ class Metadata:
         return self._submit_remote(op)
 
     async def _submit_remote(self, op: Op) -> Any:
-        if not self.in_sync:
-            if WRITER not in self.mesh.peers:
-                raise writer_down()
-            try:  # linked, and syncing: changes wait for the snapshot
-                await asyncio.wait_for(self._synced_event.wait(), 10)
-            except TimeoutError:
-                raise writer_down() from None
+        for attempt in (1, 2):
+            if not self.in_sync:
+                await self._until_synced()
+            try:
+                return await self.mesh.call(WRITER, "meta", op)
+            except PeerDown:
+                # Worker 0 went down with the change in flight: once it is back (its
+                # supervisor restarts it), the change is made again (declarations,
+                # bindings and deletions come to the same when made twice).
+                if attempt == 2:
+                    raise writer_down() from None
+        raise writer_down()
+
+    async def _until_synced(self) -> None:
+        """Wait for a sync with worker 0: the first one as this worker starts, or the
+        next one while worker 0 restarts; `writer_wait` seconds at most."""
         try:
-            return await self.mesh.call(WRITER, "meta", op)
-        except PeerDown:
+            await asyncio.wait_for(self._synced_event.wait(), self.writer_wait)
+        except TimeoutError:
             raise writer_down() from None
 
     def _write(self, op: Op) -> Any:
@@ -1094,12 +1107,12 @@ class Metadata:
         return lost
 
     def _reconcile_vhost(self, vhost: VirtualHost, want: dict[str, Any]) -> list[tuple[str, str]]:
-        lost = []
+        lost: list[tuple[str, str]] = []
         queues = {q[0]: q for q in want["queues"]}
         for name, queue in list(vhost.queues.items()):
             q = queues.get(name)
             if q is None or not self._same_queue(queue, q):
-                vhost.delete_queue(queue)
+                self._attempt(vhost.delete_queue, queue)
         exchanges = {e[0]: e for e in want["exchanges"]}
         for name, ex in list(vhost.exchanges.items()):
             e = exchanges.get(name)
@@ -1109,45 +1122,76 @@ class Metadata:
                 e is None
                 or (ex.type_name, ex.durable, ex.auto_delete, ex.internal, ex.arguments) != e[1:6]
             ):
-                vhost._remove_exchange(ex)
+                self._attempt(vhost._remove_exchange, ex)
         for name, type_name, durable, auto_delete, internal, arguments, user in exchanges.values():
             if name not in vhost.exchanges:
-                vhost.declare_exchange(
-                    name, type_name, False, durable, auto_delete, internal, arguments, user or ""
+                self._attempt(
+                    vhost.declare_exchange,
+                    name,
+                    type_name,
+                    False,
+                    durable,
+                    auto_delete,
+                    internal,
+                    arguments,
+                    user or "",
                 )
-        for name, worker, durable, auto_delete, arguments, ref in queues.values():
-            if name in vhost.queues:
-                continue
-            if worker == self.index and (ref is not None or not durable):
-                lost.append((vhost.name, name))  # gone with this worker's restart
-                continue
-            if worker == self.index:  # durable, but not in this worker's store: empty
-                vhost.declare_queue(name, False, durable, False, auto_delete, arguments)
-                continue
-            owner = self._owner_stand_in(ref) if ref is not None else None
-            vhost.declare_queue(
-                name,
-                False,
-                durable,
-                owner is not None,
-                auto_delete,
-                arguments,
-                owner,
-                worker=worker,
-            )
-            if owner is not None:
-                self._owners[(ref[0], ref[1])][1] += 1
+        for q in queues.values():
+            if q[0] not in vhost.queues:
+                self._attempt(self._reconcile_queue, vhost, q, lost)
         have = _bindings(vhost)
         wanted = dict(want["bindings"])
         for key in set(have) - set(wanted):
-            vhost._drop_binding(have[key], cascade=False)
+            self._attempt(vhost._drop_binding, have[key], False)
         for key in set(wanted) - set(have):
             source_name, dest_name, to_queue, routing_key, _akey = key
             source = vhost.exchanges.get(source_name)
             dest = vhost.queues.get(dest_name) if to_queue else vhost.exchanges.get(dest_name)
             if source is not None and dest is not None:
-                vhost.bind(source, dest, routing_key, wanted[key])
+                self._attempt(vhost.bind, source, dest, routing_key, wanted[key])
         return lost
+
+    def _reconcile_queue(
+        self, vhost: VirtualHost, q: tuple[Any, ...], lost: list[tuple[str, str]]
+    ) -> None:
+        """A queue of the snapshot that this worker lacks."""
+        name, worker, durable, auto_delete, arguments, ref = q
+        server_named = name.startswith("amq.")  # (names the broker made: amq.gen-*)
+        if worker == self.index and (ref is not None or not durable):
+            lost.append((vhost.name, name))  # gone with this worker's restart
+            return
+        if worker == self.index:  # durable, but not in this worker's store: empty
+            vhost.declare_queue(
+                name, False, durable, False, auto_delete, arguments, server_named=server_named
+            )
+            return
+        owner = self._owner_stand_in(ref) if ref is not None else None
+        vhost.declare_queue(
+            name,
+            False,
+            durable,
+            owner is not None,
+            auto_delete,
+            arguments,
+            owner,
+            server_named,
+            worker=worker,
+        )
+        if owner is not None:
+            self._owners[(ref[0], ref[1])][1] += 1
+
+    def _attempt(self, change: Callable[..., Any], *args: Any) -> None:
+        """One step of a reconciliation; one that fails is logged, and the rest goes on."""
+        try:
+            change(*args)
+        except Exception:
+            log.exception(
+                "worker %d could not take %s%r from worker %d",
+                self.index,
+                getattr(change, "__name__", change),
+                args[:2],
+                WRITER,
+            )
 
     def _same_queue(self, queue: Any, q: tuple[Any, ...]) -> bool:
         name, worker, durable, auto_delete, arguments, ref = q
