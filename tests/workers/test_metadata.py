@@ -603,3 +603,57 @@ def test_a_worker_that_cannot_apply_a_change_resyncs(workers: InProcessWorkers) 
     assert wait_until(lambda: topology(w, 2) == topology(w, 0))
     assert ("wk-diverged", q, "k") in topology(w, 2)["bindings"]
     conn.close()
+
+
+def test_metadata_across_worker_processes(tmp_path: Path) -> None:
+    """`leveret server --workers 2`: what a client declares on one worker process
+    holds on the other at once, exclusivity included, and after a SIGKILL of worker
+    0 the restarted writer has it all again (the survivor syncs with it)."""
+    import os
+    import signal
+
+    from tests.workers.test_worker_procs import Workers, wait_for
+
+    broker = Workers(tmp_path, 2).wait_listening()
+    try:
+        on = [broker.connect_to(i, f"wk-meta-{i}") for i in (0, 1)]
+        names = [name_owned_by(k, 2, "proc") for k in (0, 1)]
+        for i, conn in enumerate(on):
+            ch = conn.channel()
+            ch.exchange_declare(f"wk-proc-{i}", "topic", durable=True)
+            for name in names:
+                ch.queue_declare(name, durable=True)
+                ch.queue_bind(name, f"wk-proc-{i}", f"k{i}")
+        mine = on[1].channel().queue_declare("", exclusive=True).method.queue
+        for conn in on:
+            ch = conn.channel()
+            for i in (0, 1):
+                ch.exchange_declare(f"wk-proc-{i}", "topic", passive=True)
+            for name in names:
+                ch.queue_declare(name, passive=True)
+        with pytest.raises(ChannelClosedByBroker) as err:
+            on[0].channel().queue_declare(mine, passive=True)
+        assert err.value.reply_code == 405
+        before = broker.status()["workers"][0]
+        os.kill(before["pid"], signal.SIGKILL)
+
+        def back() -> bool:
+            """worker 0 serves again"""
+            w = broker.status()["workers"][0]
+            return w["pid"] != before["pid"] and w["ready"]
+
+        wait_for(back)
+        conn = broker.connect_to(0, "wk-meta-after")
+        ch = conn.channel()
+        for name in names:
+            ch.queue_declare(name, passive=True)
+        with pytest.raises(ChannelClosedByBroker) as err:  # worker 1's, from its sync
+            ch.queue_declare(mine, passive=True)
+        assert err.value.reply_code == 405
+        on[1].channel().exchange_declare("wk-proc-after", "direct")  # the writer is back
+        conn.channel().exchange_declare("wk-proc-after", "direct", passive=True)
+        conn.close()
+        on[1].close()
+        assert broker.stop() == 0
+    finally:
+        broker.kill()
