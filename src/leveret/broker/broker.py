@@ -76,6 +76,9 @@ class Broker:
         # leveret.workers.mesh.Mesh (index, count, owner_of, call, send). Set by the
         # launcher; None for a broker that is one process.
         self.mesh: Any = None
+        # With a mesh: its leveret.workers.metadata.Metadata, through which every
+        # metadata change reaches every worker in one order. Set by the launcher.
+        self.meta: Any = None
 
     @property
     def cluster_name(self) -> str:

@@ -38,6 +38,7 @@ from leveret.protocol.constants import (
     CLASS_QUEUE,
     COMMAND_INVALID,
     CONNECTION_FORCED,
+    INTERNAL_ERROR,
     NOT_ALLOWED,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
@@ -175,6 +176,14 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         # the suspended rest of its batch (see _until_recovered).
         self._gated = server.recovering
         self._held: tuple[pc.Event, Iterator[pc.Event]] | None = None
+        # In a broker of several workers (leveret.workers.metadata): the writer of
+        # metadata changes, and whether one this connection made is in flight. Its
+        # events are always checked then (_gated), and those after a change in flight
+        # are held as during recovery, so a declare-ok precedes what follows it.
+        self.meta = server.broker.meta
+        self._meta_busy = False
+        if self.meta is not None:
+            self._gated = True
         self._told_blocked = False
         # A leveret.links connection from inside this broker (links/direct.py), and
         # whether it is RabbitMQ's trusted direct user "none" (any vhost, no checks).
@@ -233,23 +242,79 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
 
     def _until_recovered(self, events: Iterator[pc.Event]) -> Iterator[pc.Event]:
         for event in events:
+            if self._meta_busy:  # a metadata change of ours is in flight
+                self._held = (event, events)
+                self.publisher_pause.start_recovery()
+                return
             if self.server.recovering and _waits_for_recovery(event):
                 self._held = (event, events)
                 self.publisher_pause.start_recovery()
                 self.server.held.append(self)  # replayed in the order they came
                 return
             yield event
-        if not self.server.recovering:
+        if not self.server.recovering and self.meta is None:
             self._gated = False
 
     def recovery_done(self) -> None:
         """The server finished recovery: run what was held, then read again."""
-        self._gated = False
+        self._gated = self.meta is not None
         held, self._held = self._held, None
+        if self.meta is not None:  # what runs now may hold again (a metadata change)
+            self.publisher_pause.end_recovery()
+            if held is not None and self.state != "closed":
+                self._received(self._until_recovered(_replay(*held)))
+            return
         if held is not None and self.state != "closed":
             event, rest = held
             self._process(_replay(event, rest))
         self.publisher_pause.end_recovery()
+
+    def hold_for(
+        self,
+        change: asyncio.Future[Any],
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+    ) -> None:
+        """A metadata change made on channel `ch` by method `index` is in flight (in a
+        broker of several workers): hold this connection's later events until it is
+        done, then `answer(result)` (declare-ok...) or close the channel with its error,
+        and run what was held."""
+        self._meta_busy = True
+        change.add_done_callback(partial(self._change_done, ch, index, answer))
+
+    def _change_done(
+        self,
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+        change: asyncio.Future[Any],
+    ) -> None:
+        self._meta_busy = False
+        if self.state == "closed":
+            self._held = None
+            return
+        try:
+            try:
+                if not ch.closing:
+                    answer(change.result())
+            except (AMQPError, ModelError) as exc:
+                self._channel_exception(ch, exc, index)
+        except AMQPError as exc:
+            self.close_with_error(exc)
+        except ModelError as exc:
+            self.close_with_error(amqp_error(exc))
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with_error(
+                ConnectionError_(INTERNAL_ERROR, "internal error; see the broker log")
+            )
+        held, self._held = self._held, None
+        if held is not None and self.state not in ("closed", "closing"):
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+        elif self._out:
+            self._flush()
 
     def _event(self, event: pc.Event) -> None:
         """Every event but the hot two: methods, channel lifecycle, handshake, closing."""
@@ -276,8 +341,10 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                     self._channel_exception(ch, exc, BASIC_NACK)
         elif kind is pc.ChannelOpened:
             number = event.channel  # type: ignore[attr-defined]
-            self.channels[number] = Channel(self, number)
+            self.channels[number] = ch = Channel(self, number)
             self.broker.channels_opened += 1
+            if self.meta is not None:
+                self.meta.channel_opened(ch)
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
             if ch is not None:
