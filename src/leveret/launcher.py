@@ -38,6 +38,7 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.listener import Server
 from leveret.store.message_store import RecoveryCancelled
+from leveret.workers.crossing import attach as attach_workers
 from leveret.workers.mesh import Mesh
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ class Node:
         started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
+        if self.mesh is not None:
+            attach_workers(self.broker, self.mesh)  # messages to and from other workers
         if self.config.load_definitions:
             if self.recovering:
                 await self._recover()  # the import must see (and may refuse) recovered queues

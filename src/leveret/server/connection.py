@@ -175,6 +175,10 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         # the suspended rest of its batch (see _until_recovered).
         self._gated = server.recovering
         self._held: tuple[pc.Event, Iterator[pc.Event]] | None = None
+        # A call to another worker this connection waits for (hold), and the events
+        # after the method that made it, held until it is answered.
+        self._call: Any = None
+        self._held_rest: Iterator[pc.Event] | None = None
         self._told_blocked = False
         # A leveret.links connection from inside this broker (links/direct.py), and
         # whether it is RabbitMQ's trusted direct user "none" (any vhost, no checks).
@@ -250,6 +254,38 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             event, rest = held
             self._process(_replay(event, rest))
         self.publisher_pause.end_recovery()
+
+    # --- holding operations while another worker answers ----------------------
+    #
+    # In a broker of several workers some methods need an answer from the worker
+    # that owns a queue (basic.consume, basic.get, queue.purge on a queue another
+    # worker owns). The method's handler calls `hold()`; everything the client sent
+    # after that method waits, unparsed, and reading pauses, until `release()`, so a
+    # connection's operations keep their order as on one process.
+
+    def hold(self, call: Any) -> None:
+        """Hold this connection's later events until `release()` (`call`: what it
+        waits for, for logs)."""
+        self._call = call
+        self._gated = True
+        self.publisher_pause.start_call()
+
+    def _holding(self, events: Iterator[pc.Event]) -> bool:
+        """After a method: keep the rest of the read if the method holds."""
+        if self._call is None:
+            return False
+        self._held_rest = events
+        return True
+
+    def release(self) -> None:
+        """The answer came: run the held events, then read again."""
+        self._call = None
+        self._gated = self.server.recovering
+        rest, self._held_rest = self._held_rest, None
+        if rest is not None and self.state != "closed":
+            self._process(rest)
+        if self._call is None:
+            self.publisher_pause.end_call()
 
     def _event(self, event: pc.Event) -> None:
         """Every event but the hot two: methods, channel lifecycle, handshake, closing."""

@@ -138,10 +138,16 @@ class ConnectionIO:
                             ch.ack(event.delivery_tag, event.multiple)
                         except (AMQPError, ModelError) as exc:
                             self._channel_exception(ch, exc, BASIC_ACK)
-                elif replica.TAP is None:
-                    self._event(event)
                 else:
-                    self._event_replicated(event)
+                    if replica.TAP is None:
+                        self._event(event)
+                    else:
+                        self._event_replicated(event)
+                    # A method that waits for another worker's answer holds the rest
+                    # (AMQPConnection.hold); `_gated` is False on a one-process broker
+                    # once it has recovered.
+                    if self._gated and self._holding(events):
+                        break
                 if self.state == "closed":
                     break
         except AMQPError as exc:

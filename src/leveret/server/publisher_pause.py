@@ -9,7 +9,9 @@ own:
 - disk: the store's write backlog grew too long, until the committer catches up;
 - recovery: it asked for something while the broker was still reading its stored
   messages back after a restart, until that is done (the connection holds the
-  operation and runs it then).
+  operation and runs it then);
+- call: in a broker of several workers, one of its methods waits for the answer
+  of the worker that owns a queue (the connection holds what follows).
 
 Reading resumes only when no reason is left. The connection asks this object
 and nothing else, so no resume path needs to know about the others.
@@ -22,13 +24,24 @@ from typing import Any
 
 
 class PublisherPause:
-    __slots__ = ("flow", "alarm", "disk", "recovery", "_paused", "_pause", "_resume", "closed")
+    __slots__ = (
+        "flow",
+        "alarm",
+        "disk",
+        "recovery",
+        "call",
+        "_paused",
+        "_pause",
+        "_resume",
+        "closed",
+    )
 
     def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
         self.flow: set[Any] = set()  # queues this publisher waits for
         self.alarm = False
         self.disk = False
         self.recovery = False
+        self.call = False
         self.closed = False
         self._paused = False
         self._pause, self._resume = pause, resume  # the transport's pause/resume_reading
@@ -43,6 +56,7 @@ class PublisherPause:
                 ("alarm", self.alarm),
                 ("disk", self.disk),
                 ("recovery", self.recovery),
+                ("call", self.call),
             )
             if on
         ]
@@ -50,7 +64,7 @@ class PublisherPause:
     def _apply(self) -> None:
         if self.closed:
             return  # the connection is gone: its transport is not ours to touch
-        want = bool(self.flow or self.alarm or self.disk or self.recovery)
+        want = bool(self.flow or self.alarm or self.disk or self.recovery or self.call)
         if want != self._paused:
             self._paused = want
             (self._pause if want else self._resume)()
@@ -85,6 +99,14 @@ class PublisherPause:
 
     def end_recovery(self) -> None:
         self.recovery = False
+        self._apply()
+
+    def start_call(self) -> None:
+        self.call = True
+        self._apply()
+
+    def end_call(self) -> None:
+        self.call = False
         self._apply()
 
     def close(self) -> set[Any]:

@@ -290,14 +290,77 @@ def _short(text: str, what: str) -> bytes:
 class LinkWriter:
     """Records queued as byte chunks until `data_to_send` joins them into one write.
 
-    `pending` is the bytes queued, for the owner's back-pressure accounting."""
+    `pending` is the bytes queued, for the owner's back-pressure accounting.
+
+    The last record queued may be left *open* (`publish_open`, `settle_open`): it
+    stays an object, and the next call that would queue the same kind of record
+    (the same message to another queue of the peer; another ack of the same
+    consumer) adds to it instead (`publish_more`, `settle_more`). Anything else
+    queued, or taking the bytes, closes it first, so records keep their order: a
+    fan-out to three of the peer's queues is one PUBLISH, and the acks of a loop
+    turn are runs in one ACK record, without a later record overtaking them."""
 
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
         self.pending = 0
         self.records = 0
+        # The open record: [token, seq, vhost, queues, message] for a PUBLISH,
+        # [kind, ref, flags, runs] for a settlement; None when there is none.
+        self._open_publish: list | None = None
+        self._open_settle: list | None = None
+
+    # --- open records -------------------------------------------------------------
+
+    def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
+        """Queue a PUBLISH of `message` (whose identity is `token`) that
+        `publish_more` may add queues to while it is the last record."""
+        self.close_open()
+        self._open_publish = [token, seq, vhost, [queue], message]
+        self.pending += len(message)
+
+    def publish_more(self, token: object, vhost: str, queue: str) -> bool:
+        """Add `queue` to the open PUBLISH if it is `token`'s in `vhost`; False if
+        there is no such record (the caller then opens one)."""
+        o = self._open_publish
+        if o is None or o[0] is not token or o[2] != vhost:
+            return False
+        o[3].append(queue)
+        return True
+
+    def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
+        """Settle `ident` (of `kind` for `ref`): into the open settlement when it is
+        the same kind, ref and flags, else in a new open one."""
+        o = self._open_settle
+        if o is not None and o[0] == kind and o[1] == ref and o[2] == flags:
+            runs = o[3]
+            first, count = runs[-1]
+            if ident == first + count:
+                runs[-1] = (first, count + 1)
+            else:
+                runs.append((ident, 1))
+            return
+        self.close_open()
+        self._open_settle = [kind, ref, flags, [(ident, 1)]]
+        self.pending += 32
+
+    def close_open(self) -> None:
+        """Queue the open record as bytes (nothing can be added to it any more)."""
+        o = self._open_publish
+        if o is not None:
+            self._open_publish = None
+            self.pending -= len(o[4])
+            self.publish(o[1], o[2], o[3], o[4])
+        o = self._open_settle
+        if o is not None:
+            self._open_settle = None
+            self.pending -= 32
+            self._add_settle(o[0], o[1], o[2], o[3])
+
+    # --- records ------------------------------------------------------------------
 
     def _add(self, kind: int, *parts: bytes) -> None:
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
         size = sum(len(p) for p in parts)
         if size > MAX_PAYLOAD:
             raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
@@ -319,14 +382,16 @@ class LinkWriter:
     def settle(self, kind: int, ref: int, runs: Sequence[tuple[int, int]], flags: int = 0) -> None:
         self.add(Settle(kind, ref, runs, flags))
 
+    def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
+        """Queue a DELIVER record (the hot path: no record object is made)."""
+        self._add(DELIVER, _DELIVER.pack(ref, delivery, flags), message)
+
     def add(self, record: Record) -> None:
         """Queue any record."""
         if isinstance(record, Publish):
             self.publish(record.seq, record.vhost, record.queues, record.message)
         elif isinstance(record, Settle):
-            body = [_SETTLE.pack(record.ref, record.flags, len(record.runs))]
-            body.extend(_RUN.pack(first, count) for first, count in record.runs)
-            self._add(record.kind, b"".join(body))
+            self._add_settle(record.kind, record.ref, record.flags, record.runs)
         elif isinstance(record, Credit):
             self._add(CREDIT, _CREDIT.pack(record.ref, record.credit))
         elif isinstance(record, Deliver):
@@ -343,8 +408,15 @@ class LinkWriter:
         else:
             raise TypeError(f"not a link record: {record!r}")
 
+    def _add_settle(self, kind: int, ref: int, flags: int, runs: Sequence[tuple[int, int]]) -> None:
+        body = [_SETTLE.pack(ref, flags, len(runs))]
+        body.extend(_RUN.pack(first, count) for first, count in runs)
+        self._add(kind, b"".join(body))
+
     def data_to_send(self) -> bytes:
         """Everything queued, as one bytes object; the writer is empty after."""
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
         if not self._chunks:
             return b""
         data = b"".join(self._chunks)
@@ -542,6 +614,27 @@ class Link(asyncio.Protocol):
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish(seq, vhost, queues, message)
+        self._schedule()
+
+    def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
+        """Queue a DELIVER without making a `Deliver` object."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.deliver(ref, delivery, flags, message)
+        self._schedule()
+
+    def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
+        """Queue a PUBLISH that `writer.publish_more` may still add queues to."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.publish_open(token, seq, vhost, queue, message)
+        self._schedule()
+
+    def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
+        """Settle one id; the ids of a loop turn join into runs of one record."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.settle_open(kind, ref, ident, flags)
         self._schedule()
 
     def _schedule(self) -> None:
