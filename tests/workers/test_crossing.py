@@ -396,6 +396,40 @@ def test_publisher_pauses_while_the_link_is_full(workers) -> None:
     conn.close()
 
 
+def test_publisher_pauses_while_the_owners_queue_is_behind(workers) -> None:
+    """As on one process (FLOW_LIMIT): a queue far behind its consumers pauses the
+    publishers into it, those of other workers too, until it drains."""
+    w = workers
+    place(w, 1, "slow")
+    own = connect(w, 1)
+    och = own.channel()
+    och.basic_qos(prefetch_count=1)
+    tag = och.basic_consume("slow", lambda *a: None)  # takes one, never acks
+    conn = connect(w, 0)
+
+    def publish() -> None:
+        ch = conn.channel()
+        for _ in range(6000):
+            ch.basic_publish("", "slow", b"x" * 100)
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+
+    def paused() -> bool:
+        return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
+
+    assert wait_for(lambda: w.call(paused), poll=lambda: own.process_data_events(0.01))
+    assert counts(w, 1, "slow")[0] < 6000
+    och.basic_cancel(tag)  # no consumer left: the queue no longer holds publishers back
+    publisher.join(30)
+    assert not publisher.is_alive()
+    # All there: the one delivered stays unacked with its channel after the cancel.
+    assert wait_for(lambda: counts(w, 1, "slow") == (5999, 1, 0))
+    assert wait_for(lambda: not w.call(paused))
+    own.close()
+    conn.close()
+
+
 def test_a_worker_going_away(workers) -> None:
     """The owner's link drops: pending confirms are nacked, consumers on its queues are
     cancelled, and it requeues the deliveries the other worker's clients had."""

@@ -100,6 +100,7 @@ class Crossing:
         mesh.on(records.NACK, self._on_confirm)
         mesh.on(records.DELIVER, self._on_deliver)
         mesh.serve("cancelled", self._on_cancelled)
+        mesh.serve("behind", self._on_behind)
         mesh.peer_lost.append(self._peer_lost)
         mesh.peer_joined.append(self._peer_joined)
         for peer in mesh.links:
@@ -151,6 +152,16 @@ class Crossing:
             else:
                 done(RuntimeError(f"worker {peer} could not store the message"))
 
+    def _on_behind(self, peer: int, vhost: str, name: str, behind: bool) -> None:
+        """The owner's queue is far behind its consumers (or drained again)."""
+        vh = self.broker.vhosts.get(vhost)
+        queue: Any = vh.queues.get(name) if vh is not None else None
+        if queue is None or not queue.remote or queue.worker != peer:
+            return
+        queue.behind = behind
+        if not behind and queue.throttled and self.writable(peer):
+            queue.release_publishers()
+
     def writable(self, worker: int) -> bool:
         link = self.mesh.links.get(worker)
         return link is None or link.writable
@@ -164,7 +175,8 @@ class Crossing:
     def _link_writable(self, peer: int, writable: bool) -> None:
         if writable:
             for queue in self._blocked.pop(peer, ()):
-                queue.release_publishers()
+                if not queue.behind:
+                    queue.release_publishers()
 
     # --- settlements ------------------------------------------------------------------
 
@@ -421,6 +433,11 @@ class Crossing:
             self._cancelled_by_broker(consumer)
         for queue in self._blocked.pop(peer, ()):
             queue.release_publishers()
+        for vhost in self.broker.vhosts.values():
+            for queue in vhost.queues.values():
+                if queue.remote and queue.worker == peer and queue.behind:  # type: ignore[attr-defined]
+                    queue.behind = False  # type: ignore[attr-defined]
+                    queue.release_publishers()  # type: ignore[attr-defined]
 
 
 def attach(broker: Broker, mesh: Mesh) -> Crossing:

@@ -287,6 +287,27 @@ def _short(text: str, what: str) -> bytes:
     return data
 
 
+_HEAD_SEQ = struct.Struct(">IBQ")  # a PUBLISH record's header and sequence number
+#: the encoded vhost and queue names of PUBLISH records, by (vhost, *queues)
+_NAMES: dict[tuple[str, ...], bytes] = {}
+
+
+def _names(key: tuple[str, ...]) -> bytes:
+    v = _short(key[0], "vhost name")
+    names = [_short(q, "queue name") for q in key[1:]]
+    data = b"".join(
+        [_U8.pack(len(v)), v, _U16.pack(len(names))] + [_U8.pack(len(n)) + n for n in names]
+    )
+    if len(_NAMES) > 4096:
+        _NAMES.clear()  # many names once: keep the cache small, not complete
+    _NAMES[key] = data
+    return data
+
+
+#: decoded (vhost, queues) of PUBLISH records, by their encoded names
+_DECODED: dict[bytes, tuple[str, tuple[str, ...], int]] = {}
+
+
 class LinkWriter:
     """Records queued as byte chunks until `data_to_send` joins them into one write.
 
@@ -370,14 +391,20 @@ class LinkWriter:
         self.records += 1
 
     def publish(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
-        """Queue a PUBLISH record (the hot path: no record object is made)."""
-        names = [_short(q, "queue name") for q in queues]
-        v = _short(vhost, "vhost name")
-        head = b"".join(
-            [_PUB.pack(seq, len(v)), v, _U16.pack(len(names))]
-            + [_U8.pack(len(n)) + n for n in names]
-        )
-        self._add(PUBLISH, head, message)
+        """Queue a PUBLISH record (the hot path: no record object is made; the
+        vhost and queue names are encoded once per set of names)."""
+        key = (vhost, *queues)
+        names = _NAMES.get(key)
+        if names is None:
+            names = _names(key)
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
+        size = 8 + len(names) + len(message)
+        if size > MAX_PAYLOAD:
+            raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+        self._chunks += (_HEAD_SEQ.pack(size, PUBLISH, seq), names, message)
+        self.pending += HEADER.size + size
+        self.records += 1
 
     def settle(self, kind: int, ref: int, runs: Sequence[tuple[int, int]], flags: int = 0) -> None:
         self.add(Settle(kind, ref, runs, flags))
@@ -428,20 +455,29 @@ class LinkWriter:
 def _decode(kind: int, p: memoryview) -> Record:
     try:
         if kind == PUBLISH:
-            seq, vlen = _PUB.unpack_from(p, 0)
-            pos = _PUB.size
-            vhost = str(p[pos : pos + vlen], "utf-8")
-            pos += vlen
-            (n,) = _U16.unpack_from(p, pos)
-            pos += 2
-            queues = []
+            (seq,) = _SEQ.unpack_from(p, 0)
+            vlen = p[8]
+            (n,) = _U16.unpack_from(p, 9 + vlen)
+            pos = 11 + vlen
+            end = pos
             for _ in range(n):
-                qlen = p[pos]
-                queues.append(str(p[pos + 1 : pos + 1 + qlen], "utf-8"))
-                pos += 1 + qlen
-            if pos > len(p):
-                raise LinkError("publish record shorter than its queue names")
-            return Publish(seq, vhost, queues, bytes(p[pos:]))
+                end += 1 + p[end]
+            raw = bytes(p[8:end])
+            known = _DECODED.get(raw)
+            if known is None:
+                vhost = str(p[9 : 9 + vlen], "utf-8")
+                queues = []
+                for _ in range(n):
+                    qlen = p[pos]
+                    queues.append(str(p[pos + 1 : pos + 1 + qlen], "utf-8"))
+                    pos += 1 + qlen
+                if pos > len(p):
+                    raise LinkError("publish record shorter than its queue names")
+                if len(_DECODED) > 4096:
+                    _DECODED.clear()
+                known = _DECODED[raw] = (vhost, tuple(queues), pos)
+            vhost, names, pos = known
+            return Publish(seq, vhost, names, bytes(p[pos:]))
         if kind in (CONFIRM, NACK, ACK, REJECT):
             ref, flags, nruns = _SETTLE.unpack_from(p, 0)
             if len(p) != _SETTLE.size + nruns * _RUN.size:

@@ -71,6 +71,24 @@ class LinkedChannel:
         self.serving.cancelled(self, consumer)
 
 
+class _PeerPublishers:
+    """The publishers of the worker `peer`, as a queue that paused them sees them
+    (broker.ports.Publisher): one object per worker."""
+
+    __slots__ = ("serving", "peer")
+
+    def __init__(self, serving: Serving, peer: int) -> None:
+        self.serving = serving
+        self.peer = peer
+
+    def resume_after_flow(self, queue: Any) -> None:
+        mesh = self.serving.mesh
+        if self.peer in mesh.peers:
+            mesh.call(self.peer, "behind", queue.vhost.name, queue.name, False).add_done_callback(
+                _ignore
+            )
+
+
 class _Confirm:
     """A PUBLISH record's barrier callback: CONFIRM or NACK to its sender."""
 
@@ -83,16 +101,7 @@ class _Confirm:
         self.refused = False
 
     def __call__(self, error: BaseException | None) -> None:
-        link = self.serving.mesh.links.get(self.peer)
-        if link is None or link.closed:
-            return
-        if error is not None:
-            log.error("message from worker %d not stored, nacking: %s", self.peer, error)
-            link.settle_open(records.NACK, 0, self.seq)
-        elif self.refused:
-            link.settle_open(records.NACK, 0, self.seq, REFUSED)
-        else:
-            link.settle_open(records.CONFIRM, 0, self.seq)
+        self.serving._confirm(self.peer, self.seq, error, self.refused)
 
 
 class Serving:
@@ -105,6 +114,7 @@ class Serving:
         # peer -> delivery id -> (queue, entry, consumer; None for basic.get)
         self._out: dict[int, dict[int, tuple[Any, Any, Consumer | None]]] = {}
         self._consumers: dict[tuple[int, int], Consumer] = {}  # (peer, ref) -> consumer
+        self._publishers: dict[int, _PeerPublishers] = {}
         mesh.on(records.PUBLISH, self._on_publish)
         mesh.on(records.ACK, self._on_ack)
         mesh.on(records.REJECT, self._on_reject)
@@ -140,28 +150,69 @@ class Serving:
                 queue = vhost.queues.get(name)
                 if queue is not None and not queue.remote:
                     queues.append(queue)
-        confirm = barrier = None
-        if record.seq:
-            confirm = _Confirm(self, peer, record.seq)
-            barrier = WriteBarrier(confirm)
-        if queues:
-            assert vhost is not None
-            message = decode(record.message)
-            hooks = vhost.hooks
-            shared = (
-                barrier is not None
-                and len(queues) > 1
-                and hooks.share_body(message, queues, barrier)
+        seq = record.seq
+        if not queues:
+            if seq:
+                self._confirm(peer, seq, None, False)  # routed to nothing left: confirmed
+            return
+        assert vhost is not None
+        message = decode(record.message)
+        if not seq or not (
+            message.persistent or (vhost.persisting and any(q.persists_all for q in queues))
+        ):
+            # As a local publish: no barrier for a transient message (it is the queue's
+            # once enqueued), so no object a message to make here either.
+            refused = False
+            for queue in queues:
+                if not queue.enqueue(message):
+                    refused = True
+                if queue.consumers_behind():
+                    self._behind(peer, queue)
+            if seq:
+                self._confirm(peer, seq, None, refused)
+            return
+        confirm = _Confirm(self, peer, seq)
+        barrier = WriteBarrier(confirm)
+        hooks = vhost.hooks
+        shared = len(queues) > 1 and hooks.share_body(message, queues, barrier)
+        try:
+            for queue in queues:
+                if not queue.enqueue(message, barrier):
+                    confirm.refused = True
+                if queue.consumers_behind():
+                    self._behind(peer, queue)
+        finally:
+            if shared:
+                hooks.share_done()
+        barrier.seal()
+
+    def _behind(self, peer: int, queue: Any) -> None:
+        """`queue`'s consumers are far behind: the worker `peer` pauses its publishers
+        into it, as a local publisher pauses (server/publisher_pause.py), until the
+        queue drains (it calls the peer's `_PeerPublishers.resume_after_flow`)."""
+        publishers = self._publishers.get(peer)
+        if publishers is None:
+            publishers = self._publishers[peer] = _PeerPublishers(self, peer)
+        if publishers in queue.throttled:
+            return
+        queue.throttle(publishers)
+        if peer in self.mesh.peers:
+            self.mesh.call(peer, "behind", queue.vhost.name, queue.name, True).add_done_callback(
+                _ignore
             )
-            try:
-                for queue in queues:
-                    if not queue.enqueue(message, barrier) and confirm is not None:
-                        confirm.refused = True
-            finally:
-                if shared:
-                    hooks.share_done()
-        if barrier is not None:
-            barrier.seal()
+
+    def _confirm(self, peer: int, seq: int, error: BaseException | None, refused: bool) -> None:
+        """CONFIRM (or NACK) the sender's publish `seq`; a loop turn's join into runs."""
+        link = self.mesh.links.get(peer)
+        if link is None or link.closed:
+            return
+        if error is not None:
+            log.error("message from worker %d not stored, nacking: %s", peer, error)
+            link.settle_open(records.NACK, 0, seq)
+        elif refused:
+            link.settle_open(records.NACK, 0, seq, REFUSED)
+        else:
+            link.settle_open(records.CONFIRM, 0, seq)
 
     # --- deliveries -----------------------------------------------------------------------
 
@@ -329,6 +380,13 @@ class Serving:
     # --- a worker that goes away ----------------------------------------------------------
 
     def _peer_lost(self, peer: int) -> None:
+        publishers = self._publishers.pop(peer, None)
+        if publishers is not None:
+            for vhost in self.broker.vhosts.values():
+                for queue in vhost.queues.values():
+                    throttled = getattr(queue, "throttled", None)
+                    if throttled:
+                        throttled.discard(publishers)
         queues = set()
         for key, consumer in list(self._consumers.items()):
             if key[0] != peer:

@@ -27,6 +27,8 @@ model's side and imports nothing of the workers.
 - Back-pressure: while the link to the owner is not writable, `consumers_behind`
   says so and the publishing connection pauses itself as for a queue backlog
   (server/publisher_pause.py); the crossing releases it when the link drains.
+  So do they while the owner says its queue is FLOW_LIMIT messages behind its
+  consumers (`behind`), until it says the queue drained.
 - Deliveries come from the owner's queue, to a consumer registered there, as
   entries of this queue (`QueueEntry.seq` is the owner's delivery id); their acks,
   rejects and requeues go back as ACK and REJECT records.
@@ -121,6 +123,9 @@ class RemoteQueue(Queue):
         self.bindings: set[Any] = set()
         self.ready = ReadyMessages()  # always empty: the messages wait on the owner
         self.throttled: set[Publisher] = set()  # publishers paused for the owner's link
+        # The owner said its queue is FLOW_LIMIT messages behind its consumers (until
+        # it drains): publishers here pause as they would for a local queue.
+        self.behind = False
         self._crossing: Crossing | None = None
 
     @property
@@ -183,7 +188,8 @@ class RemoteQueue(Queue):
 
     def throttle(self, publisher: Publisher) -> None:
         self.throttled.add(publisher)
-        self.crossing.wait_writable(self)
+        if not self.crossing.writable(self.worker):
+            self.crossing.wait_writable(self)
 
     def release_publishers(self) -> None:
         waiting = self.throttled
@@ -199,8 +205,9 @@ class RemoteQueue(Queue):
         """Declared again: the owner keeps the queue's x-expires clock."""
 
     def consumers_behind(self) -> bool:
-        """Whether the link to the owner holds more than it should: publishers pause."""
-        return not self.crossing.writable(self.worker)
+        """Whether publishers pause: the owner's queue is far behind its consumers, or
+        the link to the owner holds more than it should."""
+        return self.behind or not self.crossing.writable(self.worker)
 
     @property
     def message_count(self) -> int:
