@@ -230,10 +230,9 @@ def main() -> int:
     p.add_argument("--prefetch", type=int, default=500)
     a = p.parse_args()
 
+    import leveret
     from workers.inprocess import in_process_workers
     from workers.placing import place
-
-    import leveret
 
     results: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
