@@ -38,6 +38,7 @@ from leveret.protocol.constants import (
     CLASS_QUEUE,
     COMMAND_INVALID,
     CONNECTION_FORCED,
+    INTERNAL_ERROR,
     NOT_ALLOWED,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
@@ -276,6 +277,45 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             return False
         self._held_rest = events
         return True
+
+    def hold_for(
+        self,
+        call: asyncio.Future[Any],
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+    ) -> None:
+        """Method `index` on channel `ch` waits for `call` (another worker's answer):
+        hold this connection's later events until it is done, then `answer(result)`
+        (consume-ok...) or close the channel with its error, and run what was held."""
+        self.hold(call)
+        call.add_done_callback(partial(self._call_done, ch, index, answer))
+
+    def _call_done(
+        self,
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+        call: asyncio.Future[Any],
+    ) -> None:
+        try:
+            if self.state != "closed":
+                try:
+                    if not ch.closing:
+                        answer(call.result())
+                except (AMQPError, ModelError) as exc:
+                    self._channel_exception(ch, exc, index)
+        except AMQPError as exc:
+            self.close_with_error(exc)
+        except ModelError as exc:
+            self.close_with_error(amqp_error(exc))
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with_error(
+                ConnectionError_(INTERNAL_ERROR, "internal error; see the broker log")
+            )
+        finally:
+            self.release()
 
     def release(self) -> None:
         """The answer came: run the held events, then read again."""

@@ -26,7 +26,7 @@ a `RemoteQueue` hands it what a local queue would do itself:
   owner requeues what the consumer had not acked (sent, in flight, or unacked).
 - basic.get and queue.purge are calls; the owner answers as for a local client.
 - While a call is out, the client connection holds its later events
-  (AMQPConnection.hold), so its operations keep their order.
+  (AMQPConnection.hold_for), so its operations keep their order.
 - A worker that goes away: publishes waiting for its confirm are nacked; consumers
   on its queues get basic.cancel (consumer_cancel_notify), as RabbitMQ cancels a
   consumer whose queue's node went down; what they had not acked stays with their
@@ -46,13 +46,13 @@ from leveret.broker.errors import ModelError
 from leveret.broker.queues.base import QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
+    BASIC_CANCEL,
     BASIC_CONSUME,
     BASIC_GET,
     NOT_FOUND,
     QUEUE_PURGE,
 )
 from leveret.protocol.errors import AMQPError, ChannelError
-from leveret.server.amqp_errors import amqp_error
 from leveret.workers import link as records
 from leveret.workers.mesh import Mesh, PeerDown
 from leveret.workers.messages import decode, encode
@@ -213,7 +213,7 @@ class Crossing:
         self._consumers[ref] = consumer
         self._refs[consumer] = ref
         self._early[ref] = []
-        fut = self.mesh.call(
+        call = self.mesh.call(
             queue.worker,
             "consume",
             queue.vhost.name,
@@ -226,31 +226,28 @@ class Crossing:
             channel.global_prefetch,
             arguments,
         )
-        conn.hold(fut)
 
-        def answered(fut: asyncio.Future[Any]) -> None:
+        def registered(call: asyncio.Future[Any]) -> None:
+            """Bookkeeping, whatever becomes of the client (before `answer`)."""
+            if call.cancelled() or call.exception() is not None:
+                self._forget(consumer)
+            elif channel.closing or conn.state == "closed":
+                self._forget(consumer)  # registered there, but nobody here wants it
+                self._cancel_on_owner(queue.worker, ref, True)
+            if ref not in self._consumers:
+                self._early.pop(ref, None)
+
+        def answer(_result: Any) -> None:
             early = self._early.pop(ref, [])
-            try:
-                error = fut.exception()
-                gone = channel.closing or conn.state == "closed"
-                if error is not None or gone:
-                    self._consumers.pop(ref, None)
-                    self._refs.pop(consumer, None)
-                    if error is None:  # registered there, but nobody here wants it
-                        self._cancel_on_owner(queue.worker, ref, True)
-                    else:
-                        self._fail(channel, queue, error, BASIC_CONSUME)
-                    return
-                queue.add_consumer(consumer)
-                channel.consumers[tag] = consumer
-                if not m.nowait:
-                    channel.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
-                for deliver in early:
-                    self._deliver(consumer, deliver)
-            finally:
-                conn.release()
+            queue.add_consumer(consumer)
+            channel.consumers[tag] = consumer
+            if not m.nowait:
+                channel.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
+            for deliver in early:
+                self._deliver(consumer, deliver)
 
-        fut.add_done_callback(answered)
+        call.add_done_callback(registered)
+        conn.hold_for(self._answer_of(call, queue), channel, BASIC_CONSUME, answer)
 
     def cancel(self, channel: Channel, m: cmd.Basic.Cancel, consumer: Consumer) -> None:
         """basic.cancel of a consumer on a RemoteQueue: cancel-ok once the owner dropped
@@ -258,23 +255,19 @@ class Crossing:
         conn = channel.conn
         queue: RemoteQueue = consumer.queue  # type: ignore[assignment]
         ref = self._refs.get(consumer)
-        fut = self._cancel_on_owner(queue.worker, ref, False) if ref is not None else None
-        if fut is None:
+        call = self._cancel_on_owner(queue.worker, ref, False) if ref is not None else None
+
+        def answer(_result: Any) -> None:
             self._forget(consumer)
             if not m.nowait:
                 channel.send_method(wire.unchecked(cmd.Basic.CancelOk, m.consumer_tag))
+
+        if call is None:
+            answer(None)
             return
-        conn.hold(fut)
-
-        def answered(fut: asyncio.Future[Any]) -> None:
-            try:
-                self._forget(consumer)
-                if not m.nowait and not channel.closing and conn.state != "closed":
-                    channel.send_method(wire.unchecked(cmd.Basic.CancelOk, m.consumer_tag))
-            finally:
-                conn.release()
-
-        fut.add_done_callback(answered)
+        # Whatever the owner answers (it may have gone meanwhile), the consumer is gone.
+        call.add_done_callback(lambda _call: self._forget(consumer))
+        conn.hold_for(self._answer_of(call, queue, quiet=True), channel, BASIC_CANCEL, answer)
 
     def _forget(self, consumer: Consumer) -> None:
         """Drop `consumer` here, telling the owner nothing."""
@@ -310,6 +303,10 @@ class Crossing:
             return  # cancelled by a close: the owner requeues what it sent
         early = self._early.get(deliver.ref)
         if early is not None:
+            if consumer.channel.closing:  # type: ignore[attr-defined]
+                del self._early[deliver.ref]  # closed before its consume-ok went out
+                self.forget_consumer(consumer)
+                return
             early.append(deliver)  # before the consume's answer was handled
             return
         self._deliver(consumer, deliver)
@@ -346,71 +343,70 @@ class Crossing:
     def basic_get(self, channel: Channel, m: cmd.Basic.Get, queue: RemoteQueue) -> None:
         conn = channel.conn
         no_ack = bool(m.no_ack)
-        fut = self.mesh.call(queue.worker, "get", queue.vhost.name, queue.name, no_ack)
-        conn.hold(fut)
+        call = self.mesh.call(queue.worker, "get", queue.vhost.name, queue.name, no_ack)
 
-        def answered(fut: asyncio.Future[Any]) -> None:
-            try:
-                error = fut.exception()
-                if error is not None:
-                    self._fail(channel, queue, error, BASIC_GET)
-                    return
-                got = fut.result()
-                if channel.closing or conn.state == "closed":
-                    if got is not None and not no_ack:  # taken for nobody: back it goes
-                        entry = QueueEntry(got[0], None)  # type: ignore[arg-type]
-                        self.settle(queue, entry, "requeue")
-                    return
-                if got is None:
-                    channel.answer_get(queue, None, no_ack, 0)
-                    return
-                delivery, redelivered, data, count = got
-                entry = QueueEntry(delivery, decode(data), redelivered)
-                if not no_ack:
-                    queue.unacked += 1
-                channel.answer_get(queue, entry, no_ack, count)
-            finally:
-                conn.release()
+        def taken(call: asyncio.Future[Any]) -> None:
+            """A message taken for a channel that closed meanwhile goes back."""
+            if call.cancelled() or call.exception() is not None or no_ack:
+                return
+            got = call.result()
+            if got is not None and (channel.closing or conn.state == "closed"):
+                self.settle(queue, QueueEntry(got[0], None), "requeue")  # type: ignore[arg-type]
 
-        fut.add_done_callback(answered)
+        def answer(got: Any) -> None:
+            if got is None:
+                channel.answer_get(queue, None, no_ack, 0)
+                return
+            delivery, redelivered, data, count = got
+            entry = QueueEntry(delivery, decode(data), redelivered)
+            if not no_ack:
+                queue.unacked += 1
+            channel.answer_get(queue, entry, no_ack, count)
+
+        call.add_done_callback(taken)
+        conn.hold_for(self._answer_of(call, queue), channel, BASIC_GET, answer)
 
     def purge(self, channel: Any, m: cmd.Queue.Purge, queue: RemoteQueue) -> None:
-        conn = channel.conn
-        fut = self.mesh.call(queue.worker, "purge", queue.vhost.name, queue.name)
-        conn.hold(fut)
+        call = self.mesh.call(queue.worker, "purge", queue.vhost.name, queue.name)
 
-        def answered(fut: asyncio.Future[Any]) -> None:
-            try:
-                error = fut.exception()
-                if error is not None:
-                    self._fail(channel, queue, error, QUEUE_PURGE)
-                elif not m.nowait and not channel.closing and conn.state != "closed":
-                    channel.send_method(cmd.Queue.PurgeOk(fut.result()))
-            finally:
-                conn.release()
+        def answer(count: int) -> None:
+            if not m.nowait:
+                channel.send_method(cmd.Queue.PurgeOk(count))
 
-        fut.add_done_callback(answered)
+        channel.conn.hold_for(self._answer_of(call, queue), channel, QUEUE_PURGE, answer)
 
-    def _fail(self, channel: Any, queue: RemoteQueue, error: BaseException, index: int) -> None:
-        """The owner's error (or its absence) as the channel's or connection's close."""
-        conn = channel.conn
-        if channel.closing or conn.state == "closed":
-            return
+    def _answer_of(
+        self, call: asyncio.Future[Any], queue: RemoteQueue, quiet: bool = False
+    ) -> asyncio.Future[Any]:
+        """`call`'s outcome as the client is to get it: the owner's AMQP and model
+        errors as they are, its absence as RabbitMQ answers for a queue whose node is
+        down (404); `quiet`: a failure is no error for the client (a cancel)."""
+        answer: asyncio.Future[Any] = call.get_loop().create_future()
+
+        def done(call: asyncio.Future[Any]) -> None:
+            error = PeerDown(queue.worker) if call.cancelled() else call.exception()
+            if error is None:
+                answer.set_result(call.result())
+            elif quiet:
+                answer.set_result(None)
+            else:
+                answer.set_exception(self._client_error(queue, error))
+
+        call.add_done_callback(done)
+        return answer
+
+    @staticmethod
+    def _client_error(queue: RemoteQueue, error: BaseException) -> BaseException:
         if isinstance(error, PeerDown):
-            error = ChannelError(
+            return ChannelError(
                 NOT_FOUND,
                 f"home node 'worker-{queue.worker}' of durable {queue.describe()} "
                 "is down or inaccessible",
             )
-        elif isinstance(error, ModelError):
-            error = amqp_error(error)
-        elif not isinstance(error, AMQPError):
-            log.error("worker %d failed a call for %s: %r", queue.worker, queue.describe(), error)
-            error = ChannelError(NOT_FOUND, f"{queue.describe()} could not be reached: {error}")
-        try:
-            conn._channel_exception(channel, error, index)
-        except AMQPError as exc:
-            conn.close_with_error(exc)
+        if isinstance(error, (AMQPError, ModelError)):
+            return error
+        log.error("worker %d failed a call for %s: %r", queue.worker, queue.describe(), error)
+        return ChannelError(NOT_FOUND, f"{queue.describe()} could not be reached: {error}")
 
     # --- workers coming and going ------------------------------------------------------
 
