@@ -492,3 +492,60 @@ def test_link_records_join_acks_into_runs() -> None:
         records.Settle(records.REJECT, 0, [(201, 1)], records.REQUEUE),
         records.Publish(5, "/", ["a", "b"], b"msg"),
     ]
+
+
+def test_transactions_across_workers(workers) -> None:
+    w = workers
+    place(w, 1, "tx-q")
+    conn = connect(w, 0)
+    ch = conn.channel()
+    ch.tx_select()
+    ch.basic_publish("", "tx-q", b"a")
+    ch.basic_publish("", "tx-q", b"b")
+    assert counts(w, 1, "tx-q")[0] == 0  # nothing leaves before the commit
+    ch.tx_commit()
+    assert counts(w, 1, "tx-q")[0] == 2  # commit-ok once the owner holds them
+    method, _props, body = ch.basic_get("tx-q")
+    assert body == b"a"
+    ch.basic_ack(method.delivery_tag)
+    assert counts(w, 1, "tx-q") == (1, 1, 0)
+    ch.tx_commit()
+    assert wait_for(lambda: counts(w, 1, "tx-q") == (1, 0, 0))
+    conn.close()
+
+
+def test_aio_pika_consumer_on_the_other_worker(workers) -> None:
+    w = workers
+    place(w, 0, "aio-q")
+
+    async def run() -> list[tuple[bytes, bool]]:
+        producer = await aio_pika.connect(w.url(0))
+        pch = await producer.channel(publisher_confirms=True)
+        for i in range(50):
+            await pch.default_exchange.publish(
+                aio_pika.Message(str(i).encode(), delivery_mode=2), routing_key="aio-q"
+            )
+        consumer = await aio_pika.connect(w.url(1))
+        cch = await consumer.channel()
+        await cch.set_qos(prefetch_count=7)
+        queue = await cch.get_queue("aio-q", ensure=False)
+        got: list[tuple[bytes, bool]] = []
+        async with queue.iterator() as messages:
+            async for message in messages:
+                if message.body == b"0" and not message.redelivered:
+                    await message.nack(requeue=True)
+                    continue
+                await message.ack()
+                got.append((message.body, message.redelivered))
+                if len(got) == 50:
+                    break
+        await consumer.close()
+        await producer.close()
+        return got
+
+    got = asyncio.run(run())
+    # "0" comes back (at the queue's head, after what the prefetch already delivered).
+    assert (b"0", True) in got[:8]
+    assert sorted(int(b) for b, _r in got) == list(range(50))
+    assert [r for b, r in got if b != b"0"] == [False] * 49
+    assert wait_for(lambda: counts(w, 0, "aio-q") == (0, 0, 0))
