@@ -126,7 +126,7 @@ class RemoteQueue(Queue):
         # The owner said its queue is FLOW_LIMIT messages behind its consumers (until
         # it drains): publishers here pause as they would for a local queue.
         self.behind = False
-        self._crossing: Crossing | None = None
+        self._crossing: Crossing | None = getattr(vhost, "crossing", None)
 
     @property
     def crossing(self) -> Crossing:
@@ -141,7 +141,7 @@ class RemoteQueue(Queue):
 
     def enqueue(self, message: Message, barrier: Any = None) -> bool:
         self.stats.publish += 1
-        self.crossing.enqueue(self, message, barrier)
+        (self._crossing or self.crossing).enqueue(self, message, barrier)
         return True
 
     def dispatch(self, check_expiry: bool = True) -> None:
@@ -157,7 +157,7 @@ class RemoteQueue(Queue):
 
     def settle(self, entry: QueueEntry) -> None:
         self.unacked -= 1
-        self.crossing.settle(self, entry, "ack")
+        (self._crossing or self.crossing).settle(self, entry, "ack")
 
     def removed(self, entry: QueueEntry) -> None:
         """A delivery without ack: the owner took it out when it sent it."""
@@ -207,7 +207,7 @@ class RemoteQueue(Queue):
     def consumers_behind(self) -> bool:
         """Whether publishers pause: the owner's queue is far behind its consumers, or
         the link to the owner holds more than it should."""
-        return self.behind or not self.crossing.writable(self.worker)
+        return self.behind or not (self._crossing or self.crossing).writable(self.worker)
 
     @property
     def message_count(self) -> int:
