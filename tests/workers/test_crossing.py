@@ -549,3 +549,25 @@ def test_aio_pika_consumer_on_the_other_worker(workers) -> None:
     assert sorted(int(b) for b, _r in got) == list(range(50))
     assert [r for b, r in got if b != b"0"] == [False] * 49
     assert wait_for(lambda: counts(w, 0, "aio-q") == (0, 0, 0))
+
+
+def test_channel_flow_stops_the_owners_deliveries(workers) -> None:
+    w = workers
+    place(w, 1, "flowed")
+    conn = connect(w, 0)
+    ch = conn.channel()
+    got = consume_n(conn, ch, "flowed", 0, auto_ack=True)
+    ch.flow(False)  # channel.flow active=false: no deliveries, even without a prefetch
+    pub = connect(w, 1)
+    pch = pub.channel()
+    for i in range(100):
+        pch.basic_publish("", "flowed", str(i).encode())
+    for _ in range(20):
+        conn.process_data_events(0.02)
+    assert got == []
+    assert counts(w, 1, "flowed") == (100, 0, 1)
+    ch.flow(True)
+    wait_for(lambda: len(got) >= 100, poll=lambda: conn.process_data_events(0.02))
+    assert [int(b) for _m, _p, b in got] == list(range(100))
+    pub.close()
+    conn.close()

@@ -226,6 +226,8 @@ class Channel(PublishMethods):
     def update_deliverable(self) -> None:
         was = self.deliverable
         self.deliverable = self.flow_active and self.conn.writable and not self.closing
+        if self.deliverable != was and self.vhost.crossing is not None:
+            self.vhost.crossing.deliverable_changed(self)  # its consumers on other workers
         if self.deliverable and not was:
             self._redispatch({c.queue for c in self.consumers.values()})
 

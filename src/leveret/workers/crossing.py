@@ -19,7 +19,9 @@ a `RemoteQueue` hands it what a local queue would do itself:
   delivery tags, the channel's counts and redelivered flags are the channel's own;
   its ack, reject or requeue goes back as ACK or REJECT records (runs of ids).
   The owner enforces the consumer's prefetch; basic.qos global=true limits the
-  consumer's deliveries as a per-consumer limit there.
+  consumer's deliveries as a per-consumer limit there. A channel that stops taking
+  deliveries (channel.flow, a client not reading) sends CREDIT 0 for its
+  consumers, and CREDIT 1 when it takes them again: the owner holds them meanwhile.
 - basic.cancel waits for the owner's answer (deliveries it sent before arrive
   first); the deliveries not acked yet stay the channel's, to ack or reject, as in
   RabbitMQ. A channel or connection that closes cancels without waiting, and the
@@ -245,6 +247,8 @@ class Crossing:
                 channel.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
             for deliver in early:
                 self._deliver(consumer, deliver)
+            if not channel.deliverable:  # stopped meanwhile (channel.flow, a full socket)
+                self.deliverable_changed(channel)
 
         call.add_done_callback(registered)
         conn.hold_for(self._answer_of(call, queue), channel, BASIC_CONSUME, answer)
@@ -268,6 +272,18 @@ class Crossing:
         # Whatever the owner answers (it may have gone meanwhile), the consumer is gone.
         call.add_done_callback(lambda _call: self._forget(consumer))
         conn.hold_for(self._answer_of(call, queue, quiet=True), channel, BASIC_CANCEL, answer)
+
+    def deliverable_changed(self, channel: Channel) -> None:
+        """The channel stopped taking deliveries (channel.flow, a full socket) or takes
+        them again: its consumers' owners stop or go on delivering (CREDIT 0 or 1)."""
+        credit = 1 if channel.deliverable else 0
+        for consumer in channel.consumers.values():
+            ref = self._refs.get(consumer)
+            if ref is None:
+                continue
+            link = self.mesh.links.get(consumer.queue.worker)  # type: ignore[attr-defined]
+            if link is not None and not link.closed:
+                link.send(records.Credit(ref, credit))
 
     def _forget(self, consumer: Consumer) -> None:
         """Drop `consumer` here, telling the owner nothing."""

@@ -13,6 +13,8 @@ the others with the queues it owns (leveret.workers.crossing is the other side).
   and wait there for ACK or REJECT records as a local channel's deliveries wait
   for basic.ack. The queue's own dispatch (round-robin, priorities, single active
   consumer, prefetch) treats it as any other consumer.
+- CREDIT: the consumer's channel stopped taking deliveries (0: channel.flow, a client
+  that does not read) or takes them again (1); the queue holds its messages meanwhile.
 - "cancel": the consumer goes; with `requeue` (its channel closed) what it had not
   acked goes back to the queue, redelivered.
 - "get", "purge", "queue_counts": basic.get, queue.purge, and the counts that
@@ -118,6 +120,7 @@ class Serving:
         mesh.on(records.PUBLISH, self._on_publish)
         mesh.on(records.ACK, self._on_ack)
         mesh.on(records.REJECT, self._on_reject)
+        mesh.on(records.CREDIT, self._on_credit)
         mesh.serve("consume", self._consume)
         mesh.serve("cancel", self._cancel)
         mesh.serve("get", self._get)
@@ -283,6 +286,16 @@ class Serving:
             queue.reject(entry)
             touched.add(queue)
         _redispatch(touched)
+
+    def _on_credit(self, peer: int, record: records.Credit) -> None:
+        """The consumer's channel stopped taking deliveries (0) or takes them again."""
+        consumer = self._consumers.get((peer, record.ref))
+        if consumer is None:
+            return
+        channel: Any = consumer.channel
+        channel.deliverable = record.credit > 0
+        if channel.deliverable:
+            _dispatch(consumer.queue)
 
     # --- consumers ------------------------------------------------------------------------
 
