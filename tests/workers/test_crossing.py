@@ -571,3 +571,25 @@ def test_channel_flow_stops_the_owners_deliveries(workers) -> None:
     assert [int(b) for _m, _p, b in got] == list(range(100))
     pub.close()
     conn.close()
+
+
+def test_reject_publish_overflow_nacks_across_workers(tmp_path: Path) -> None:
+    """x-overflow=reject-publish on the owner: a confirm is a nack; without confirms the
+    message is dropped and the channel stays open, as on one process."""
+    with in_process_workers(2, tmp_path) as w:
+        args = {"x-max-length": 2, "x-overflow": "reject-publish"}
+        q = place(w, 1, "bounded", durable=True, arguments=args)
+        conn = connect(w, 0)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"1", PERSISTENT)
+        ch.basic_publish("", q, b"2")
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", q, b"3", PERSISTENT)
+        plain = conn.channel()
+        plain.basic_publish("", q, b"4", PERSISTENT)  # refused there: dropped silently
+        plain.basic_publish("", q, b"5")
+        assert plain.basic_get(q, auto_ack=True)[2] == b"1"
+        assert plain.is_open and ch.is_open
+        assert counts(w, 1, q) == (1, 0, 0)
+        conn.close()
