@@ -469,9 +469,14 @@ def test_a_worker_going_away(workers) -> None:
     assert all(isinstance(r, aio_pika.exceptions.DeliveryError) for r in results), results
     assert wait_for(lambda: cancelled, poll=lambda: conn.process_data_events(0.02))
     assert counts(w, 1, q_lost_q) == (10, 0, 0)  # the deliveries in flight came back
-    # The other worker's clients carry on: acks of what the gone worker sent are dropped.
+    # The other worker's clients carry on: acks of what the gone worker sent are dropped,
+    # and a publish without confirms to its queue is dropped, the channel open.
     ch.basic_ack(got[-1][0].delivery_tag, multiple=True)
-    assert ch.is_open
+    plain = conn.channel()
+    plain.basic_publish("", q_lost_q, b"nobody takes it", PERSISTENT)
+    for _ in range(10):
+        conn.process_data_events(0.02)
+    assert ch.is_open and plain.is_open
     feeder.close()
     conn.close()
 

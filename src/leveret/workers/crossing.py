@@ -55,6 +55,7 @@ from leveret.protocol.constants import (
     QUEUE_PURGE,
 )
 from leveret.protocol.errors import AMQPError, ChannelError
+from leveret.server.publishing import FailureReporter
 from leveret.workers import link as records
 from leveret.workers.mesh import Mesh, PeerDown
 from leveret.workers.messages import decode, encode
@@ -75,6 +76,20 @@ REFUSED = 1
 
 class QueueRefused(Exception):
     """The owner's queue turned a message away (x-overflow=reject-publish)."""
+
+
+def _quiet(barrier: Any) -> bool:
+    """A plain publish's barrier (no confirm, no transaction): it only reports disk
+    failures, and a message the owner refused or never got is no failure there."""
+    return type(barrier) is FailureReporter
+
+
+def _kind(barrier: Any) -> bool | None:
+    """True: a publisher confirm's barrier (the channel's partial of
+    _confirm_written); False: a tx.commit's; None: a plain publish's (_quiet)."""
+    if _quiet(barrier):
+        return None
+    return type(getattr(barrier, "on_done", None)) is partial
 
 
 def _ignore(fut: asyncio.Future[Any]) -> None:
@@ -115,7 +130,9 @@ class Crossing:
         link = self.mesh.links.get(peer)
         if link is None or link.closed:
             if barrier is not None:
-                barrier.add()(PeerDown(peer))  # a confirm is a nack
+                # A confirm is a nack, a tx.commit fails; a plain publish is dropped
+                # (as one routed to a queue that is gone).
+                barrier.add()(None if _quiet(barrier) else PeerDown(peer))
             return
         vhost = queue.vhost.name
         if link.writer.publish_more(message, vhost, queue.name):
@@ -128,7 +145,7 @@ class Crossing:
             if waiting is None:
                 waiting = self._confirms[peer] = {}
             # A confirm's barrier calls the channel's _confirm_written for its number.
-            waiting[seq] = (barrier.add(), type(getattr(barrier, "on_done", None)) is partial)
+            waiting[seq] = (barrier.add(), _kind(barrier))
         link.publish_open(message, seq, vhost, queue.name, encode(message))
 
     def _on_confirm(self, peer: int, settle: records.Settle) -> None:
@@ -146,7 +163,7 @@ class Crossing:
             item = waiting.pop(seq, None)
             if item is None:
                 continue
-            done, confirm = item
+            done, confirm = item  # True: a confirm; False: a tx.commit; None: neither
             if refused and not confirm:
                 done(None)  # without confirms a refused message is dropped silently
             elif refused:
@@ -433,8 +450,8 @@ class Crossing:
 
     def _peer_lost(self, peer: int) -> None:
         error = PeerDown(peer)
-        for done, _confirm in self._confirms.pop(peer, {}).values():
-            done(error)
+        for done, confirm in self._confirms.pop(peer, {}).values():
+            done(error if confirm is not None else None)
         for ref, consumer in list(self._consumers.items()):
             if consumer.queue.worker != peer:  # type: ignore[attr-defined]
                 continue
