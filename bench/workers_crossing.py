@@ -133,7 +133,7 @@ async def produce(port: int, a: argparse.Namespace, stop_at: float) -> None:
     if a.confirm:
         c.send(C.Confirm.Select(), 1)
         await c.wait(C.Confirm.SelectOk)
-    method = pframe.marshal(C.Basic.Publish(exchange="", routing_key="bench.crossing"), 1)
+    method = pframe.marshal(C.Basic.Publish(exchange="", routing_key=a.queue), 1)
     props = C.Basic.Properties(delivery_mode=2 if a.persistent else 1)
     header = pframe.marshal(H.ContentHeader(body_size=a.size, properties=props), 1)
     body = HDR.pack(3, 1, a.size) + b"x" * a.size + FRAME_END
@@ -168,7 +168,7 @@ async def consume(port: int, a: argparse.Namespace, stop_at: float, out) -> None
             state["unacked"] = 0
 
     c.on_deliver = on_deliver
-    c.send(C.Basic.Consume(queue="bench.crossing", consumer_tag="bench"), 1)
+    c.send(C.Basic.Consume(queue=a.queue, consumer_tag="bench"), 1)
     await c.wait(C.Basic.ConsumeOk)
     while time.time() < stop_at:
         out.put((time.time(), state["n"]))
@@ -214,7 +214,7 @@ def run_once(w, ports: tuple[int, int], a: argparse.Namespace) -> dict[str, floa
     n1 = max((n for t, n in marks if t <= t1), default=0)
     for p in procs:
         p.join(15)
-    w.call(lambda: owned(w, 1, "bench.crossing").vhost.purge_queue(owned(w, 1, "bench.crossing")))
+    w.call(lambda: owned(w, 1, a.queue).vhost.purge_queue(owned(w, 1, a.queue)))
     count = (n1 - (n0 or 0)) or 1
     return {"us_per_msg": (cpu1 - cpu0) / count * 1e6, "msgs_per_s": count / (t1 - t0)}
 
@@ -238,7 +238,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) if a.persistent else None
         with in_process_workers(2, data_dir) as w:
-            place(w, 1, "bench.crossing", durable=a.persistent)
+            a.queue = place(w, 1, "bench.crossing", durable=a.persistent)
             scenarios = {
                 "local": (w.port(1), w.port(1)),
                 "publish crosses": (w.port(0), w.port(1)),

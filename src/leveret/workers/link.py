@@ -354,9 +354,10 @@ class LinkWriter:
         o = self._open_settle
         if o is not None and o[0] == kind and o[1] == ref and o[2] == flags:
             runs = o[3]
-            first, count = runs[-1]
+            last = len(runs) - 1  # (no negative index: the module may be compiled)
+            first, count = runs[last]
             if ident == first + count:
-                runs[-1] = (first, count + 1)
+                runs[last] = (first, count + 1)
             else:
                 runs.append((ident, 1))
             return
