@@ -38,6 +38,7 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.listener import Server
 from leveret.store.message_store import RecoveryCancelled
+from leveret.workers.crossing import attach as attach_workers
 from leveret.workers.mesh import Mesh
 from leveret.workers.metadata import Metadata
 
@@ -132,6 +133,8 @@ class Node:
         started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
+        if self.mesh is not None:
+            attach_workers(self.broker, self.mesh)  # messages to and from other workers
         # One of several workers: in sync with worker 0 before clients come; only
         # worker 0 imports a definitions file (the others take it from there).
         if self.metadata is not None:

@@ -141,6 +141,9 @@ class VirtualHost:
         # How many of its queues store transient messages too (quorum queues): while
         # none does, a transient publish asks nothing more (server/publishing.py).
         self.persisting = 0
+        # When the broker is one worker of several: the data path to queues other
+        # workers own (broker.queues.remote.Crossing); None for a one-process broker.
+        self.crossing: Any = None
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
