@@ -38,7 +38,9 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.listener import Server
 from leveret.store.message_store import RecoveryCancelled
+from leveret.workers.crossing import attach as attach_workers
 from leveret.workers.mesh import Mesh
+from leveret.workers.metadata import Metadata
 
 if TYPE_CHECKING:
     from leveret.management.app import ManagementServer
@@ -71,6 +73,9 @@ class Node:
         self.mesh = mesh
         self.broker = Broker(config, extensions=EXTENSIONS)  # in memory until start()
         self.broker.mesh = mesh
+        # With a mesh: the one order of metadata changes (worker 0 writes them).
+        self.metadata = Metadata(lambda: self.broker, mesh) if mesh is not None else None
+        self.broker.meta = self.metadata
         # A worker accepts on listening sockets its supervisor made (one list per
         # effective listener); None: the listener binds its own.
         self.listener = Server(config, self.loop, self.broker, listen_sockets)
@@ -128,7 +133,14 @@ class Node:
         started = self.started_at = time.monotonic()
         if self.config.persistence and self.durable_state is None:
             self._open_store()
-        if self.config.load_definitions:
+        if self.mesh is not None:
+            attach_workers(self.broker, self.mesh)  # messages to and from other workers
+        # One of several workers: in sync with worker 0 before clients come; only
+        # worker 0 imports a definitions file (the others take it from there).
+        if self.metadata is not None:
+            await self.metadata.start()
+        importer = self.mesh is None or self.mesh.index == 0
+        if self.config.load_definitions and importer:
             if self.recovering:
                 await self._recover()  # the import must see (and may refuse) recovered queues
             self.load_definitions(self.config.load_definitions)
@@ -254,6 +266,7 @@ class Node:
         )
         self.broker = self.listener.broker = Broker(self.config, state, EXTENSIONS)
         self.broker.mesh = self.mesh
+        self.broker.meta = self.metadata
         self.durable_state = state
         state.restore_definitions(self.broker)
         self.listener.recovering = True
@@ -297,6 +310,8 @@ class Node:
 
     async def stop(self, reason: str = "shutdown") -> None:
         """Close every client with 320 CONNECTION_FORCED, then stop listening."""
+        if self.metadata is not None:
+            self.metadata.stop()
         if self.links is not None:
             await self.links.stop()
         if self.recovery is not None and not self.recovery.done():

@@ -140,3 +140,27 @@ def test_wal_and_full_sync(tmp_path: Path) -> None:
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
     store.close()
+
+
+def test_queue_owner_is_kept_and_an_older_store_gains_the_column(tmp_path: Path) -> None:
+    """The worker that owns a queue (a broker of several workers) is stored with it; a
+    store made before that column existed opens with NULL (this worker's own)."""
+    path = tmp_path / "definitions.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('format_version', '1');
+        CREATE TABLE queues (
+            vhost TEXT NOT NULL, name TEXT NOT NULL,
+            durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL,
+            arguments BLOB NOT NULL, PRIMARY KEY (vhost, name));
+        INSERT INTO queues VALUES ('/', 'old', 1, 0, X'00000000');
+        """
+    )
+    db.close()
+    store = DefinitionStore(str(path))
+    store.save_queue("/", "theirs", worker=3)
+    store.save_queue("/", "mine")
+    queues = {q.name: q.worker for q in store.load().queues}
+    assert queues == {"old": None, "theirs": 3, "mine": None}

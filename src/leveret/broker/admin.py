@@ -112,6 +112,7 @@ class Admin:
         vhost.limits = dict(record.get("limits", {}))
         vhost.default_queue_type = record.get("default_queue_type")
         vhost.default_delivery_limit = self.broker.config.quorum_delivery_limit
+        vhost.crossing = self.broker.crossing
         self.broker.vhosts[vhost.name] = vhost
         return vhost
 

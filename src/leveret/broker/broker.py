@@ -55,6 +55,9 @@ class Broker:
         # Watchers of every vhost's topology and policies (VirtualHost.watchers).
         self.vhost_watchers: list[Any] = []
         self.counters = NodeCounters()  # node totals that outlive their objects (Prometheus)
+        # A worker's data path to queues other workers own (leveret.workers.crossing),
+        # given to every vhost; None for a broker that is one process.
+        self.crossing: Any = None
         self.admin = Admin(self)
         self.admin.load()
         # Runtime parameters (shovels, federation upstreams): their components come
@@ -76,6 +79,9 @@ class Broker:
         # leveret.workers.mesh.Mesh (index, count, owner_of, call, send). Set by the
         # launcher; None for a broker that is one process.
         self.mesh: Any = None
+        # With a mesh: its leveret.workers.metadata.Metadata, through which every
+        # metadata change reaches every worker in one order. Set by the launcher.
+        self.meta: Any = None
 
     @property
     def cluster_name(self) -> str:

@@ -399,7 +399,10 @@ def import_definitions(
     for kind in ("exchanges", "queues", "bindings"):
         for i, item in enumerate(doc.get(kind, [])):
             try:
-                _declare(admin.vhost(vh(item)), kind, item, user)
+                if broker.meta is not None:  # one of several workers: through the writer
+                    broker.meta.import_item(admin.vhost(vh(item)), kind, item, user)
+                else:
+                    _declare(admin.vhost(vh(item)), kind, item, user)
             except ModelError as exc:
                 raise InvalidValue(f"{kind}[{i}]: {exc}") from None
     for section in TOP_LEVEL:

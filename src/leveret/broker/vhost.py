@@ -34,7 +34,8 @@ from leveret.broker.queue_args import (
     parse_queue_arguments,
     same_value,
 )
-from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, new_queue
+from leveret.broker.queues import QUEUE_CLASSES, Queue, QueueEntry, check_new_queue, new_queue
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import MessageStats, NodeCounters
 
 STANDARD_EXCHANGES = (
@@ -75,6 +76,18 @@ def _default_type(queue: Queue, key: str, got: Any, current: Any) -> bool:
     if key != "x-queue-type" or queue.queue_type != "classic":
         return False
     return (got is None or got == "classic") and (current is None or current == "classic")
+
+
+def stored_remote(queue: Any) -> bool:
+    """A queue another worker owns whose definition this worker keeps on disk too
+    (durable, not exclusive, not server-named: what its owner stores), so that every
+    worker's store holds the whole topology with each queue's owner."""
+    return (
+        type(queue) is RemoteQueue
+        and queue.durable
+        and queue.exclusive_owner is None
+        and not queue.name.startswith("amq.gen-")
+    )
 
 
 def _flag(value: bool) -> str:
@@ -128,6 +141,9 @@ class VirtualHost:
         # How many of its queues store transient messages too (quorum queues): while
         # none does, a transient publish asks nothing more (server/publishing.py).
         self.persisting = 0
+        # When the broker is one worker of several: the data path to queues other
+        # workers own (broker.queues.remote.Crossing); None for a one-process broker.
+        self.crossing: Any = None
         self.default_exchange = Exchange(name, "", "direct", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type in STANDARD_EXCHANGES:
@@ -275,11 +291,14 @@ class VirtualHost:
         connection: Any = None,
         server_named: bool = False,
         default_type: bool = False,
+        worker: int | None = None,
     ) -> Queue:
         """Declare a queue; `server_named` marks a name this broker generated (amq.gen-*);
         `default_type`: a client's queue.declare (AMQP or the management API), which gets
         the vhost's default queue type as RabbitMQ's channel gives it (a definitions
-        import or a restart declares what was stored, as it is).
+        import or a restart declares what was stored, as it is). `worker`: in a broker
+        of several workers, the one that owns a new queue when it is not this one (a
+        RemoteQueue stands for it here); None: this worker.
 
         In RabbitMQ's order: the vhost's default queue type, the server-named check, then
         an existing queue is compared (its type's arguments only, not validated again),
@@ -309,7 +328,9 @@ class VirtualHost:
                 ("durable", _flag(durable), _flag(existing.durable)),
                 ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
             )
-            for key in getattr(existing, "equivalence_args", EQUIVALENCE_ARGS):
+            # (a queue another worker owns compares as its type does)
+            kind = QUEUE_CLASSES.get(existing.queue_type) if type(existing) is RemoteQueue else None
+            for key in getattr(kind or existing, "equivalence_args", EQUIVALENCE_ARGS):
                 got_arg, cur_arg = arguments.get(key), existing.arguments.get(key)
                 if not same_value(got_arg, cur_arg) and not _default_type(
                     existing, key, got_arg, cur_arg
@@ -339,9 +360,12 @@ class VirtualHost:
         if self.policies or self.operator_policies:
             merged = self.effective_arguments(name, arguments)
             options = parse_queue_arguments(merged, f"queue '{name}' in vhost '{self.name}'")
-        queue = new_queue(
-            self, name, durable, connection if exclusive else None, auto_delete, arguments, options
-        )
+        owner = connection if exclusive else None
+        if worker is None:
+            queue = new_queue(self, name, durable, owner, auto_delete, arguments, options)
+        else:
+            check_new_queue(self, name, durable, owner, auto_delete, arguments)
+            queue = RemoteQueue(self, name, worker, durable, owner, auto_delete, arguments, options)
         if merged is not arguments:
             queue.apply_policy(merged, options)
         self.queues[name] = queue
@@ -350,7 +374,7 @@ class VirtualHost:
         self.churn[1] += 1
         queue.touch()
         # Every queue is bound to the default exchange by its name (implicitly).
-        if queue.stores_messages:
+        if queue.stores_messages or (worker is not None and stored_remote(queue)):
             self.hooks.queue_declared(queue)
         if self.watchers:
             self._tell("queue", queue)
@@ -472,6 +496,8 @@ class VirtualHost:
         """Remove a queue, cancel its consumers, and return how many messages it held."""
         if queue.deleted:
             return 0
+        if type(queue) is RemoteQueue:
+            return self._delete_remote(queue)
         queue.deleted = True
         if queue.persists_all:
             self.persisting -= 1
@@ -492,6 +518,22 @@ class VirtualHost:
         if self.watchers:
             self._tell("queue-deleted", queue)
         return count
+
+    def _delete_remote(self, queue: RemoteQueue) -> int:
+        """Remove the stand-in of a queue another worker owns (its messages are the
+        owner's; the owner deletes them as it applies the same change)."""
+        queue.deleted = True
+        self.queues.pop(queue.name, None)  # (counted deleted by its owner: `churn`)
+        for binding in list(queue.bindings):
+            self._drop_binding(binding, cascade=True)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            consumer.channel.on_consumer_cancelled_by_broker(consumer)
+        if stored_remote(queue):
+            self.hooks.queue_deleted(queue, [])
+        if self.watchers:
+            self._tell("queue-deleted", queue)
+        return 0
 
     def purge_queue(self, queue: Queue) -> int:
         # Counted first: a paged tail's messages are freed without an entry each.
@@ -578,7 +620,11 @@ class VirtualHost:
         """Stored only when both ends survive a restart."""
         dest = binding.destination
         if type(dest) is not Exchange:
-            return binding.source.durable and dest.stores_messages and bool(binding.source.name)
+            return (
+                binding.source.durable
+                and (dest.stores_messages or stored_remote(dest))
+                and bool(binding.source.name)
+            )
         return binding.source.durable and dest.durable
 
     def _drop_binding(self, binding: Binding, cascade: bool) -> None:

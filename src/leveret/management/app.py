@@ -136,7 +136,13 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     try:
         if replica.TAP is not None and request.method != "GET":
             return await _replicated(handler, request)
-        return _with_columns(request, await handler(request))
+        response = _with_columns(request, await handler(request))
+        meta = server.broker.meta
+        if meta is not None and request.method != "GET":
+            # A broker of several workers: answer once every worker has the change
+            # (an admin change on the metadata writer is sent on as it is made).
+            await meta.settled()
+        return response
     except Denied as exc:
         return error(401, "not_authorised", exc.reason)  # RabbitMQ's spelling here
     except NotFound:

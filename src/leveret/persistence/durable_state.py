@@ -25,6 +25,7 @@ from leveret.broker.exchange import Binding, Exchange
 from leveret.broker.message import Message
 from leveret.broker.queue_args import parse_expiration
 from leveret.broker.queues.base import Queue, QueueEntry
+from leveret.broker.queues.remote import RemoteQueue
 from leveret.persistence.delayed_messages import StoredDelays
 from leveret.protocol.properties import FLAG_EXPIRATION, parse_header
 from leveret.store import replica
@@ -214,13 +215,20 @@ class DurableState(DurabilityHooks):
 
     def queue_declared(self, queue: Queue) -> None:
         if not self._restoring:
+            # A queue another worker owns is kept with its owner (RemoteQueue.worker).
+            worker = getattr(queue, "worker", None) if type(queue) is RemoteQueue else None
             self.definitions.save_queue(
-                queue.vhost.name, queue.name, queue.durable, queue.auto_delete, queue.arguments
+                queue.vhost.name,
+                queue.name,
+                queue.durable,
+                queue.auto_delete,
+                queue.arguments,
+                worker,
             )
 
     def queue_deleted(self, queue: Queue, entries: list[QueueEntry]) -> None:
         self._forget_bodies(entries)
-        if queue.stores_messages:
+        if queue.stores_messages or type(queue) is RemoteQueue:
             self.definitions.delete_queue(queue.vhost.name, queue.name)
         for key in self.messages.queue_keys(queue.vhost.name, queue.name):
             self.messages.delete_queue(key)
@@ -498,10 +506,16 @@ class DurableState(DurabilityHooks):
                 vhost.declare_exchange(
                     ex.name, ex.type, False, ex.durable, ex.auto_delete, ex.internal, ex.arguments
                 )
+            # In a broker of several workers (broker.mesh), a queue another worker owns
+            # comes back as its stand-in; a queue stored without an owner is this one's.
+            index = broker.mesh.index if broker.mesh is not None else None
             for q in defs.queues:
                 vhost = broker.vhosts.get(q.vhost)
                 if vhost is not None:
-                    vhost.declare_queue(q.name, False, q.durable, False, q.auto_delete, q.arguments)
+                    worker = q.worker if index is not None and q.worker != index else None
+                    vhost.declare_queue(
+                        q.name, False, q.durable, False, q.auto_delete, q.arguments, worker=worker
+                    )
             for b in defs.bindings:
                 vhost = broker.vhosts.get(b.vhost)
                 if vhost is None:

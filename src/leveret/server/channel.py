@@ -70,6 +70,36 @@ log = logging.getLogger("leveret.channel")
 LARGE_BODY = 1024
 
 
+def check_consume(
+    queue: Queue,
+    exclusive: bool,
+    arguments: dict[str, Any],
+    prefetch: int,
+    global_prefetch: int,
+    no_ack: bool,
+) -> tuple[bool, Any]:
+    """What basic.consume checks of a queue, in RabbitMQ's order (the queue's owner
+    runs them for a consumer of another worker too): whether the consumer holds the
+    queue exclusively, and its x-priority."""
+    exclusive = exclusive and queue.exclusive_consumers
+    # A single-active-consumer queue already gives one consumer the queue: RabbitMQ
+    # refuses an exclusive consumer on it as on a queue in exclusive use.
+    sac = exclusive and getattr(getattr(queue, "options", None), "single_active_consumer", False)
+    if queue.exclusive_consumers and (
+        sac or any(c.exclusive for c in queue.consumers) or (exclusive and queue.consumers)
+    ):
+        raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
+    priority = arguments.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ChannelError(
+            PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for {queue.describe()}: "
+            f'"expected integer, got {amqp_type_name(priority)}"',
+        )
+    queue.check_consume(prefetch, global_prefetch, no_ack, arguments)
+    return exclusive, priority
+
+
 class Channel(PublishMethods):
     def __init__(self, conn: AMQPConnection, number: int) -> None:
         self.conn = conn
@@ -196,6 +226,8 @@ class Channel(PublishMethods):
     def update_deliverable(self) -> None:
         was = self.deliverable
         self.deliverable = self.flow_active and self.conn.writable and not self.closing
+        if self.deliverable != was and self.vhost.crossing is not None:
+            self.vhost.crossing.deliverable_changed(self)  # its consumers on other workers
         if self.deliverable and not was:
             self._redispatch({c.queue for c in self.consumers.values()})
 
@@ -322,25 +354,13 @@ class Channel(PublishMethods):
             self._consume_direct_reply(m, tag)
             return
         queue = self.queue_by_name(m.queue)
-        exclusive = m.exclusive and queue.exclusive_consumers
-        # A single-active-consumer queue already gives one consumer the queue: RabbitMQ
-        # refuses an exclusive consumer on it as on a queue in exclusive use.
-        sac = exclusive and getattr(
-            getattr(queue, "options", None), "single_active_consumer", False
-        )
-        if queue.exclusive_consumers and (
-            sac or any(c.exclusive for c in queue.consumers) or (exclusive and queue.consumers)
-        ):
-            raise ChannelError(ACCESS_REFUSED, f"{queue.describe()} in exclusive use")
+        if queue.remote:  # another worker owns it: it checks and registers the consumer
+            self.vhost.crossing.consume(self, m, tag, queue)
+            return
         arguments = dict(m.arguments or {})
-        priority = arguments.get("x-priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ChannelError(
-                PRECONDITION_FAILED,
-                f"invalid arg 'x-priority' for {queue.describe()}: "
-                f'"expected integer, got {amqp_type_name(priority)}"',
-            )
-        queue.check_consume(self.prefetch_count, self.global_prefetch, m.no_ack, arguments)
+        exclusive, priority = check_consume(
+            queue, m.exclusive, arguments, self.prefetch_count, self.global_prefetch, m.no_ack
+        )
         consumer = Consumer(
             tag, self, queue, m.no_ack, exclusive, self.prefetch_count, priority, arguments
         )
@@ -371,6 +391,11 @@ class Channel(PublishMethods):
     def on_basic_cancel(self, m: cmd.Basic.Cancel) -> None:
         if m.consumer_tag == self.reply_consumer_tag:
             self._stop_direct_reply()
+        consumer = self.consumers.get(m.consumer_tag)
+        if consumer is not None and consumer.queue.remote:
+            # Deliveries the owner sent before it dropped the consumer come first.
+            self.vhost.crossing.cancel(self, m, consumer)
+            return
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             queue = consumer.queue
@@ -390,7 +415,16 @@ class Channel(PublishMethods):
 
     def on_basic_get(self, m: cmd.Basic.Get) -> None:
         queue = self.queue_by_name(m.queue)
-        entry = queue.get()
+        if queue.remote:  # the owner answers
+            self.vhost.crossing.basic_get(self, m, queue)
+            return
+        self.answer_get(queue, queue.get(), m.no_ack)
+
+    def answer_get(
+        self, queue: Queue, entry: QueueEntry | None, no_ack: bool, count: int = -1
+    ) -> None:
+        """basic.get-ok for `entry` taken from `queue` (get-empty for None); `count`:
+        the messages left, when the queue's owner counted them."""
         if entry is None:
             self.stats.get_empty += 1
             queue.stats.get_empty += 1
@@ -402,7 +436,7 @@ class Channel(PublishMethods):
         if entry.redelivered:
             stats.redeliver += 1
             qstats.redeliver += 1
-        if m.no_ack:
+        if no_ack:
             stats.get_no_ack += 1
             qstats.get_no_ack += 1
             queue.vhost.on_message_removed(queue, entry)
@@ -426,7 +460,7 @@ class Channel(PublishMethods):
                 entry.redelivered,
                 message.exchange,
                 message.routing_key,
-                queue.message_count,
+                queue.message_count if count < 0 else count,
             ),
             self.number,
         )

@@ -39,6 +39,7 @@ from leveret.protocol.constants import (
     CLASS_QUEUE,
     COMMAND_INVALID,
     CONNECTION_FORCED,
+    INTERNAL_ERROR,
     NOT_ALLOWED,
 )
 from leveret.protocol.errors import AMQPError, ChannelError, ConnectionError_
@@ -177,6 +178,14 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         # the suspended rest of its batch (see _until_recovered).
         self._gated = server.recovering
         self._held: tuple[pc.Event, Iterator[pc.Event]] | None = None
+        # In a broker of several workers (leveret.workers.metadata): the writer of
+        # metadata changes, and whether one this connection made is in flight. Its
+        # events are always checked then (_gated), and those after a change in flight
+        # are held as during recovery, so a declare-ok precedes what follows it.
+        self.meta = server.broker.meta
+        self._meta_busy = False
+        if self.meta is not None:
+            self._gated = True
         # A broker of workers (workers/affinity.py): until the first method that names
         # a queue decides where this connection belongs, the read gate checks events.
         self._affinity = server.handoffs
@@ -245,6 +254,10 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
 
     def _until_recovered(self, events: Iterator[pc.Event]) -> Iterator[pc.Event]:
         for event in events:
+            if self._meta_busy:  # a metadata change of ours is in flight
+                self._held = (event, events)
+                self.publisher_pause.start_recovery()
+                return
             if self._affinity is not None:
                 outcome = self._affinity_decide(event, events)
                 if outcome is not None:  # `events` was closed
@@ -257,7 +270,7 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 self.server.held.append(self)  # replayed in the order they came
                 return
             yield event
-        if not self.server.recovering and self._affinity is None:
+        if not self.server.recovering and self.meta is None and self._affinity is None:
             self._gated = False
 
     # --- affinity: moving to the worker that owns the queues (workers/affinity.py) ----
@@ -381,12 +394,64 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
 
     def recovery_done(self) -> None:
         """The server finished recovery: run what was held, then read again."""
-        self._gated = False
+        self._gated = self.meta is not None
         held, self._held = self._held, None
+        if self.meta is not None:  # what runs now may hold again (a metadata change)
+            self.publisher_pause.end_recovery()
+            if held is not None and self.state != "closed":
+                self._received(self._until_recovered(_replay(*held)))
+            return
         if held is not None and self.state != "closed":
             event, rest = held
             self._process(_replay(event, rest))
         self.publisher_pause.end_recovery()
+
+    def hold_for(
+        self,
+        change: asyncio.Future[Any],
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+    ) -> None:
+        """A metadata change made on channel `ch` by method `index` is in flight (in a
+        broker of several workers): hold this connection's later events until it is
+        done, then `answer(result)` (declare-ok...) or close the channel with its error,
+        and run what was held."""
+        self._meta_busy = True
+        change.add_done_callback(partial(self._change_done, ch, index, answer))
+
+    def _change_done(
+        self,
+        ch: Channel,
+        index: int,
+        answer: Callable[[Any], None],
+        change: asyncio.Future[Any],
+    ) -> None:
+        self._meta_busy = False
+        if self.state == "closed":
+            self._held = None
+            return
+        try:
+            try:
+                if not ch.closing:
+                    answer(change.result())
+            except (AMQPError, ModelError) as exc:
+                self._channel_exception(ch, exc, index)
+        except AMQPError as exc:
+            self.close_with_error(exc)
+        except ModelError as exc:
+            self.close_with_error(amqp_error(exc))
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with_error(
+                ConnectionError_(INTERNAL_ERROR, "internal error; see the broker log")
+            )
+        held, self._held = self._held, None
+        if held is not None and self.state not in ("closed", "closing"):
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+        elif self._out:
+            self._flush()
 
     def _event(self, event: pc.Event) -> None:
         """Every event but the hot two: methods, channel lifecycle, handshake, closing."""
@@ -459,6 +524,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         the connection from another worker (`import_state`). Whatever every channel
         of this broker needs from its start is set up here, for both."""
         self.channels[number] = channel = Channel(self, number)
+        if self.meta is not None:  # its metadata methods go through the writer
+            self.meta.channel_opened(channel)
         return channel
 
     def _channel_exception(self, ch: Channel, exc: AMQPError | ModelError, index: int) -> None:

@@ -132,6 +132,9 @@ class ModelMethods:
 
     def on_queue_purge(self, m: cmd.Queue.Purge) -> None:
         queue = self.queue_by_name(m.queue)
+        if queue.remote:  # the owner purges and counts
+            self.vhost.crossing.purge(self, m, queue)
+            return
         count = self.vhost.purge_queue(queue)
         if not m.nowait:
             self.send_method(cmd.Queue.PurgeOk(count))

@@ -212,7 +212,8 @@ class PublishMethods(ModelMethods):
             if (
                 barrier is None
                 and (message.persistent or (self.vhost.persisting and _stores_transient(queues)))
-                and self.vhost.hooks.active
+                # (crossing: a worker's queues on other workers confirm when they have it)
+                and (self.vhost.hooks.active or self.vhost.crossing is not None)
             ):
                 if seq:
                     # The confirm waits for the fsync of every durable queue's copy.
@@ -429,8 +430,9 @@ class PublishMethods(ModelMethods):
 
 
 def _stores_transient(queues: list) -> bool:
-    """Whether a queue keeps transient messages on disk too (a quorum queue): then the
-    confirm of a transient message also waits for the fsync. Asked of transient
+    """Whether a queue keeps transient messages on disk too (a quorum queue), or on
+    another worker (a RemoteQueue): then the confirm of a transient message also
+    waits for the fsync, or for the owner. Asked of transient
     messages only, and only in a vhost that has such queues (vhost.persisting)."""
     for queue in queues:
         # (getattr: a delayed exchange's DelayedMessages stands in the list as a queue)

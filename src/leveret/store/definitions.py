@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS exchanges (
 CREATE TABLE IF NOT EXISTS queues (
     vhost TEXT NOT NULL, name TEXT NOT NULL,
     durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL,
-    arguments BLOB NOT NULL, PRIMARY KEY (vhost, name));
+    arguments BLOB NOT NULL, worker INTEGER, PRIMARY KEY (vhost, name));
 CREATE TABLE IF NOT EXISTS bindings (
     vhost TEXT NOT NULL, source TEXT NOT NULL, destination TEXT NOT NULL,
     destination_kind TEXT NOT NULL CHECK (destination_kind IN ('queue', 'exchange')),
@@ -79,6 +79,9 @@ class QueueDef:
     auto_delete: bool = False
     arguments: dict[str, Any] = field(default_factory=dict)
     arguments_raw: bytes = EMPTY_TABLE
+    #: in a broker of several workers, the worker that owns the queue when it is not
+    #: the one whose store this is (None: this one)
+    worker: int | None = None
 
 
 @dataclass
@@ -135,6 +138,11 @@ class DefinitionStore:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
+            # A store made before queues had an owning worker gets the column (NULL:
+            # this worker's own, which every queue of a one-process broker is).
+            columns = {row[1] for row in db.execute("PRAGMA table_info(queues)")}
+            if "worker" not in columns:
+                db.execute("ALTER TABLE queues ADD COLUMN worker INTEGER")
             db.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('format_version', ?)",
                 (str(DEFINITIONS_FORMAT_VERSION),),
@@ -180,11 +188,14 @@ class DefinitionStore:
         durable: bool = True,
         auto_delete: bool = False,
         arguments: Arguments = None,
+        worker: int | None = None,
     ) -> None:
+        """`worker`: the worker that owns it, when another worker of the broker does."""
         with self._tx():
             self._db.execute(
-                "INSERT OR REPLACE INTO queues VALUES (?, ?, ?, ?, ?)",
-                (vhost, name, durable, auto_delete, encode_arguments(arguments)),
+                "INSERT OR REPLACE INTO queues (vhost, name, durable, auto_delete, arguments, "
+                "worker) VALUES (?, ?, ?, ?, ?, ?)",
+                (vhost, name, durable, auto_delete, encode_arguments(arguments), worker),
             )
 
     def delete_queue(self, vhost: str, name: str) -> None:
@@ -269,8 +280,8 @@ class DefinitionStore:
                     bytes(args),
                 )
             )
-        for vhost, name, durable, auto_delete, args in db.execute(
-            "SELECT vhost, name, durable, auto_delete, arguments FROM queues ORDER BY rowid"
+        for vhost, name, durable, auto_delete, args, worker in db.execute(
+            "SELECT vhost, name, durable, auto_delete, arguments, worker FROM queues ORDER BY rowid"
         ):
             defs.queues.append(
                 QueueDef(
@@ -280,6 +291,7 @@ class DefinitionStore:
                     bool(auto_delete),
                     decode_arguments(args),
                     bytes(args),
+                    worker,
                 )
             )
         for vhost, source, dest, kind, rk, args in db.execute(

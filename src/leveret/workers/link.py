@@ -287,17 +287,102 @@ def _short(text: str, what: str) -> bytes:
     return data
 
 
+_HEAD_SEQ = struct.Struct(">IBQ")  # a PUBLISH record's header and sequence number
+#: the encoded vhost and queue names of PUBLISH records, by (vhost, *queues)
+_NAMES: dict[tuple[str, ...], bytes] = {}
+
+
+def _names(key: tuple[str, ...]) -> bytes:
+    v = _short(key[0], "vhost name")
+    names = [_short(q, "queue name") for q in key[1:]]
+    data = b"".join(
+        [_U8.pack(len(v)), v, _U16.pack(len(names))] + [_U8.pack(len(n)) + n for n in names]
+    )
+    if len(_NAMES) > 4096:
+        _NAMES.clear()  # many names once: keep the cache small, not complete
+    _NAMES[key] = data
+    return data
+
+
+#: decoded (vhost, queues) of PUBLISH records, by their encoded names
+_DECODED: dict[bytes, tuple[str, tuple[str, ...], int]] = {}
+
+
 class LinkWriter:
     """Records queued as byte chunks until `data_to_send` joins them into one write.
 
-    `pending` is the bytes queued, for the owner's back-pressure accounting."""
+    `pending` is the bytes queued, for the owner's back-pressure accounting.
+
+    The last record queued may be left *open* (`publish_open`, `settle_open`): it
+    stays an object, and the next call that would queue the same kind of record
+    (the same message to another queue of the peer; another ack of the same
+    consumer) adds to it instead (`publish_more`, `settle_more`). Anything else
+    queued, or taking the bytes, closes it first, so records keep their order: a
+    fan-out to three of the peer's queues is one PUBLISH, and the acks of a loop
+    turn are runs in one ACK record, without a later record overtaking them."""
 
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
         self.pending = 0
         self.records = 0
+        # The open record: [token, seq, vhost, queues, message] for a PUBLISH,
+        # [kind, ref, flags, runs] for a settlement; None when there is none.
+        self._open_publish: list | None = None
+        self._open_settle: list | None = None
+
+    # --- open records -------------------------------------------------------------
+
+    def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
+        """Queue a PUBLISH of `message` (whose identity is `token`) that
+        `publish_more` may add queues to while it is the last record."""
+        self.close_open()
+        self._open_publish = [token, seq, vhost, [queue], message]
+        self.pending += len(message)
+
+    def publish_more(self, token: object, vhost: str, queue: str) -> bool:
+        """Add `queue` to the open PUBLISH if it is `token`'s in `vhost`; False if
+        there is no such record (the caller then opens one)."""
+        o = self._open_publish
+        if o is None or o[0] is not token or o[2] != vhost:
+            return False
+        o[3].append(queue)
+        return True
+
+    def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
+        """Settle `ident` (of `kind` for `ref`): into the open settlement when it is
+        the same kind, ref and flags, else in a new open one."""
+        o = self._open_settle
+        if o is not None and o[0] == kind and o[1] == ref and o[2] == flags:
+            runs = o[3]
+            last = len(runs) - 1  # (no negative index: the module may be compiled)
+            first, count = runs[last]
+            if ident == first + count:
+                runs[last] = (first, count + 1)
+            else:
+                runs.append((ident, 1))
+            return
+        self.close_open()
+        self._open_settle = [kind, ref, flags, [(ident, 1)]]
+        self.pending += 32
+
+    def close_open(self) -> None:
+        """Queue the open record as bytes (nothing can be added to it any more)."""
+        o = self._open_publish
+        if o is not None:
+            self._open_publish = None
+            self.pending -= len(o[4])
+            self.publish(o[1], o[2], o[3], o[4])
+        o = self._open_settle
+        if o is not None:
+            self._open_settle = None
+            self.pending -= 32
+            self._add_settle(o[0], o[1], o[2], o[3])
+
+    # --- records ------------------------------------------------------------------
 
     def _add(self, kind: int, *parts: bytes) -> None:
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
         size = sum(len(p) for p in parts)
         if size > MAX_PAYLOAD:
             raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
@@ -307,26 +392,34 @@ class LinkWriter:
         self.records += 1
 
     def publish(self, seq: int, vhost: str, queues: Sequence[str], message: bytes) -> None:
-        """Queue a PUBLISH record (the hot path: no record object is made)."""
-        names = [_short(q, "queue name") for q in queues]
-        v = _short(vhost, "vhost name")
-        head = b"".join(
-            [_PUB.pack(seq, len(v)), v, _U16.pack(len(names))]
-            + [_U8.pack(len(n)) + n for n in names]
-        )
-        self._add(PUBLISH, head, message)
+        """Queue a PUBLISH record (the hot path: no record object is made; the
+        vhost and queue names are encoded once per set of names)."""
+        key = (vhost, *queues)
+        names = _NAMES.get(key)
+        if names is None:
+            names = _names(key)
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
+        size = 8 + len(names) + len(message)
+        if size > MAX_PAYLOAD:
+            raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+        self._chunks += (_HEAD_SEQ.pack(size, PUBLISH, seq), names, message)
+        self.pending += HEADER.size + size
+        self.records += 1
 
     def settle(self, kind: int, ref: int, runs: Sequence[tuple[int, int]], flags: int = 0) -> None:
         self.add(Settle(kind, ref, runs, flags))
+
+    def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
+        """Queue a DELIVER record (the hot path: no record object is made)."""
+        self._add(DELIVER, _DELIVER.pack(ref, delivery, flags), message)
 
     def add(self, record: Record) -> None:
         """Queue any record."""
         if isinstance(record, Publish):
             self.publish(record.seq, record.vhost, record.queues, record.message)
         elif isinstance(record, Settle):
-            body = [_SETTLE.pack(record.ref, record.flags, len(record.runs))]
-            body.extend(_RUN.pack(first, count) for first, count in record.runs)
-            self._add(record.kind, b"".join(body))
+            self._add_settle(record.kind, record.ref, record.flags, record.runs)
         elif isinstance(record, Credit):
             self._add(CREDIT, _CREDIT.pack(record.ref, record.credit))
         elif isinstance(record, Deliver):
@@ -343,8 +436,15 @@ class LinkWriter:
         else:
             raise TypeError(f"not a link record: {record!r}")
 
+    def _add_settle(self, kind: int, ref: int, flags: int, runs: Sequence[tuple[int, int]]) -> None:
+        body = [_SETTLE.pack(ref, flags, len(runs))]
+        body.extend(_RUN.pack(first, count) for first, count in runs)
+        self._add(kind, b"".join(body))
+
     def data_to_send(self) -> bytes:
         """Everything queued, as one bytes object; the writer is empty after."""
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
         if not self._chunks:
             return b""
         data = b"".join(self._chunks)
@@ -356,20 +456,29 @@ class LinkWriter:
 def _decode(kind: int, p: memoryview) -> Record:
     try:
         if kind == PUBLISH:
-            seq, vlen = _PUB.unpack_from(p, 0)
-            pos = _PUB.size
-            vhost = str(p[pos : pos + vlen], "utf-8")
-            pos += vlen
-            (n,) = _U16.unpack_from(p, pos)
-            pos += 2
-            queues = []
+            (seq,) = _SEQ.unpack_from(p, 0)
+            vlen = p[8]
+            (n,) = _U16.unpack_from(p, 9 + vlen)
+            pos = 11 + vlen
+            end = pos
             for _ in range(n):
-                qlen = p[pos]
-                queues.append(str(p[pos + 1 : pos + 1 + qlen], "utf-8"))
-                pos += 1 + qlen
-            if pos > len(p):
-                raise LinkError("publish record shorter than its queue names")
-            return Publish(seq, vhost, queues, bytes(p[pos:]))
+                end += 1 + p[end]
+            raw = bytes(p[8:end])
+            known = _DECODED.get(raw)
+            if known is None:
+                vhost = str(p[9 : 9 + vlen], "utf-8")
+                queues = []
+                for _ in range(n):
+                    qlen = p[pos]
+                    queues.append(str(p[pos + 1 : pos + 1 + qlen], "utf-8"))
+                    pos += 1 + qlen
+                if pos > len(p):
+                    raise LinkError("publish record shorter than its queue names")
+                if len(_DECODED) > 4096:
+                    _DECODED.clear()
+                known = _DECODED[raw] = (vhost, tuple(queues), pos)
+            vhost, names, pos = known
+            return Publish(seq, vhost, names, bytes(p[pos:]))
         if kind in (CONFIRM, NACK, ACK, REJECT):
             ref, flags, nruns = _SETTLE.unpack_from(p, 0)
             if len(p) != _SETTLE.size + nruns * _RUN.size:
@@ -542,6 +651,27 @@ class Link(asyncio.Protocol):
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish(seq, vhost, queues, message)
+        self._schedule()
+
+    def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
+        """Queue a DELIVER without making a `Deliver` object."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.deliver(ref, delivery, flags, message)
+        self._schedule()
+
+    def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
+        """Queue a PUBLISH that `writer.publish_more` may still add queues to."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.publish_open(token, seq, vhost, queue, message)
+        self._schedule()
+
+    def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
+        """Settle one id; the ids of a loop turn join into runs of one record."""
+        if self.closed:
+            raise ConnectionResetError("worker link closed")
+        self.writer.settle_open(kind, ref, ident, flags)
         self._schedule()
 
     def _schedule(self) -> None:

@@ -45,6 +45,20 @@ def new_queue(
     options: QueueOptions,
 ) -> Queue:
     """A queue of the type `arguments` ask for (validated by parse_queue_arguments)."""
+    cls = check_new_queue(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+    return cls(vhost, name, durable, exclusive_owner, auto_delete, arguments, options)
+
+
+def check_new_queue(
+    vhost: VirtualHost,
+    name: str,
+    durable: bool,
+    exclusive_owner: Any,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+) -> type[Queue]:
+    """The class of a new queue, once its type accepts the declaration (also what
+    checks a queue another worker of the broker is to own)."""
     cls = QUEUE_CLASSES[arguments.get("x-queue-type", "classic")]
     if name.startswith("amq.") and not getattr(cls, "server_named_ok", True):
         # amq.* names reach here only as names this broker generated (amq.gen-*)
@@ -58,4 +72,4 @@ def new_queue(
         auto_delete,
         arguments,
     )
-    return cls(vhost, name, durable, exclusive_owner, auto_delete, arguments, options)
+    return cls

@@ -70,6 +70,9 @@ class Queue:
     persistent_bytes = 0
     # The store keeps every message of the queue, transient ones too (quorum queues).
     persists_all = False
+    # A placeholder for a queue another worker owns (broker.queues.remote): the
+    # channel calls the owner for what a local queue answers at once.
+    remote = False
     # Whether basic.consume's `exclusive` flag holds (RabbitMQ's quorum queues ignore it).
     exclusive_consumers = True
     # Policy keys whose value replaces the queue's own argument (policies.py).

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote_plus
@@ -268,6 +269,22 @@ def _direct(fn: Any, *args: Any) -> Any:
         raise Denied("Access refused.") from None
 
 
+async def _change(request: web.Request, op: tuple[Any, ...]) -> bool:
+    """In a broker of several workers, make change `op` through the metadata writer
+    (leveret.workers.metadata), answering once every worker has it; False in a broker
+    of one process, where the handler changes the model itself."""
+    meta = _broker(request).meta
+    if meta is None:
+        return False
+    try:
+        done = meta.submit(op)
+        if isinstance(done, Awaitable):
+            await done
+    except (AccessRefused, Denied):
+        raise Denied("Access refused.") from None
+    return True
+
+
 def _missing_vhost_for_put(request: web.Request) -> web.Response | None:
     """PUT into a vhost that does not exist: RabbitMQ's 404 body differs from GET's."""
     if request.match_info["vhost"] not in _broker(request).vhosts:
@@ -296,11 +313,17 @@ async def delete_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", queue.name)
     described = f"queue '{queue.name}' in vhost '{vhost.name}'"
-    if request.query.get("if-empty") == "true" and queue.message_count:
+    meta = _broker(request).meta
+    if meta is not None:  # the counts are the owner's
+        messages, consumers = await meta.counts(queue)
+    else:
+        messages, consumers = queue.message_count, queue.consumer_count
+    if request.query.get("if-empty") == "true" and messages:
         raise InvalidValue(f"{described} not empty")
-    if request.query.get("if-unused") == "true" and queue.consumer_count:
+    if request.query.get("if-unused") == "true" and consumers:
         raise InvalidValue(f"{described} in use")
-    vhost.delete_queue(queue)
+    if not await _change(request, ("queue.delete", vhost.name, queue.name, None, None)):
+        vhost.delete_queue(queue)
     return _ok()
 
 
@@ -339,6 +362,12 @@ async def put_queue(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", name)
     existed = name in vhost.queues
+    meta = _broker(request).meta
+    if meta is not None:
+        await _change(
+            request, meta.queue_declare_op(vhost.name, name, durable, auto_delete, arguments)
+        )
+        return _ok(204 if existed else 201)
     # A declaration through the API is a client's: the vhost's default type applies.
     declare = partial(vhost.declare_queue, default_type=True)
     _direct(declare, name, False, durable, False, auto_delete, arguments)
@@ -394,6 +423,19 @@ async def put_exchange(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
+    op = (
+        "exchange.declare",
+        vhost.name,
+        name,
+        kind,
+        durable,
+        auto_delete,
+        internal,
+        arguments,
+        request["user"].name,
+    )
+    if await _change(request, op):
+        return _ok(204 if existed else 201)
     _direct(
         vhost.declare_exchange,
         name,
@@ -416,7 +458,9 @@ async def delete_exchange(request: web.Request) -> web.Response:
     guard = _permission_guard(request, vhost)
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "exchange", name)
-    _direct(vhost.delete_exchange, name, request.query.get("if-unused") == "true")
+    if_unused = request.query.get("if-unused") == "true"
+    if not await _change(request, ("exchange.delete", vhost.name, name, if_unused)):
+        _direct(vhost.delete_exchange, name, if_unused)
     return _ok()
 
 
@@ -582,7 +626,10 @@ async def post_binding(request: web.Request) -> web.Response:
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
         _direct(_access_check, guard.require, "write", kind, dest.name)
         _direct(_access_check, guard._check_source, source.name, key)
-    _direct(vhost.bind, source, dest, key, arguments)
+    to_queue = request.match_info["kind"] == "q"
+    op = ("bind", vhost.name, source.name, dest.name, to_queue, key, arguments, None)
+    if not await _change(request, op):
+        _direct(vhost.bind, source, dest, key, arguments)
     response = _ok(201)
     # The properties key URL-encoded once more, as RabbitMQ's Location has it.
     props = quote(_properties_key(key, arguments), safe="")
@@ -626,6 +673,10 @@ async def delete_binding(request: web.Request) -> web.Response:
         kind = "queue" if request.match_info["kind"] == "q" else "exchange"
         _direct(_access_check, guard.require, "write", kind, dest.name)
         _direct(_access_check, guard._check_source, source.name, b.routing_key)
+    to_queue = request.match_info["kind"] == "q"
+    op = ("unbind", vhost.name, source.name, dest.name, to_queue, b.routing_key, b.arguments, None)
+    if await _change(request, op):
+        return _ok()
     _direct(
         vhost.unbind,
         source.name,

@@ -1,0 +1,110 @@
+"""A message as it crosses between workers: the bytes of a PUBLISH or DELIVER record.
+
+What a queue needs of a routed message is what the store keeps of it: the exchange
+and routing key (as basic.deliver carries them), the CC/BCC routing keys when the
+publish had some, the content header exactly as published (the broker's rewrites
+done) and the body. They are laid out as
+
+    u8 flags (KEYS, PERSISTENT), the exchange and routing key as basic.deliver
+    carries them, [KEYS: u16 n, n x (u16 length, key)], u32 header length, the
+    content header, then the body.
+
+so the receiving worker makes its `Message` without parsing the header: property
+flags are at a fixed place in it, and only a message with an expiration has it
+decoded (for its TTL), as at publish.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from leveret.broker.errors import PreconditionFailed
+from leveret.broker.message import Message
+from leveret.broker.queue_args import parse_expiration
+from leveret.protocol.properties import FLAG_EXPIRATION
+
+KEYS = 0x01
+PERSISTENT = 0x02
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+# The last message encoded: a fan-out to queues of several workers encodes it once.
+_last: list = [None, b""]
+
+
+def encode(message: Message, body: bytes | None = None) -> bytes:
+    """The record bytes of `message`; `body` when the message's own is paged out."""
+    if body is None:
+        if _last[0] is message:
+            return _last[1]
+        body = message.body
+        cache = True
+    else:
+        cache = False
+    header = message.header
+    keys = message.routing_keys
+    flags = PERSISTENT if message.persistent else 0
+    if keys is None:
+        data = b"".join(
+            (
+                bytes((flags,)),
+                message.exchange_and_key,
+                _U32.pack(len(header)),
+                header,
+                body or b"",
+            )
+        )
+    else:
+        parts = [bytes((flags | KEYS,)), message.exchange_and_key, _U16.pack(len(keys))]
+        for key in keys:
+            raw = key.encode()
+            parts += [_U16.pack(len(raw)), raw]
+        parts += [_U32.pack(len(header)), header, body or b""]
+        data = b"".join(parts)
+    if cache:
+        _last[0] = message
+        _last[1] = data
+    return data
+
+
+def decode(data: bytes) -> Message:
+    """The `Message` of record bytes made by `encode`."""
+    flags = data[0]
+    n = data[1]
+    m = data[2 + n]
+    p = 3 + n + m
+    exchange_and_key = data[1:p]
+    exchange = data[2 : 2 + n].decode()
+    routing_key = data[3 + n : p].decode()
+    keys = None
+    if flags & KEYS:
+        (count,) = _U16.unpack_from(data, p)
+        p += 2
+        keys = []
+        for _ in range(count):
+            (size,) = _U16.unpack_from(data, p)
+            keys.append(data[p + 2 : p + 2 + size].decode())
+            p += 2 + size
+    (hlen,) = _U32.unpack_from(data, p)
+    p += 4
+    header = data[p : p + hlen]
+    body = data[p + hlen :]
+    pflags = int.from_bytes(header[12:14], "big")
+    message = Message(
+        exchange,
+        routing_key,
+        header,
+        body,
+        pflags,
+        bool(flags & PERSISTENT),
+        exchange_and_key,
+    )
+    if keys is not None:
+        message.routing_keys = keys
+    if pflags & FLAG_EXPIRATION:
+        try:
+            message.ttl = parse_expiration(message.properties.expiration)
+        except PreconditionFailed:
+            message.ttl = None
+    return message

@@ -1,0 +1,446 @@
+"""The owner's side of messages crossing between workers: what this worker does for
+the others with the queues it owns (leveret.workers.crossing is the other side).
+
+- PUBLISH: the message goes into the record's queues as a local publish would put
+  it (one WriteBarrier for all of them, the store writing a persistent body once
+  for a durable fan-out); once they hold it (durably, for a persistent message in
+  a durable queue) the sender gets a CONFIRM for the record's number, or a NACK
+  (flag REFUSED when x-overflow=reject-publish turned it away). A queue that is
+  gone meanwhile is skipped, as a local publish routed to a queue deleted at that
+  moment would be.
+- "consume": a consumer on the queue whose channel is a `LinkedChannel`: its
+  deliveries go to the consumer's worker as DELIVER records, numbered per worker,
+  and wait there for ACK or REJECT records as a local channel's deliveries wait
+  for basic.ack. The queue's own dispatch (round-robin, priorities, single active
+  consumer, prefetch) treats it as any other consumer.
+- CREDIT: the consumer's channel stopped taking deliveries (0: channel.flow, a client
+  that does not read) or takes them again (1); the queue holds its messages meanwhile.
+- "cancel": the consumer goes; with `requeue` (its channel closed) what it had not
+  acked goes back to the queue, redelivered.
+- "get", "purge", "queue_counts": basic.get, queue.purge, and the counts that
+  queue.declare-ok and queue.delete-ok give.
+- A worker that goes away: its consumers go, and every delivery it had not acked
+  (basic.get ones too) is requeued, as when a client connection drops.
+
+Delivery ids start from the clock at each start of the worker, so an ack of a
+delivery made before a restart matches nothing after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker.consumer import Consumer
+from leveret.broker.durability import WriteBarrier
+from leveret.broker.errors import NotFound
+from leveret.server.channel import check_consume
+from leveret.workers import link as records
+from leveret.workers.crossing import REFUSED
+from leveret.workers.mesh import Mesh
+from leveret.workers.messages import decode, encode
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.queues.base import Queue, QueueEntry
+    from leveret.broker.vhost import VirtualHost
+
+log = logging.getLogger("leveret.workers")
+
+
+class LinkedChannel:
+    """The channel of a consumer whose client is on another worker
+    (broker.ports.DeliveryChannel): deliveries become DELIVER records."""
+
+    __slots__ = ("serving", "peer", "ref", "deliverable", "global_prefetch", "unacked_count")
+
+    def __init__(self, serving: Serving, peer: int, ref: int, global_prefetch: int) -> None:
+        self.serving = serving
+        self.peer = peer
+        self.ref = ref
+        self.deliverable = True
+        # basic.qos global=true of the client's channel, counted for this consumer
+        self.global_prefetch = global_prefetch
+        self.unacked_count = 0
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        self.serving.deliver(self, consumer, queue, entry)
+
+    def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue was deleted: the consumer's worker tells its client."""
+        self.serving.cancelled(self, consumer)
+
+
+class _PeerPublishers:
+    """The publishers of the worker `peer`, as a queue that paused them sees them
+    (broker.ports.Publisher): one object per worker."""
+
+    __slots__ = ("serving", "peer")
+
+    def __init__(self, serving: Serving, peer: int) -> None:
+        self.serving = serving
+        self.peer = peer
+
+    def resume_after_flow(self, queue: Any) -> None:
+        mesh = self.serving.mesh
+        if self.peer in mesh.peers:
+            mesh.call(self.peer, "behind", queue.vhost.name, queue.name, False).add_done_callback(
+                _ignore
+            )
+
+
+class _Confirm:
+    """A PUBLISH record's barrier callback: CONFIRM or NACK to its sender."""
+
+    __slots__ = ("serving", "peer", "seq", "refused")
+
+    def __init__(self, serving: Serving, peer: int, seq: int) -> None:
+        self.serving = serving
+        self.peer = peer
+        self.seq = seq
+        self.refused = False
+
+    def __call__(self, error: BaseException | None) -> None:
+        self.serving._confirm(self.peer, self.seq, error, self.refused)
+
+
+class Serving:
+    """The queues this worker owns, served to the other workers."""
+
+    def __init__(self, broker: Broker, mesh: Mesh) -> None:
+        self.broker = broker
+        self.mesh = mesh
+        self._next_delivery = time.time_ns()
+        # peer -> delivery id -> (queue, entry, consumer; None for basic.get)
+        self._out: dict[int, dict[int, tuple[Any, Any, Consumer | None]]] = {}
+        self._consumers: dict[tuple[int, int], Consumer] = {}  # (peer, ref) -> consumer
+        self._publishers: dict[int, _PeerPublishers] = {}
+        mesh.on(records.PUBLISH, self._on_publish)
+        mesh.on(records.ACK, self._on_ack)
+        mesh.on(records.REJECT, self._on_reject)
+        mesh.on(records.CREDIT, self._on_credit)
+        mesh.serve("consume", self._consume)
+        mesh.serve("cancel", self._cancel)
+        mesh.serve("get", self._get)
+        mesh.serve("purge", self._purge)
+        mesh.serve("queue_counts", self._queue_counts)
+        mesh.peer_lost.append(self._peer_lost)
+
+    # --- lookups ------------------------------------------------------------------------
+
+    def _vhost(self, name: str) -> VirtualHost:
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"no vhost '{name}'")
+        return vhost
+
+    def _queue(self, vhost: str, name: str) -> Any:
+        """The queue this worker owns; NotFound as basic.consume answers one missing."""
+        queue = self._vhost(vhost).queues.get(name)
+        if queue is None or queue.remote:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        return queue
+
+    # --- publishing -----------------------------------------------------------------------
+
+    def _on_publish(self, peer: int, record: records.Publish) -> None:
+        vhost = self.broker.vhosts.get(record.vhost)
+        queues = []
+        if vhost is not None:
+            for name in record.queues:
+                queue = vhost.queues.get(name)
+                if queue is not None and not queue.remote:
+                    queues.append(queue)
+        seq = record.seq
+        if not queues:
+            if seq:
+                self._confirm(peer, seq, None, False)  # routed to nothing left: confirmed
+            return
+        assert vhost is not None
+        message = decode(record.message)
+        if not seq or not (
+            message.persistent or (vhost.persisting and any(q.persists_all for q in queues))
+        ):
+            # As a local publish: no barrier for a transient message (it is the queue's
+            # once enqueued), so no object a message to make here either.
+            refused = False
+            for queue in queues:
+                if not queue.enqueue(message):
+                    refused = True
+                if queue.consumers_behind():
+                    self._behind(peer, queue)
+            if seq:
+                self._confirm(peer, seq, None, refused)
+            return
+        confirm = _Confirm(self, peer, seq)
+        barrier = WriteBarrier(confirm)
+        hooks = vhost.hooks
+        shared = len(queues) > 1 and hooks.share_body(message, queues, barrier)
+        try:
+            for queue in queues:
+                if not queue.enqueue(message, barrier):
+                    confirm.refused = True
+                if queue.consumers_behind():
+                    self._behind(peer, queue)
+        finally:
+            if shared:
+                hooks.share_done()
+        barrier.seal()
+
+    def _behind(self, peer: int, queue: Any) -> None:
+        """`queue`'s consumers are far behind: the worker `peer` pauses its publishers
+        into it, as a local publisher pauses (server/publisher_pause.py), until the
+        queue drains (it calls the peer's `_PeerPublishers.resume_after_flow`)."""
+        publishers = self._publishers.get(peer)
+        if publishers is None:
+            publishers = self._publishers[peer] = _PeerPublishers(self, peer)
+        if publishers in queue.throttled:
+            return
+        queue.throttle(publishers)
+        if peer in self.mesh.peers:
+            self.mesh.call(peer, "behind", queue.vhost.name, queue.name, True).add_done_callback(
+                _ignore
+            )
+
+    def _confirm(self, peer: int, seq: int, error: BaseException | None, refused: bool) -> None:
+        """CONFIRM (or NACK) the sender's publish `seq`; a loop turn's join into runs."""
+        link = self.mesh.links.get(peer)
+        if link is None or link.closed:
+            return
+        if error is not None:
+            log.error("message from worker %d not stored, nacking: %s", peer, error)
+            link.settle_open(records.NACK, 0, seq)
+        elif refused:
+            link.settle_open(records.NACK, 0, seq, REFUSED)
+        else:
+            link.settle_open(records.CONFIRM, 0, seq)
+
+    # --- deliveries -----------------------------------------------------------------------
+
+    def deliver(
+        self, channel: LinkedChannel, consumer: Consumer, queue: Queue, entry: QueueEntry
+    ) -> None:
+        self._next_delivery += 1
+        delivery = self._next_delivery
+        stats = queue.stats
+        if entry.redelivered:
+            stats.redeliver += 1
+        if consumer.no_ack:
+            stats.deliver_no_ack += 1
+            queue.removed(entry)
+        else:
+            stats.deliver += 1
+            out = self._out.get(channel.peer)
+            if out is None:
+                out = self._out[channel.peer] = {}
+            out[delivery] = (queue, entry, consumer)
+            consumer.unacked += 1
+            channel.unacked_count += 1
+        message = entry.message
+        body = None
+        if message.body is None or entry.location is not None:
+            body = queue.delivery_body(entry)  # paged out, or durable: the store's part
+        link = self.mesh.links.get(channel.peer)
+        if link is None or link.closed:
+            return  # the worker is gone: _peer_lost requeues what it had
+        link.deliver(
+            channel.ref,
+            delivery,
+            records.REDELIVERED if entry.redelivered else 0,
+            encode(message, body),
+        )
+
+    def _settled(self, peer: int, record: records.Settle) -> list[tuple[Any, Any, Any]]:
+        out = self._out.get(peer)
+        if not out:
+            return []
+        taken = []
+        for delivery in record.ids():
+            item = out.pop(delivery, None)
+            if item is None:
+                continue  # requeued already (its consumer's channel closed) or stale
+            consumer = item[2]
+            if consumer is not None:
+                consumer.unacked -= 1
+                consumer.channel.unacked_count -= 1
+            taken.append(item)
+        return taken
+
+    def _on_ack(self, peer: int, record: records.Settle) -> None:
+        touched = set()
+        for queue, entry, _consumer in self._settled(peer, record):
+            queue.stats.ack += 1
+            queue.settle(entry)
+            touched.add(queue)
+        _redispatch(touched)
+
+    def _on_reject(self, peer: int, record: records.Settle) -> None:
+        taken = self._settled(peer, record)
+        if record.flags & records.REQUEUE:
+            _requeue(taken, closing=False)
+            return
+        touched = set()
+        for queue, entry, _consumer in taken:
+            queue.reject(entry)
+            touched.add(queue)
+        _redispatch(touched)
+
+    def _on_credit(self, peer: int, record: records.Credit) -> None:
+        """The consumer's channel stopped taking deliveries (0) or takes them again."""
+        consumer = self._consumers.get((peer, record.ref))
+        if consumer is None:
+            return
+        channel: Any = consumer.channel
+        channel.deliverable = record.credit > 0
+        if channel.deliverable:
+            _dispatch(consumer.queue)
+
+    # --- consumers ------------------------------------------------------------------------
+
+    def _consume(
+        self,
+        peer: int,
+        vhost: str,
+        name: str,
+        ref: int,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        global_prefetch: int,
+        arguments: dict[str, Any],
+    ) -> bool:
+        queue = self._queue(vhost, name)
+        exclusive, priority = check_consume(
+            queue, exclusive, arguments, prefetch, global_prefetch, no_ack
+        )
+        channel = LinkedChannel(self, peer, ref, global_prefetch)
+        consumer = Consumer(tag, channel, queue, no_ack, exclusive, prefetch, priority, arguments)
+        queue.add_consumer(consumer)
+        self._consumers[(peer, ref)] = consumer
+        # After the answer: consume-ok goes to the client before any delivery.
+        asyncio.get_running_loop().call_soon(_dispatch, queue)
+        return True
+
+    def _cancel(self, peer: int, ref: int, requeue: bool) -> bool:
+        consumer = self._consumers.pop((peer, ref), None)
+        if consumer is None:
+            return False
+        queue: Any = consumer.queue
+        consumer.channel.deliverable = False  # type: ignore[misc]
+        queue.remove_consumer(consumer)
+        if requeue:
+            out = self._out.get(peer, {})
+            mine = [d for d, item in out.items() if item[2] is consumer]
+            taken = []
+            for delivery in mine:
+                item = out.pop(delivery)
+                consumer.unacked -= 1
+                taken.append(item)
+            _requeue(taken, closing=True)
+        queue.vhost.maybe_auto_delete(queue)
+        _redispatch((queue,))
+        return True
+
+    def cancelled(self, channel: LinkedChannel, consumer: Consumer) -> None:
+        """The consumer's queue was deleted here: its worker cancels it at its client."""
+        if self._consumers.pop((channel.peer, channel.ref), None) is None:
+            return
+        channel.deliverable = False
+        if channel.peer in self.mesh.peers:
+            self.mesh.call(channel.peer, "cancelled", channel.ref).add_done_callback(_ignore)
+
+    # --- basic.get, purge, counts ---------------------------------------------------------
+
+    def _get(self, peer: int, vhost: str, name: str, no_ack: bool) -> Any:
+        queue = self._queue(vhost, name)
+        entry = queue.get()
+        stats = queue.stats
+        if entry is None:
+            stats.get_empty += 1
+            return None
+        if entry.redelivered:
+            stats.redeliver += 1
+        self._next_delivery += 1
+        delivery = self._next_delivery
+        if no_ack:
+            stats.get_no_ack += 1
+            queue.vhost.on_message_removed(queue, entry)
+        else:
+            stats.get += 1
+            queue.unacked += 1
+            out = self._out.get(peer)
+            if out is None:
+                out = self._out[peer] = {}
+            out[delivery] = (queue, entry, None)
+        message = entry.message
+        body = None
+        if message.body is None or entry.location is not None:
+            body = queue.delivery_body(entry)
+        return (delivery, entry.redelivered, encode(message, body), queue.message_count)
+
+    def _purge(self, peer: int, vhost: str, name: str) -> int:
+        queue = self._queue(vhost, name)
+        return queue.vhost.purge_queue(queue)
+
+    def _queue_counts(self, peer: int, vhost: str, name: str) -> tuple[int, int]:
+        """(messages ready, consumers) of a queue this worker owns."""
+        queue = self._queue(vhost, name)
+        return queue.message_count, queue.consumer_count
+
+    # --- a worker that goes away ----------------------------------------------------------
+
+    def _peer_lost(self, peer: int) -> None:
+        publishers = self._publishers.pop(peer, None)
+        if publishers is not None:
+            for vhost in self.broker.vhosts.values():
+                for queue in vhost.queues.values():
+                    throttled = getattr(queue, "throttled", None)
+                    if throttled:
+                        throttled.discard(publishers)
+        queues = set()
+        for key, consumer in list(self._consumers.items()):
+            if key[0] != peer:
+                continue
+            del self._consumers[key]
+            consumer.channel.deliverable = False  # type: ignore[misc]
+            consumer.queue.remove_consumer(consumer)
+            queues.add(consumer.queue)
+        taken = list(self._out.pop(peer, {}).values())
+        for _queue, _entry, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+        _requeue(taken, closing=True)
+        for queue in queues:
+            queue.vhost.maybe_auto_delete(queue)
+        _redispatch(queues)
+
+
+def _ignore(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _dispatch(queue: Any) -> None:
+    if not queue.deleted and queue.consumers and queue.ready:
+        queue.dispatch()
+
+
+def _redispatch(queues: Any) -> None:
+    for queue in queues:
+        _dispatch(queue)
+
+
+def _requeue(taken: list[tuple[Any, Any, Any]], closing: bool) -> None:
+    """Put deliveries back in their queues (in their places, redelivered)."""
+    by_queue: dict[Any, list[Any]] = {}
+    for queue, entry, _consumer in taken:
+        by_queue.setdefault(queue, []).append(entry)
+    for queue, entries in by_queue.items():
+        if closing:
+            queue.return_unacked(entries)
+        else:
+            queue.requeue(entries, dispatch=False)
+    _redispatch(by_queue)
