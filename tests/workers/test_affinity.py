@@ -463,3 +463,44 @@ def test_what_keeps_a_channel_and_what_its_state_carries(tmp_path: Path) -> None
         assert core == server_conn.core.export_state()
         assert core["channels"] == [1, 2, 3, 4, 5]
         conn.close()
+
+
+def test_a_handoff_that_cannot_be_sent_leaves_the_connection_serving_here(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handoff channel refuses the send (its reader shut down): the connection
+    stays, the deciding method and what follows it are handled where they were read,
+    and the client sees nothing."""
+    import asyncio
+    import socket
+
+    from leveret.testing import embedded_broker
+    from leveret.workers.affinity import Handoffs
+    from leveret.workers.mesh import local_meshes
+
+    with embedded_broker(data_dir=str(tmp_path / "one")) as broker:
+        ends: list[socket.socket] = []
+
+        async def arm() -> Handoffs:
+            meshes = await local_meshes(2)  # worker 0 (this broker) linked to a worker 1
+            handoffs = Handoffs(meshes[0], lambda sock, state: sock.close())
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            handoffs.attach(1, ours)
+            theirs.shutdown(socket.SHUT_RD)  # a send gets EPIPE; no end of stream to read
+            ends.append(theirs)
+            broker.server.listener.handoffs = handoffs
+            return handoffs
+
+        handoffs = asyncio.run_coroutine_threadsafe(arm(), broker.loop).result(10)
+        queue = owned_by(1, "wk-affinity-fail")
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        assert ch.queue_declare(queue).method.queue == queue  # decided, send failed
+        ch.basic_publish("", queue, b"here")
+        assert ch.queue_declare(queue, passive=True).method.message_count == 1
+        assert handoffs.sent == 0
+        assert len(broker.server.connections) == 1
+        assert "stays: handoff to worker 1 failed" in caplog.text  # the path this tests
+        conn.close()
+        ends[0].close()
