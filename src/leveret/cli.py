@@ -65,6 +65,15 @@ def _workers(text: str) -> int:
     return value
 
 
+def _on_off(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
 def _port(text: str) -> int:
     value = _positive_int(text)
     if value > 65535:
@@ -361,6 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(Linux; docs/workers.md); default %(default)s: one process",
     )
     server.add_argument(
+        "--worker-affinity",
+        type=_on_off,
+        default=defaults.worker_affinity,
+        metavar="on|off",
+        help="with --workers: move a connection to the worker that owns its queues "
+        "(docs/workers.md#affinity); default on",
+    )
+    server.add_argument(
         "--load-definitions",
         metavar="FILE",
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
@@ -558,6 +575,7 @@ def run_server(args: argparse.Namespace) -> int:
         cluster_min_replicas=args.cluster_min_replicas,
         cluster_lease_seconds=args.cluster_lease_seconds,
         workers=args.workers,
+        worker_affinity=args.worker_affinity,
         **args.extra_settings,
     )
     if config.workers != 1:

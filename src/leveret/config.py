@@ -143,6 +143,10 @@ class ServerConfig:
     # Worker processes (leveret.workers, docs/workers.md): 1 is one process, as
     # always; more (Linux) is a supervisor and that many workers, each one core.
     workers: int = 1
+    # With workers: a plain-TCP connection whose queues one other worker owns moves
+    # to that worker (workers/affinity.py); off, every connection stays where the
+    # kernel put it and its messages cross between workers.
+    worker_affinity: bool = True
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

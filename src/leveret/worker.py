@@ -36,7 +36,8 @@ import sys
 from collections.abc import Sequence
 
 from leveret.config import ServerConfig
-from leveret.workers.control import event_line, link_peer
+from leveret.workers.affinity import Handoffs
+from leveret.workers.control import event_line, link_kind, link_peer
 from leveret.workers.handoff import receive_connections
 from leveret.workers.mesh import Mesh
 from leveret.workers.serve import CONFIG_ENV, decode_config
@@ -59,6 +60,11 @@ async def serve_worker(
     mesh = Mesh(index, count)
     mesh.peer_joined.append(lambda peer: log.info("link to worker %d up", peer))
     node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets)
+    # Connections handed over by peers are taken whatever this worker's setting;
+    # with affinity on, this worker hands its own over too (workers/affinity.py).
+    handoffs = Handoffs(mesh, node.listener.adopt)
+    if config.worker_affinity:
+        node.listener.handoffs = handoffs
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -72,9 +78,13 @@ async def serve_worker(
     def linked(sock: socket.socket, state: bytes) -> None:
         try:
             peer = link_peer(state)
+            kind = link_kind(state)
         except ValueError as exc:
             log.error("bad link from the supervisor: %s", exc)
             sock.close()
+            return
+        if kind == "handoff":
+            handoffs.attach(peer, sock)
             return
         task = loop.create_task(mesh.connect(peer, sock))
         links.add(task)
@@ -103,6 +113,7 @@ async def serve_worker(
     await asyncio.gather(channel, stopping, return_exceptions=True)
     log.info("shutting down: closing %d connection(s)", len(node.connections))
     await node.stop()
+    handoffs.close()
     mesh.close()
     control.close()
     return 0

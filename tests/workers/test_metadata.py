@@ -614,7 +614,9 @@ def test_metadata_across_worker_processes(tmp_path: Path) -> None:
 
     from tests.workers.test_worker_procs import Workers, wait_for
 
-    broker = Workers(tmp_path, 2).wait_listening()
+    # Affinity off: each connection stays on the worker it is tested on (with it on,
+    # the one on worker 1 would move to worker 0, which owns the first queue it names).
+    broker = Workers(tmp_path, 2, "--worker-affinity", "off").wait_listening()
     try:
         on = [broker.connect_to(i, f"wk-meta-{i}") for i in (0, 1)]
         names = [name_owned_by(k, 2, "proc") for k in (0, 1)]

@@ -369,6 +369,46 @@ class Connection:
     def open_channels(self) -> list[int]:
         return [n for n, ch in self._channels.items() if ch.state == CH_OPEN]
 
+    # --- moving an open connection to another process -------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """Server role, an open connection between frames: what another process's core
+        needs to continue it without a handshake (`import_state`). The unparsed input
+        (`pending`) is the caller's to carry. Raises ValueError for a state that
+        cannot move: not open, a channel opening or closing, content half assembled."""
+        if self.client or self.state != OPEN:
+            raise ValueError(f"only an open server connection moves, not one in {self.state!r}")
+        channels = []
+        for number, ch in self._channels.items():
+            if ch.state != CH_OPEN or ch.content is not None:
+                raise ValueError(f"channel {number} is between states")
+            channels.append(number)
+        return {
+            "frame_max": self.frame_max,
+            "channel_max": self.channel_max,
+            "heartbeat": self.heartbeat,
+            "username": self.username,
+            "vhost": self.vhost,
+            "client_properties": self.client_properties,
+            "channels": channels,
+        }
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Server role, a new core: become the open connection `state` describes
+        (from `export_state` in another process)."""
+        if self.client or self.state != AWAITING_HEADER:
+            raise ValueError("only a new server connection takes a state")
+        self.frame_max = state["frame_max"]
+        self.channel_max = state["channel_max"]
+        self.heartbeat = state["heartbeat"]
+        self.reader.frame_max = self.frame_max
+        self.username = state["username"]
+        self.vhost = state["vhost"]
+        self.client_properties = dict(state["client_properties"])
+        for number in state["channels"]:
+            self._channels[number] = _Channel(number, CH_OPEN)
+        self.state = OPEN
+
     # --- handshake (handshake.py) --------------------------------------------------------
 
     def initiate(self) -> None:

@@ -576,6 +576,59 @@ class Channel(PublishMethods):
 
     # --- teardown -----------------------------------------------------------
 
+    # --- moving the connection to another worker (workers/affinity.py) ------------
+
+    def cannot_move(self) -> str | None:
+        """Why this channel's state cannot go to another process (None: it can):
+        consumers, deliveries not acked, a transaction with work in it, confirms not
+        sent yet, direct reply-to; or it is closing."""
+        if self.closing:
+            return "a channel is closing"
+        if self.consumers or self.reply_token is not None:
+            return "a channel has consumers"
+        if self.unacked:
+            return "a channel has unacked deliveries"
+        tx = self.tx
+        if tx is not None and (tx.publishes or tx.settlements):
+            return "a channel has an open transaction"
+        if self.confirm_waiting or self.confirmed_upto != self.publish_seq:
+            return "a channel has confirms outstanding"
+        return None
+
+    def export_state(self) -> dict[str, Any]:
+        """What a channel of the same number on another worker needs to continue this
+        one as the client knows it: delivery tags and publish sequence numbers go on
+        from where they are, qos, flow, confirm or tx mode (see `cannot_move`)."""
+        return {
+            "number": self.number,
+            "flow_active": self.flow_active,
+            "prefetch_count": self.prefetch_count,
+            "global_prefetch": self.global_prefetch,
+            "delivery_tag": self.delivery_tag,
+            "confirm_mode": self.confirm_mode,
+            "publish_seq": self.publish_seq,
+            "confirmed_upto": self.confirmed_upto,
+            "tx": self.tx is not None,
+            "last_queue_name": self.last_queue_name,
+            "generated_queue_name": self.generated_queue_name,
+        }
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Continue the channel `export_state` described (a new channel of this number)."""
+        self.flow_active = state["flow_active"]
+        self.prefetch_count = state["prefetch_count"]
+        self.global_prefetch = state["global_prefetch"]
+        self.delivery_tag = state["delivery_tag"]
+        self.confirm_mode = state["confirm_mode"]
+        self.publish_seq = state["publish_seq"]
+        # Counted as confirmed by the worker it came from (its stats), not again here.
+        self.confirms_folded = state["publish_seq"]
+        self.confirmed_upto = state["confirmed_upto"]
+        self.tx = Transaction() if state["tx"] else None
+        self.last_queue_name = state["last_queue_name"]
+        self.generated_queue_name = state["generated_queue_name"]
+        self.update_deliverable()
+
     def cleanup(self) -> None:
         """Channel closed: drop consumers, requeue what it had not acked."""
         self.closing = True

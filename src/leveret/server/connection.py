@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,7 @@ from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 from leveret.server.reading import ReadSizer
 from leveret.store import replica
+from leveret.workers import affinity
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -184,6 +186,13 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._meta_busy = False
         if self.meta is not None:
             self._gated = True
+        # A broker of workers (workers/affinity.py): until the first method that names
+        # a queue decides where this connection belongs, the read gate checks events.
+        self._affinity = server.handoffs
+        if self._affinity is not None:
+            self._gated = True
+        # Input of a connection handed over by another worker, handled before reading.
+        self._adopted: tuple[bytes, int] | None = None
         self._told_blocked = False
         # A leveret.links connection from inside this broker (links/direct.py), and
         # whether it is RabbitMQ's trusted direct user "none" (any vhost, no checks).
@@ -223,6 +232,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if self.peer_cn is not None:  # a verified client certificate: offer EXTERNAL
             self.core.mechanisms = " ".join((*MECHANISMS, "EXTERNAL"))
         self._last_recv = self._last_send = self.loop.time()
+        if self._adopted is not None:
+            self._resume_adopted()
+            return
         self._timers.append(
             self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
         )
@@ -246,14 +258,139 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 self._held = (event, events)
                 self.publisher_pause.start_recovery()
                 return
+            if self._affinity is not None:
+                outcome = self._affinity_decide(event, events)
+                if outcome is not None:  # `events` was closed
+                    if outcome is not True:  # the handoff failed: parse its bytes again
+                        yield from self._until_recovered(outcome)
+                    return
             if self.server.recovering and _waits_for_recovery(event):
                 self._held = (event, events)
                 self.publisher_pause.start_recovery()
                 self.server.held.append(self)  # replayed in the order they came
                 return
             yield event
-        if not self.server.recovering and self.meta is None:
+        if not self.server.recovering and self.meta is None and self._affinity is None:
             self._gated = False
+
+    # --- affinity: moving to the worker that owns the queues (workers/affinity.py) ----
+
+    def _affinity_decide(
+        self, event: pc.Event, events: Iterator[pc.Event]
+    ) -> bool | Iterator[pc.Event] | None:
+        """At each event until one names a queue: does this connection go to another
+        worker? None: go on with `event` here (the decision is made, or not yet).
+        True: the connection was handed over (`events` closed, nothing more to do).
+        Otherwise the handoff failed after `events` was closed: the events of its
+        bytes again, to handle here."""
+        handoffs = self._affinity
+        mesh = handoffs.mesh  # type: ignore[union-attr]
+        peer = affinity.target(mesh, self.vhost, event)
+        if peer is None:
+            return None
+        self._affinity = None  # decided: never again for this connection
+        if peer == affinity.STAY or peer == mesh.index:
+            return None
+        if not handoffs.can_send(peer):  # type: ignore[union-attr]
+            log.debug("connection %s stays: worker %d is not linked", self.peer, peer)
+            return None
+        self._flush()  # what answers earlier methods leaves first, from here
+        reason = affinity.cannot_move(self, event)
+        if reason is None and len(self.core.pending) > affinity.MAX_INPUT:
+            reason = "a large unhandled input"
+        if reason is not None:
+            log.debug("connection %s stays: %s", self.peer, reason)
+            return None
+        events.close()  # the core keeps the bytes after `event` as pending
+        core = self.core
+        pending = affinity.encode_event(event, core.frame_max) + core.pending
+        core._buf = b""
+        try:
+            state = pickle.dumps(self.export_state(pending), pickle.HIGHEST_PROTOCOL)
+            handoffs.send(peer, self.transport.get_extra_info("socket"), state)  # type: ignore
+        except Exception as exc:  # the connection stays and goes on from its bytes
+            log.warning("connection %s stays: %s", self.peer, exc)
+            return core.receive_data(pending)
+        log.info("connection %s handed to worker %d, which owns its queues", self.peer, peer)
+        # It leaves this worker's counts and lists (the worker that took it counts it,
+        # and its byte counts go on there: connection_lost adds none to the vhost's).
+        self.broker.connections_opened -= 1
+        self.broker.channels_opened -= len(self.channels)
+        self.broker.connections.discard(self)
+        self.state = "closed"
+        self.transport.abort()  # type: ignore[union-attr]  # our descriptor only: no FIN
+        return True
+
+    def export_state(self, pending: bytes) -> dict[str, Any]:
+        """An open connection as another worker continues it (`import_state`): the
+        core's (tuned sizes, open channels), the login, the channels' numbering
+        (delivery tags, confirm sequence numbers), counters, and `pending`, the bytes
+        read and not handled. Only for a connection `affinity.cannot_move` allows."""
+        return {
+            "core": self.core.export_state(),
+            "user": self.user,
+            "vhost": self.vhost.name,
+            "client_properties": self.client_properties,
+            "capabilities": self.capabilities,
+            "connected_at": self.connected_at,
+            "counts": (self.recv_oct, self.send_oct, self.recv_cnt, self.send_cnt),
+            "channels": [ch.export_state() for ch in self.channels.values()],
+            "input": pending,
+            "worker": self.broker.mesh.index if self.broker.mesh is not None else 0,
+        }
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Become the connection `export_state` described, before `connection_made`
+        (which then handles its input first). Raises ValueError if this worker
+        cannot take it (its vhost or user is gone)."""
+        vhost = self.broker.vhosts.get(state["vhost"])
+        if vhost is None:
+            raise ValueError(f"vhost {state['vhost']!r} not found")
+        user = state["user"] or ""
+        access = self.broker.access
+        if access.users.get(user) is None or access.permission(user, vhost.name) is None:
+            raise ValueError(f"user {user!r} may not use vhost {vhost.name!r} any more")
+        self.core.import_state(state["core"])
+        self.user = user
+        self.vhost = vhost
+        self.client_properties = state["client_properties"]
+        self.capabilities = state["capabilities"]
+        self.connected_at = state["connected_at"]
+        self.recv_oct, self.send_oct, self.recv_cnt, self.send_cnt = state["counts"]
+        self.access_changed()
+        self.state = "open"
+        self._affinity = None  # where its queues are: no decision to make again
+        # (_gated stays as the constructor set it: the first read clears it when
+        # nothing else needs it, as for any connection.)
+        for item in state["channels"]:
+            self._add_channel(item["number"]).import_state(item)
+        self._adopted = (state["input"], state["worker"])
+
+    def _resume_adopted(self) -> None:
+        """connection_made of a connection handed over: open at once, without a
+        handshake, and handle the bytes the other worker had read."""
+        data, worker = self._adopted  # type: ignore[misc]
+        self._adopted = None
+        self.server.connections.add(self)
+        self.broker.connections.add(self)
+        self.broker.connections_opened += 1
+        self.broker.channels_opened += len(self.channels)
+        self.state = "opened"
+        alarms = self.server.alarms
+        if alarms is not None and alarms.blocking:
+            self.alarm_raised(alarms.reason)
+        if self.heartbeat:
+            self._tick_due = self.loop.time() + self.heartbeat / 2
+            self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+        log.info(
+            "connection %s taken over from worker %d: user '%s', vhost '%s'",
+            self.peer,
+            worker,
+            self.user,
+            self.vhost.name,
+        )
+        if data:
+            self._received(self.core.receive_data(data))
 
     def recovery_done(self) -> None:
         """The server finished recovery: run what was held, then read again."""
@@ -340,11 +477,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 except (AMQPError, ModelError) as exc:
                     self._channel_exception(ch, exc, BASIC_NACK)
         elif kind is pc.ChannelOpened:
-            number = event.channel  # type: ignore[attr-defined]
-            self.channels[number] = ch = Channel(self, number)
+            self._add_channel(event.channel)  # type: ignore[attr-defined]
             self.broker.channels_opened += 1
-            if self.meta is not None:
-                self.meta.channel_opened(ch)
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
             if ch is not None:
@@ -384,6 +518,15 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             raise ConnectionError_(
                 COMMAND_INVALID, f"unexpected {type(event).__name__} from a client"
             )
+
+    def _add_channel(self, number: int) -> Channel:
+        """A new channel of this connection: opened by the client, or moved here with
+        the connection from another worker (`import_state`). Whatever every channel
+        of this broker needs from its start is set up here, for both."""
+        self.channels[number] = channel = Channel(self, number)
+        if self.meta is not None:  # its metadata methods go through the writer
+            self.meta.channel_opened(channel)
+        return channel
 
     def _channel_exception(self, ch: Channel, exc: AMQPError | ModelError, index: int) -> None:
         """A channel handler raised: close the channel, or the connection for hard errors."""

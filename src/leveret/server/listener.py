@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import socket
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from leveret.broker.broker import Broker
 from leveret.config import Listener, ServerConfig
@@ -23,6 +25,9 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.connection_io import flush_written
 from leveret.server.reading import SharedReadBuffer
 from leveret.server.tls import TLSAcceptor, server_context
+
+if TYPE_CHECKING:
+    from leveret.workers.affinity import Handoffs
 
 log = logging.getLogger("leveret.server")
 
@@ -59,6 +64,10 @@ class Server:
         # (leveret.launcher); meanwhile connections hold client operations here.
         self.recovering = False
         self.held: list[AMQPConnection] = []  # connections holding an operation, in order
+        # A worker of a broker of several with affinity on (workers/affinity.py): where
+        # connections go to the worker of their queues. None: every connection stays.
+        self.handoffs: Handoffs | None = None
+        self._adopting: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         """Start the resource alarms, then listen on every configured address."""
@@ -123,6 +132,27 @@ class Server:
             " over TLS" if listener.kind == "amqps" else "",
             Listener(listener.host, port, listener.kind),
         )
+
+    def adopt(self, sock: socket.socket, state: bytes) -> None:
+        """Serve a client connection another worker handed over with its state
+        (`AMQPConnection.export_state`, pickled: the handoff channel is private to
+        this broker's workers, as the mesh's links are)."""
+        conn = AMQPConnection(self)
+        try:
+            conn.import_state(pickle.loads(state))
+        except Exception as exc:  # the client sees its connection close, and reconnects
+            log.warning("cannot take a connection over from another worker: %s", exc)
+            sock.close()
+            return
+        task = self.loop.create_task(self.loop.connect_accepted_socket(lambda: conn, sock))
+        self._adopting.add(task)
+        task.add_done_callback(partial(self._adopted, sock))
+
+    def _adopted(self, sock: socket.socket, task: asyncio.Task) -> None:
+        self._adopting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("cannot serve a connection handed over: %s", task.exception())
+            sock.close()
 
     def close_listeners(self) -> None:
         """Stop listening at once (a start that failed after these opened)."""

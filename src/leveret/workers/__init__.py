@@ -8,6 +8,8 @@ each usable and tested alone:
 - `link`: the ordered, batched channel between two workers (records of publishes,
   settlements, credit and metadata changes; a socket pair under asyncio).
 - `handoff`: moving a connected socket and its protocol state to another process.
+- `affinity`: when a client connection moves to the worker that owns its queues,
+  and the handoff channels it moves on (the one part here that reads AMQP events).
 - `supervisor`: starting worker processes, restarting one that dies, stopping all.
 - `ring`: a shared-memory ring, the alternative to the socket pair that
   `bench/interworker.py` measures it against.

@@ -5,9 +5,11 @@ the worker gets its end as a passed descriptor. Each direction has its own use:
 
 - supervisor -> worker: the worker's end of a mesh socket pair, with the index of
   the peer at the other end (`handoff.send_connection`, the descriptor by
-  SCM_RIGHTS, the state `{"peer": N}` as JSON). Every link reaches a worker this
-  way, the first ones and those made when a peer restarts, so a worker has one
-  path for both: `mesh.connect(peer, sock)` (which replaces a link to that peer).
+  SCM_RIGHTS, the state `{"peer": N, "kind": "link"}` as JSON). Every link reaches
+  a worker this way, the first ones and those made when a peer restarts, so a
+  worker has one path for both: `mesh.connect(peer, sock)` (which replaces a link
+  to that peer). The handoff channel with each peer (`"kind": "handoff"`, the pair
+  client connections move on to the worker of their queues) comes the same way.
 - worker -> supervisor: events, one JSON object per line: `{"ready": [[host,
   port], ...]}` once the worker listens (the addresses it accepts on).
 
@@ -29,10 +31,20 @@ from leveret.workers.handoff import send_connection
 MAX_LINE = 1 << 20
 
 
-def send_link(channel: socket.socket, peer: int, sock: socket.socket) -> None:
+def send_link(channel: socket.socket, peer: int, sock: socket.socket, kind: str = "link") -> None:
     """Give the worker at the other end of `channel` its end `sock` of the link to
-    worker `peer` (the caller then closes its copy of `sock`)."""
-    send_connection(channel, sock, json.dumps({"peer": peer}).encode())
+    worker `peer` (the caller then closes its copy of `sock`). `kind` is "link" (the
+    mesh's) or "handoff" (the pair client connections move on, workers/affinity.py)."""
+    send_connection(channel, sock, json.dumps({"peer": peer, "kind": kind}).encode())
+
+
+def link_kind(state: bytes) -> str:
+    """What a link handoff's socket is for: "link" or "handoff"."""
+    doc = json.loads(state)
+    kind = doc.get("kind", "link") if isinstance(doc, dict) else "link"
+    if kind not in ("link", "handoff"):
+        raise ValueError(f"a link handoff of unknown kind: {state!r}")
+    return kind
 
 
 def link_peer(state: bytes) -> int:

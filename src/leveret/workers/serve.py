@@ -248,17 +248,20 @@ class Workers:
         self.controls[index] = ours
         self._child_ends[index] = theirs
         for peer in sorted(self.members):
-            a, b = mesh_pair()
-            try:
+            # The mesh's link, then the handoff channel (workers/affinity.py): a pair
+            # of its own, so a connection's descriptor never waits behind messages.
+            for kind in ("link", "handoff"):
+                a, b = mesh_pair()
                 try:
-                    send_link(self.controls[peer], index, a)
-                except OSError as exc:  # that worker is exiting; its restart links again
-                    log.info("no new link for worker %d: %s", peer, exc)
-                    continue
-                send_link(ours, peer, b)
-            finally:
-                a.close()
-                b.close()
+                    try:
+                        send_link(self.controls[peer], index, a, kind)
+                    except OSError as exc:  # that worker is exiting; its restart links again
+                        log.info("no new %s for worker %d: %s", kind, peer, exc)
+                        break
+                    send_link(ours, peer, b, kind)
+                finally:
+                    a.close()
+                    b.close()
         self.members.add(index)
         reader = EventReader(lambda event: self._event(index, event))
         asyncio.get_running_loop().add_reader(ours.fileno(), self._readable, index, ours, reader)
