@@ -36,6 +36,9 @@ import time  # noqa: E402
 from compare_lib import SCENARIOS, pick, run_json_command  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+#: the listeners a measured broker does without: two brokers side by side (and a
+#: reference RabbitMQ with its Web MQTT on 15675) cannot share the default ports
+QUIET = "--management-port 0 --prometheus-port 0 --mqtt-port 0 --web-mqtt-port 0 --mqtt-tls-port 0"
 AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
 
 
@@ -55,10 +58,10 @@ def main() -> int:
     p.add_argument("--tools", default="amqbench,leveret perf")
     p.add_argument(
         "--a-args",
-        default="--management-port 0 --prometheus-port 0",
-        help="extra `leveret server` arguments for A (default: no HTTP servers)",
+        default=QUIET,
+        help="extra `leveret server` arguments for A (default: no HTTP or MQTT listeners)",
     )
-    p.add_argument("--b-args", default="--management-port 0 --prometheus-port 0",
+    p.add_argument("--b-args", default=QUIET,
                    help="the same for B; e.g. '--management-port 15680 --prometheus-port 15681'"
                    " to measure what the management API costs")  # fmt: skip
     p.add_argument(
