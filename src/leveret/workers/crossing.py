@@ -473,6 +473,7 @@ def attach(broker: Broker, mesh: Mesh) -> Crossing:
     """Run the data path between `broker`'s worker and the others: both sides (this
     one, and the owner's, leveret.workers.serving) on `mesh`; every vhost, now and
     later, gets the crossing."""
+    from leveret.workers.replies import WorkerDirectReplies
     from leveret.workers.serving import Serving
 
     crossing = Crossing(broker, mesh)
@@ -480,4 +481,5 @@ def attach(broker: Broker, mesh: Mesh) -> Crossing:
     for vhost in broker.vhosts.values():
         vhost.crossing = crossing
     Serving(broker, mesh)
+    broker.direct_reply = WorkerDirectReplies(mesh)
     return crossing
