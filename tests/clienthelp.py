@@ -47,21 +47,23 @@ def _auth() -> dict[str, str]:
     return {"Authorization": f"Basic {token}"}
 
 
-def api_get(path: str) -> Any:
-    req = urllib.request.Request(RABBITMQ_API + path, headers=_auth())
+def api_get(path: str, api: str = RABBITMQ_API) -> Any:
+    req = urllib.request.Request(api + path, headers=_auth())
     with urllib.request.urlopen(req, timeout=5) as resp:
         return json.loads(resp.read())
 
 
-def api_delete(path: str) -> None:
+def api_delete(path: str, api: str = RABBITMQ_API) -> None:
     req = urllib.request.Request(
-        RABBITMQ_API + path, method="DELETE", headers=_auth() | {"X-Reason": "leveret test"}
+        api + path, method="DELETE", headers=_auth() | {"X-Reason": "leveret test"}
     )
     with urllib.request.urlopen(req, timeout=5):
         pass
 
 
-def rabbitmq_connection_names(client_name: str, timeout: float = 10.0) -> list[str]:
+def rabbitmq_connection_names(
+    client_name: str, timeout: float = 10.0, api: str = RABBITMQ_API
+) -> list[str]:
     """Management-API names of the connections whose client connection_name matches.
 
     The management API lists a connection a few seconds after it opens (stats
@@ -69,7 +71,7 @@ def rabbitmq_connection_names(client_name: str, timeout: float = 10.0) -> list[s
     """
     deadline = time.monotonic() + timeout
     while True:
-        conns = api_get("/connections?columns=name,client_properties")
+        conns = api_get("/connections?columns=name,client_properties", api)
         names = [
             c["name"]
             for c in conns
@@ -80,8 +82,9 @@ def rabbitmq_connection_names(client_name: str, timeout: float = 10.0) -> list[s
         time.sleep(0.2)
 
 
-def close_from_rabbitmq(client_name: str, timeout: float = 30.0) -> int:
-    """Close (management API DELETE) the open RabbitMQ connections with this client name.
+def close_from_rabbitmq(client_name: str, timeout: float = 30.0, api: str = RABBITMQ_API) -> int:
+    """Close (management API DELETE) the open RabbitMQ connections with this client name
+    (`api`: another broker's management API, e.g. a broker of workers').
 
     Polls until at least one is closed: the management API lists a new
     connection only after its next stats tick, and may still list one that
@@ -90,9 +93,9 @@ def close_from_rabbitmq(client_name: str, timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         closed = 0
-        for name in rabbitmq_connection_names(client_name, timeout=1.0):
+        for name in rabbitmq_connection_names(client_name, timeout=1.0, api=api):
             try:
-                api_delete("/connections/" + quote(name, safe=""))
+                api_delete("/connections/" + quote(name, safe=""), api)
                 closed += 1
             except urllib.error.HTTPError:
                 pass  # already gone

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import uuid
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 import pika
@@ -82,14 +84,33 @@ def against_rabbitmq() -> bool:
     return bool(EXTERNAL_URL)
 
 
+@dataclass(frozen=True)
+class WorkersBroker:
+    """The shared `leveret server --workers N`: its AMQP URL and management API (on
+    worker 0, showing and closing every worker's connections)."""
+
+    url: str
+    api: str
+
+
 @pytest.fixture(scope="session")
-def workers_broker_url(tmp_path_factory: pytest.TempPathFactory):
+def workers_broker(tmp_path_factory: pytest.TempPathFactory):
     """One `leveret server --workers N` for the run (LEVERET_TEST_WORKERS=N)."""
     from serverproc import start_logged_server
 
     workdir = tmp_path_factory.mktemp("workers-broker")
-    with start_logged_server(workdir) as port:
-        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        management = s.getsockname()[1]
+    with start_logged_server(workdir, "--management-port", str(management)) as port:
+        yield WorkersBroker(
+            f"amqp://guest:guest@127.0.0.1:{port}/%2F", f"http://127.0.0.1:{management}/api"
+        )
+
+
+@pytest.fixture(scope="session")
+def workers_broker_url(workers_broker: WorkersBroker) -> str:
+    return workers_broker.url
 
 
 @pytest.fixture

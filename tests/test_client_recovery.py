@@ -33,6 +33,7 @@ from clienthelp import (
 )
 from leveret.client import BasicProperties, OutgoingMessage, Unconfirmed, connect
 from leveret.client import events as ev
+from serverproc import TEST_WORKERS
 
 sys.path.insert(0, str(Path(__file__).parent / "durability"))
 from durability_support import Brokers  # noqa: E402
@@ -344,6 +345,15 @@ def _force_close_factory(amqp_url: str, request: pytest.FixtureRequest):
             assert await asyncio.to_thread(close_from_rabbitmq, name) >= 1
 
         return close
+    if TEST_WORKERS:
+        # The broker under test is the shared `leveret server --workers N`: its
+        # management API (worker 0) closes a connection whichever worker holds it.
+        api = request.getfixturevalue("workers_broker").api
+
+        async def close_worker_connection(name: str) -> None:
+            assert await asyncio.to_thread(close_from_rabbitmq, name, 30.0, api) >= 1
+
+        return close_worker_connection
     broker = request.getfixturevalue("leveret_embedded")
 
     async def close_leveret(_name: str) -> None:

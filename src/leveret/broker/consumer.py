@@ -60,4 +60,5 @@ class Consumer:
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         limit = channel.global_prefetch
-        return not (limit and channel.unacked_count >= limit)
+        # credit_out: deliveries other workers may still send under the same window
+        return not (limit and channel.unacked_count + channel.credit_out >= limit)

@@ -17,12 +17,17 @@ PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
 
 
+def new_token() -> str:
+    """The random part of a reply-to name."""
+    return base64.urlsafe_b64encode(os.urandom(18)).decode()
+
+
 class DirectReplyRegistry:
     def __init__(self) -> None:
         self._by_token: dict[str, Any] = {}
 
     def register(self, channel: Any) -> str:
-        token = base64.urlsafe_b64encode(os.urandom(18)).decode()
+        token = new_token()
         self._by_token[token] = channel
         return token
 

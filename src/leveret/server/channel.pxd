@@ -19,6 +19,7 @@ cdef class Channel(PublishMethods):
     cdef public Py_ssize_t delivery_tag
     cdef public object prefetch_count
     cdef public Py_ssize_t global_prefetch
+    cdef public Py_ssize_t credit_out
     cdef public object last_queue_name
     cdef public object generated_queue_name
     cdef public object _ack_timer

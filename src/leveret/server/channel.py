@@ -118,6 +118,9 @@ class Channel(PublishMethods):
         # delivery tag → (queue, entry, consumer or None for basic.get), in tag order
         self.unacked: dict[int, tuple[Queue, QueueEntry, Consumer | None]] = {}
         self.unacked_count = 0
+        # Deliveries other workers may still send this channel under its basic.qos
+        # global=true window (credit granted, not used yet): they count against it.
+        self.credit_out = 0
         self.delivery_tag = 0
         self.stats = MessageStats()  # broker.stats: counters only, rates come from the sampler
         self.prefetch_count = 0  # for consumers created from now on (global=false)
@@ -559,6 +562,14 @@ class Channel(PublishMethods):
         if self.global_prefetch and self.consumers:
             # Channel-wide prefetch: freed capacity may belong to any of our consumers.
             queues = set(queues) | {c.queue for c in self.consumers.values()}
+            for queue in queues:
+                if queue.consumers and queue.ready:
+                    queue.dispatch()
+            if self.conn.broker.mesh is not None:
+                # What the local queues left of the window goes to consumers on
+                # other workers' queues (credit).
+                self.vhost.crossing.grant(self)
+            return
         for queue in queues:
             if queue.consumers and queue.ready:
                 queue.dispatch()

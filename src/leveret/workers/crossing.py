@@ -18,10 +18,14 @@ a `RemoteQueue` hands it what a local queue would do itself:
   (its `seq` the owner's delivery id), delivered through the real channel, so
   delivery tags, the channel's counts and redelivered flags are the channel's own;
   its ack, reject or requeue goes back as ACK or REJECT records (runs of ids).
-  The owner enforces the consumer's prefetch; basic.qos global=true limits the
-  consumer's deliveries as a per-consumer limit there. A channel that stops taking
-  deliveries (channel.flow, a client not reading) sends CREDIT 0 for its
-  consumers, and CREDIT 1 when it takes them again: the owner holds them meanwhile.
+  The owner enforces the consumer's prefetch. basic.qos global=true is this
+  worker's: `grant` gives the owners credit (CREDIT n) from what the channel's
+  window has left (channel.credit_out counts the credit not used yet, which the
+  channel's local consumers see too); an owner gives back the credit of a consumer
+  whose queue has nothing ready, and asks for credit when a message comes for it.
+  A channel that stops taking deliveries (channel.flow, a client not reading) sends
+  CREDIT 0 for its other consumers, and CREDIT 1 when it takes them again: the
+  owner holds them meanwhile (a credit-granted consumer gets no grant meanwhile).
 - basic.cancel waits for the owner's answer (deliveries it sent before arrive
   first); the deliveries not acked yet stay the channel's, to ack or reject, as in
   RabbitMQ. A channel or connection that closes cancels without waiting, and the
@@ -109,6 +113,12 @@ class Crossing:
         self._next_ref = 0
         self._consumers: dict[int, Consumer] = {}  # ref -> consumer on a RemoteQueue
         self._refs: dict[Consumer, int] = {}
+        # Consumers of channels with basic.qos global=true -> the credit granted to
+        # them that no delivery has used yet (also counted in channel.credit_out).
+        self._credit: dict[Consumer, int] = {}
+        # Of those, the ones whose owner returned their credit (their queue had
+        # nothing ready): none is granted to them until their owner asks.
+        self._idle: set[Consumer] = set()
         # Consumers whose "consume" is not answered yet, with the deliveries that
         # came before the answer was handled (the owner sends them after it).
         self._early: dict[int, list[records.Deliver]] = {}
@@ -118,6 +128,7 @@ class Crossing:
         mesh.on(records.DELIVER, self._on_deliver)
         mesh.serve("cancelled", self._on_cancelled)
         mesh.serve("behind", self._on_behind)
+        mesh.serve("credit_back", self._on_credit_back)
         mesh.peer_lost.append(self._peer_lost)
         mesh.peer_joined.append(self._peer_joined)
         for peer in mesh.links:
@@ -232,6 +243,7 @@ class Crossing:
         self._consumers[ref] = consumer
         self._refs[consumer] = ref
         self._early[ref] = []
+        credit = bool(channel.global_prefetch) and not m.no_ack
         call = self.mesh.call(
             queue.worker,
             "consume",
@@ -244,6 +256,7 @@ class Crossing:
             channel.prefetch_count,
             channel.global_prefetch,
             arguments,
+            credit,
         )
 
         def registered(call: asyncio.Future[Any]) -> None:
@@ -264,6 +277,9 @@ class Crossing:
                 channel.send_method(wire.unchecked(cmd.Basic.ConsumeOk, tag))
             for deliver in early:
                 self._deliver(consumer, deliver)
+            if credit:
+                self._credit[consumer] = 0
+                self.grant(channel)
             if not channel.deliverable:  # stopped meanwhile (channel.flow, a full socket)
                 self.deliverable_changed(channel)
 
@@ -296,14 +312,80 @@ class Crossing:
         credit = 1 if channel.deliverable else 0
         for consumer in channel.consumers.values():
             ref = self._refs.get(consumer)
-            if ref is None:
-                continue
+            if ref is None or consumer in self._credit:
+                continue  # credit-granted consumers get no more grants meanwhile
             link = self.mesh.links.get(consumer.queue.worker)  # type: ignore[attr-defined]
             if link is not None and not link.closed:
                 link.send(records.Credit(ref, credit))
+        if credit:
+            self.grant(channel)
+
+    def grant(self, channel: Channel) -> None:
+        """basic.qos global=true across workers: what the channel's window has left
+        (its unacked deliveries and the credit not used yet both count) is granted to
+        its consumers on other workers' queues, one delivery each in turn, so the
+        channel never holds more unacked deliveries than its window."""
+        limit = channel.global_prefetch
+        if not limit or not channel.deliverable or channel.closing:
+            return
+        credited = self._credit
+        idle = self._idle
+        remote = [c for c in channel.consumers.values() if c in credited and c not in idle]
+        if not remote:
+            return
+        room = limit - channel.unacked_count - channel.credit_out
+        if room <= 0:
+            return
+        # Fewest outstanding first: an idle consumer does not take the whole window.
+        remote.sort(key=credited.__getitem__)
+        grants = dict.fromkeys(remote, 0)
+        while room > 0:
+            for consumer in remote:
+                if room <= 0:
+                    break
+                grants[consumer] += 1
+                room -= 1
+        for consumer, n in grants.items():
+            ref = self._refs.get(consumer)
+            link = self.mesh.links.get(consumer.queue.worker)  # type: ignore[attr-defined]
+            if ref is None or link is None or link.closed:
+                continue
+            credited[consumer] += n
+            channel.credit_out += n
+            link.send(records.Credit(ref, n))
+
+    def _on_credit_back(self, peer: int, ref: int, n: int) -> None:
+        """The owner returned `n` unused credits of consumer `ref` (its queue had
+        nothing ready), or (0) asks for credit (its queue has a message for it)."""
+        consumer = self._consumers.get(ref)
+        if consumer is None or consumer not in self._credit:
+            return
+        channel: Any = consumer.channel
+        if n:
+            n = min(n, self._credit[consumer])
+            self._credit[consumer] -= n
+            channel.credit_out -= n
+            self._idle.add(consumer)
+        else:
+            self._idle.discard(consumer)
+        if not channel.closing:
+            # The window's room to the channel's local queues first, then credit.
+            channel._redispatch(())
+
+    def _drop_credit(self, consumer: Consumer) -> None:
+        """The consumer is gone: its unused credit goes back to its channel's window."""
+        n = self._credit.pop(consumer, None)
+        if n is None:
+            return
+        self._idle.discard(consumer)
+        channel: Any = consumer.channel
+        channel.credit_out -= n
+        if n and not channel.closing:
+            self.grant(channel)
 
     def _forget(self, consumer: Consumer) -> None:
         """Drop `consumer` here, telling the owner nothing."""
+        self._drop_credit(consumer)
         ref = self._refs.pop(consumer, None)
         if ref is not None:
             self._consumers.pop(ref, None)
@@ -317,6 +399,7 @@ class Crossing:
     def forget_consumer(self, consumer: Consumer) -> None:
         """The consumer's channel or connection closed (or its queue went): the owner
         drops it and requeues what it had not acked, without an answer awaited."""
+        self._drop_credit(consumer)
         ref = self._refs.pop(consumer, None)
         if ref is None:
             return
@@ -354,6 +437,10 @@ class Crossing:
         queue = consumer.queue
         if not consumer.no_ack:
             queue.unacked += 1
+        credited = self._credit.get(consumer)
+        if credited:  # the delivery uses a credit: it counts as unacked from now
+            self._credit[consumer] = credited - 1
+            channel.credit_out -= 1
         channel.deliver(consumer, queue, entry)
 
     def _on_cancelled(self, peer: int, ref: int) -> bool:
@@ -366,6 +453,7 @@ class Crossing:
         return True
 
     def _cancelled_by_broker(self, consumer: Consumer) -> None:
+        self._drop_credit(consumer)
         queue = consumer.queue
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
@@ -473,6 +561,7 @@ def attach(broker: Broker, mesh: Mesh) -> Crossing:
     """Run the data path between `broker`'s worker and the others: both sides (this
     one, and the owner's, leveret.workers.serving) on `mesh`; every vhost, now and
     later, gets the crossing."""
+    from leveret.workers.replies import WorkerDirectReplies
     from leveret.workers.serving import Serving
 
     crossing = Crossing(broker, mesh)
@@ -480,4 +569,5 @@ def attach(broker: Broker, mesh: Mesh) -> Crossing:
     for vhost in broker.vhosts.values():
         vhost.crossing = crossing
     Serving(broker, mesh)
+    broker.direct_reply = WorkerDirectReplies(mesh)
     return crossing

@@ -54,16 +54,53 @@ class LinkedChannel:
     """The channel of a consumer whose client is on another worker
     (broker.ports.DeliveryChannel): deliveries become DELIVER records."""
 
-    __slots__ = ("serving", "peer", "ref", "deliverable", "global_prefetch", "unacked_count")
+    __slots__ = (
+        "serving",
+        "peer",
+        "ref",
+        "_deliverable",
+        "global_prefetch",
+        "unacked_count",
+        "credit_out",
+        "credit",
+        "asked",
+    )
 
-    def __init__(self, serving: Serving, peer: int, ref: int, global_prefetch: int) -> None:
+    def __init__(
+        self, serving: Serving, peer: int, ref: int, global_prefetch: int, credit: bool = False
+    ) -> None:
         self.serving = serving
         self.peer = peer
         self.ref = ref
-        self.deliverable = True
-        # basic.qos global=true of the client's channel, counted for this consumer
-        self.global_prefetch = global_prefetch
         self.unacked_count = 0
+        self.credit_out = 0
+        self.asked = False
+        if credit:
+            # The client's channel has basic.qos global=true: its worker keeps the
+            # window across all the channel's consumers and grants this one credit
+            # (CREDIT n: n more deliveries) from what is left of it.
+            self.credit: int | None = 0
+            self.deliverable = False
+            self.global_prefetch = 0
+        else:
+            self.credit = None
+            self.deliverable = True
+            self.global_prefetch = global_prefetch
+
+    @property
+    def deliverable(self) -> bool:
+        """Whether the consumer takes a delivery now. A credit-granted consumer without
+        credit that the queue offers one asks its channel's worker for credit, once."""
+        if self._deliverable:
+            return True
+        if self.credit == 0 and not self.asked:
+            self.asked = True
+            self.serving.credit_back(self, 0)
+        return False
+
+    @deliverable.setter
+    def deliverable(self, value: bool) -> None:
+        self._deliverable = value
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         self.serving.deliver(self, consumer, queue, entry)
@@ -224,6 +261,12 @@ class Serving:
     ) -> None:
         self._next_delivery += 1
         delivery = self._next_delivery
+        if channel.credit is not None:
+            channel.credit -= 1
+            if channel.credit <= 0:
+                channel.deliverable = False
+            elif not queue.ready:
+                self.return_credit(channel)  # nothing more to use it on
         stats = queue.stats
         if entry.redelivered:
             stats.redeliver += 1
@@ -293,9 +336,31 @@ class Serving:
         if consumer is None:
             return
         channel: Any = consumer.channel
+        if channel.credit is not None:  # a grant of n more deliveries
+            channel.credit += record.credit
+            channel.asked = False
+            channel.deliverable = channel.credit > 0
+            _dispatch(consumer.queue)
+            if channel.credit > 0 and not consumer.queue.ready:
+                self.return_credit(channel)
+            return
         channel.deliverable = record.credit > 0
         if channel.deliverable:
             _dispatch(consumer.queue)
+
+    def return_credit(self, channel: LinkedChannel) -> None:
+        """The consumer's queue has nothing ready: its unused credit goes back to the
+        client's channel, for its other consumers."""
+        n = channel.credit or 0
+        channel.credit = 0
+        channel.deliverable = False
+        channel.asked = False
+        self.credit_back(channel, n)
+
+    def credit_back(self, channel: LinkedChannel, n: int) -> None:
+        """To the client's worker: `n` credits returned, or (0) a request for credit."""
+        if channel.peer in self.mesh.peers:
+            self.mesh.call(channel.peer, "credit_back", channel.ref, n).add_done_callback(_ignore)
 
     # --- consumers ------------------------------------------------------------------------
 
@@ -311,12 +376,13 @@ class Serving:
         prefetch: int,
         global_prefetch: int,
         arguments: dict[str, Any],
+        credit: bool = False,
     ) -> bool:
         queue = self._queue(vhost, name)
         exclusive, priority = check_consume(
             queue, exclusive, arguments, prefetch, global_prefetch, no_ack
         )
-        channel = LinkedChannel(self, peer, ref, global_prefetch)
+        channel = LinkedChannel(self, peer, ref, global_prefetch, credit and not no_ack)
         consumer = Consumer(tag, channel, queue, no_ack, exclusive, prefetch, priority, arguments)
         queue.add_consumer(consumer)
         self._consumers[(peer, ref)] = consumer
