@@ -15,6 +15,8 @@ reconnects until worker 0's ctl socket lists it there).
 - `affinity off` (`--worker-affinity off`): it stays on worker 0; each message is
   a PUBLISH record to worker 1, a DELIVER back, an ACK to worker 1 again (this
   needs the cross-worker message path; without it the queue is worker 0's own).
+- `one process` (`--workers 1`): the same client on today's one-process broker, the
+  baseline both are compared with.
 
 The figure is the CPU time (user + system, /proc/PID/stat) of both worker
 processes together over the measured window, divided by the messages consumed in
@@ -134,6 +136,8 @@ class Client(asyncio.Protocol):
 async def measure(port: int, data: Path, pids: list[int], args, queue: str) -> float:
     loop = asyncio.get_running_loop()
     ctl0 = str(data / "worker-0" / "ctl.sock")
+    if not os.path.exists(ctl0):
+        ctl0 = str(data / "ctl.sock")  # one process
     for attempt in range(64):
         name = f"bench-{attempt}"
         _, client = await loop.create_connection(
@@ -191,20 +195,15 @@ def churn(port: int, pids: list[int], args, queue: str) -> float:
 
 
 def run_once(affinity: str, args) -> float:
+    """One run: `affinity` on or off on two workers, or "one" for one process."""
+    workers = 1 if affinity == "one" else 2
+    extra = () if workers == 1 else ("--worker-affinity", affinity)
     with tempfile.TemporaryDirectory(prefix="leveret-affinity-") as tmp:
         data = Path(tmp) / "data"
         log_path = Path(tmp) / "server.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                server_argv(
-                    "--port",
-                    "0",
-                    "--data-dir",
-                    str(data),
-                    "--worker-affinity",
-                    affinity,
-                    workers=2,
-                ),  # fmt: skip
+                server_argv("--port", "0", "--data-dir", str(data), *extra, workers=workers),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -215,8 +214,11 @@ def run_once(affinity: str, args) -> float:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(log_path.read_text())
                 time.sleep(0.1)
-            status = json.loads((data / "workers-status.json").read_text())
-            pids = [w["pid"] for w in status["workers"]]
+            if workers == 1:
+                pids = [proc.pid]
+            else:
+                status = json.loads((data / "workers-status.json").read_text())
+                pids = [w["pid"] for w in status["workers"]]
             queue = next(
                 f"bench-affinity-{n}"
                 for n in range(100)
@@ -241,15 +243,16 @@ def main() -> None:
         "--churn", type=int, default=0, metavar="N", help="measure N short connections instead"
     )
     args = parser.parse_args()
-    results: dict[str, list[float]] = {"on": [], "off": []}
+    results: dict[str, list[float]] = {"one": [], "on": [], "off": []}
+    labels = {"one": "one process   ", "on": "affinity on   ", "off": "affinity off  "}
     for r in range(args.runs):
-        for affinity in ("on", "off"):
-            print(f"run {r + 1}, affinity {affinity}", file=sys.stderr)
+        for affinity in results:
+            print(f"run {r + 1}, {labels[affinity].strip()}", file=sys.stderr)
             results[affinity].append(run_once(affinity, args))
     unit = "connection" if args.churn else "msg"
     for affinity, values in results.items():
         print(
-            f"affinity {affinity:3}: {statistics.median(values):7.1f} us CPU/{unit} "
+            f"{labels[affinity]}: {statistics.median(values):7.1f} us CPU/{unit} "
             f"(median of {len(values)}: {', '.join(f'{v:.1f}' for v in values)})"
         )
 
