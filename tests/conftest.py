@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import uuid
 from urllib.parse import unquote, urlparse
@@ -83,13 +84,29 @@ def against_rabbitmq() -> bool:
 
 
 @pytest.fixture(scope="session")
-def workers_broker_url(tmp_path_factory: pytest.TempPathFactory):
-    """One `leveret server --workers N` for the run (LEVERET_TEST_WORKERS=N)."""
+def workers_broker(tmp_path_factory: pytest.TempPathFactory):
+    """One `leveret server --workers N` for the run (LEVERET_TEST_WORKERS=N), with its
+    management API (on worker 0): yields (AMQP URL, management API base URL)."""
     from serverproc import start_logged_server
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        mport = s.getsockname()[1]
     workdir = tmp_path_factory.mktemp("workers-broker")
-    with start_logged_server(workdir) as port:
-        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    with start_logged_server(workdir, "--management-port", str(mport)) as port:
+        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F", f"http://127.0.0.1:{mport}/api"
+
+
+@pytest.fixture(scope="session")
+def workers_broker_url(workers_broker) -> str:
+    return workers_broker[0]
+
+
+@pytest.fixture(scope="session")
+def workers_broker_api(workers_broker) -> str:
+    """The management API of the shared broker of workers: what tests that configure
+    the broker (policies, vhosts) go through instead of the in-process broker object."""
+    return workers_broker[1]
 
 
 @pytest.fixture
