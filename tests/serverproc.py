@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -86,19 +87,23 @@ def owner_pid(
 def sigkill_broker(
     proc: subprocess.Popen, data_dir: str | os.PathLike, timeout: float = 30.0
 ) -> None:
-    """SIGKILL a broker as a crash would: a one-process broker's process, or the
-    supervisor and then every worker of a broker of workers (a worker left alone
-    would notice its supervisor gone and stop cleanly, flushing what a crash loses,
-    and would hold the port meanwhile). Waits until every one of them is gone."""
+    """SIGKILL a broker as a crash would: a one-process broker's process, or every
+    worker of a broker of workers and then its supervisor, held stopped meanwhile (a
+    worker whose supervisor is gone stops cleanly, flushing what a crash loses, and a
+    running supervisor restarts a killed worker). Waits until every one is gone."""
     workers = worker_pids(data_dir) if TEST_WORKERS and int(TEST_WORKERS) > 1 else []
+    if workers and proc.poll() is None:
+        # Stopped, the supervisor neither restarts a worker nor closes the control
+        # channels whose end would make the workers stop cleanly before their SIGKILL.
+        proc.send_signal(signal.SIGSTOP)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout)
-    for pid in workers:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + timeout
     for pid in workers:
         while _alive(pid) and time.monotonic() < deadline:
