@@ -56,12 +56,16 @@ class LeveretOperator:
 
 
 class RabbitOperator:
-    def __init__(self) -> None:
+    """Configures a broker through its management API: RabbitMQ's, or (given `api`) a
+    Leveret broker's, such as the shared broker of workers under LEVERET_TEST_WORKERS."""
+
+    def __init__(self, api: str = RABBITMQ_API) -> None:
+        self.api = api
         self.created: list[str] = []
 
     def _call(self, method: str, path: str, body: dict | None = None) -> None:
         request = urllib.request.Request(
-            RABBITMQ_API + path,
+            self.api + path,
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
             headers={

@@ -113,6 +113,13 @@ def workers_broker_url(workers_broker: WorkersBroker) -> str:
     return workers_broker.url
 
 
+@pytest.fixture(scope="session")
+def workers_broker_api(workers_broker: WorkersBroker) -> str:
+    """The management API of the shared broker of workers: what tests that configure
+    the broker (policies, vhosts) go through instead of the in-process broker object."""
+    return workers_broker.api
+
+
 @pytest.fixture
 def amqp_url(request: pytest.FixtureRequest) -> str:
     """AMQP URL of the broker under test."""

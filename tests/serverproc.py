@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +46,77 @@ def workers_argv(workers: int | None = None) -> list[str]:
 def server_argv(*args: str, workers: int | None = None) -> list[str]:
     """`python -m leveret server` with the HTTP listeners off, then ``args``."""
     return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *workers_argv(workers), *args]
+
+
+def worker_pids(data_dir: str | os.PathLike) -> list[int]:
+    """The pids of the worker processes of the broker of workers on `data_dir`
+    (`<data-dir>/workers-status.json`); none for a one-process broker."""
+    import json
+
+    try:
+        with open(os.path.join(data_dir, "workers-status.json")) as f:
+            doc = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return []
+    return [w["pid"] for w in doc.get("workers", []) if w.get("pid")]
+
+
+def owner_store(data_dir: str | os.PathLike, queue: str, vhost: str = "/") -> str:
+    """The store dir that holds `queue`: the data dir itself for a one-process broker,
+    `<data-dir>/worker-<i>` of the queue's owner for a broker of workers."""
+    count = int(TEST_WORKERS or 1)
+    if count == 1:
+        return os.fspath(data_dir)
+    from leveret.workers.mesh import placement
+
+    return os.path.join(data_dir, f"worker-{placement(vhost, queue, count)}")
+
+
+def owner_pid(
+    proc: subprocess.Popen, data_dir: str | os.PathLike, queue: str, vhost: str = "/"
+) -> int:
+    """The process that holds `queue`: `proc` itself, or its owner worker."""
+    count = int(TEST_WORKERS or 1)
+    if count == 1:
+        return proc.pid
+    from leveret.workers.mesh import placement
+
+    return worker_pids(data_dir)[placement(vhost, queue, count)]
+
+
+def sigkill_broker(
+    proc: subprocess.Popen, data_dir: str | os.PathLike, timeout: float = 30.0
+) -> None:
+    """SIGKILL a broker as a crash would: a one-process broker's process, or every
+    worker of a broker of workers and then its supervisor, held stopped meanwhile (a
+    worker whose supervisor is gone stops cleanly, flushing what a crash loses, and a
+    running supervisor restarts a killed worker). Waits until every one is gone."""
+    workers = worker_pids(data_dir) if TEST_WORKERS and int(TEST_WORKERS) > 1 else []
+    if workers and proc.poll() is None:
+        # Stopped, the supervisor neither restarts a worker nor closes the control
+        # channels whose end would make the workers stop cleanly before their SIGKILL.
+        proc.send_signal(signal.SIGSTOP)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout)
+    deadline = time.monotonic() + timeout
+    for pid in workers:
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def hot_path_lines(

@@ -775,10 +775,15 @@ def test_at_least_once_needs_reject_publish(ch, names):
 @pytest.fixture
 def operator(request):
     from access_setup import LeveretOperator, RabbitOperator
-    from conftest import EXTERNAL_URL
+    from conftest import EXTERNAL_URL, TEST_WORKERS
 
-    if EXTERNAL_URL:
-        op = RabbitOperator()
+    if EXTERNAL_URL or TEST_WORKERS:
+        # A broker of workers is configured through its management API (worker 0).
+        op = (
+            RabbitOperator(request.getfixturevalue("workers_broker_api"))
+            if TEST_WORKERS and not EXTERNAL_URL
+            else RabbitOperator()
+        )
         yield op
         op.cleanup()
     else:
@@ -874,14 +879,19 @@ def quorum_vhost(request, amqp_url):
     from urllib.parse import quote
 
     from access_setup import RabbitOperator, unique
-    from conftest import EXTERNAL_URL
+    from conftest import EXTERNAL_URL, TEST_WORKERS
 
     name = unique("qq-vhost")
     url = amqp_url.rsplit("/", 1)[0] + "/" + quote(name, safe="")
-    if EXTERNAL_URL:
-        op = RabbitOperator()
+    if EXTERNAL_URL or TEST_WORKERS:
+        # A broker of workers is configured through its management API (worker 0).
+        api = request.getfixturevalue("workers_broker_api") if not EXTERNAL_URL else None
+        op = RabbitOperator(api) if api else RabbitOperator()
         op._call("PUT", f"/vhosts/{quote(name, safe='')}", {"defaultqueuetype": "quorum"})
         op.created.append(f"/vhosts/{quote(name, safe='')}")
+        if api:  # as the in-process case does: guest gets access to the new vhost
+            op._call("PUT", f"/permissions/{quote(name, safe='')}/guest",
+                     {"configure": ".*", "write": ".*", "read": ".*"})  # fmt: skip
         yield url
         op.cleanup()
     else:

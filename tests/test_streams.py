@@ -20,7 +20,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from serverproc import server_argv
+from serverproc import owner_pid, owner_store, server_argv, sigkill_broker
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -405,8 +405,11 @@ def _broker(data_dir, port, stop=signal.SIGTERM):
     try:
         yield proc
     finally:
-        proc.send_signal(stop)
-        proc.wait()
+        if stop == signal.SIGKILL:
+            sigkill_broker(proc, data_dir)  # with workers: the supervisor and every worker
+        else:
+            proc.send_signal(stop)
+            proc.wait()
 
 
 @pytest.mark.leveret_only
@@ -419,7 +422,7 @@ def test_stream_survives_sigkill_and_cuts_a_torn_tail(tmp_path):
         ch.queue_declare("events", durable=True, arguments=STREAM)
         _publish(ch, "events", [b"e%d" % i for i in range(500)])  # confirmed = fsynced
         conn.close()
-    seg_dir = os.path.join(data, "streams", "%2F", "events")
+    seg_dir = os.path.join(owner_store(data, "events"), "streams", "%2F", "events")
     (segment,) = [f for f in os.listdir(seg_dir) if f.endswith(".seg")]
     with open(os.path.join(seg_dir, segment), "ab") as f:
         f.write(b"\x00\x00\x01\x00torn")  # half a record, as a crash mid-write leaves
@@ -477,10 +480,12 @@ def test_pipelined_confirms_across_many_segments_survive_sigkill(tmp_path):
 
     with _broker(data, port, signal.SIGKILL) as proc:
         assert asyncio.run(publish()) == n
-        seg_dir = os.path.join(data, "streams", "%2F", "rolled")
+        seg_dir = os.path.join(owner_store(data, "rolled"), "streams", "%2F", "rolled")
         segments = [f for f in os.listdir(seg_dir) if f.endswith(".seg")]
         assert len(segments) > 30
-        open_segments = [link for link in _open_files(proc.pid) if link.endswith(".seg")]
+        open_segments = [
+            link for link in _open_files(owner_pid(proc, data, "rolled")) if link.endswith(".seg")
+        ]
         assert len(open_segments) <= 2, open_segments
     with _broker(data, port):
         conn = pika.BlockingConnection(pika.URLParameters(url))

@@ -26,10 +26,10 @@ from typing import Any
 import pika
 import pytest
 
-from serverproc import server_argv
+from serverproc import TEST_WORKERS, server_argv, sigkill_broker
 
 START_TIMEOUT = 60.0
-RECOVERED_LINE = re.compile(r"recovered \d+ messages in")
+RECOVERED_LINE = re.compile(r"recovered \d+ messages in [\d.]+ s")
 
 
 def free_port() -> int:
@@ -83,6 +83,26 @@ class Broker:
         assert self.proc is not None
         return self.proc.pid
 
+    def store_dir(self, queue: str | None = None, vhost: str = "/") -> Path:
+        """The store that holds `queue` (definitions catalog, segments, queue index).
+
+        A one-process broker keeps it in its data dir; a broker of workers
+        (LEVERET_TEST_WORKERS) in `<data-dir>/worker-<i>` of the queue's owner, worker 0
+        when no queue is named."""
+        return store_dir(self.data_dir, queue, vhost)
+
+    def owner_pid(self, queue: str, vhost: str = "/") -> int:
+        """The process that holds `queue`: this broker's, or with workers the owner
+        worker's (from `<data-dir>/workers-status.json`), so that memory measured on
+        it is the queue's."""
+        count = test_workers()
+        if count == 1:
+            return self.pid
+        from leveret.workers.mesh import placement
+
+        status = json.loads((self.data_dir / "workers-status.json").read_text())
+        return status["workers"][placement(vhost, queue, count)]["pid"]
+
     def command(self) -> list[str]:
         return [
             *server_argv(),
@@ -128,9 +148,10 @@ class Broker:
         return self
 
     def wait_recovered(self, timeout: float = START_TIMEOUT) -> None:
-        """Wait for the log line of a finished recovery ("recovered N messages in")."""
+        """Wait for the log line of a finished recovery ("recovered N messages in"):
+        with workers, one from every worker (each recovers its own store)."""
         deadline = time.monotonic() + timeout
-        while not RECOVERED_LINE.search(self.run_log()):
+        while len(RECOVERED_LINE.findall(self.run_log())) < test_workers():
             if self.proc is not None and self.proc.poll() is not None:
                 pytest.fail(f"broker exited with {self.proc.returncode}:\n{self.run_log()}")
             if time.monotonic() > deadline:
@@ -149,11 +170,9 @@ class Broker:
             pytest.fail(f"broker did not exit on SIGTERM within {timeout} s:\n{self.run_log()}")
 
     def kill(self) -> None:
-        """SIGKILL (if running) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+        """SIGKILL (if running) and reap: with workers, the supervisor and every worker."""
         if self.proc is not None:
-            self.proc.wait(30)
+            sigkill_broker(self.proc, self.data_dir)
 
     def restart(self) -> Broker:
         self.stop()
@@ -319,6 +338,31 @@ def tail(text: str, lines: int = 40) -> str:
 def assert_exit_ok(broker: Broker) -> None:
     rc = broker.stop()
     assert rc == 0, f"broker exited {rc} on SIGTERM:\n{tail(broker.run_log())}"
+
+
+def test_workers() -> int:
+    """How many workers the brokers of this run have (LEVERET_TEST_WORKERS, else 1)."""
+    return int(TEST_WORKERS or 1)
+
+
+test_workers.__test__ = False  # type: ignore[attr-defined]  # not a test for pytest
+
+
+def store_dir(data_dir: Path, queue: str | None = None, vhost: str = "/") -> Path:
+    """The store under `data_dir` that holds `queue` (see Broker.store_dir)."""
+    count = test_workers()
+    if count == 1:
+        return data_dir
+    from leveret.workers.mesh import placement
+
+    owner = placement(vhost, queue, count) if queue is not None else 0
+    return data_dir / f"worker-{owner}"
+
+
+def store_dirs(data_dir: Path) -> list[Path]:
+    """Every store under `data_dir`: each worker keeps its own definitions catalog."""
+    count = test_workers()
+    return [data_dir] if count == 1 else [data_dir / f"worker-{i}" for i in range(count)]
 
 
 def segment_files(data_dir: Path) -> list[Path]:

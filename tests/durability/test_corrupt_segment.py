@@ -93,7 +93,7 @@ def _restart_and_check(broker, last: Path, expect: list[str], problem: str) -> N
 
 def test_truncated_last_record(brokers):
     broker, tags = _publish_and_stop(brokers)
-    last = segment_files(broker.data_dir)[-1]
+    last = segment_files(broker.store_dir(QUEUE))[-1]
     off, size = _records(last)[-1]
     with open(last, "r+b") as f:
         f.truncate(off + size // 2)
@@ -102,7 +102,7 @@ def test_truncated_last_record(brokers):
 
 def test_flipped_byte_in_last_record(brokers):
     broker, tags = _publish_and_stop(brokers)
-    last = segment_files(broker.data_dir)[-1]
+    last = segment_files(broker.store_dir(QUEUE))[-1]
     off, size = _records(last)[-1]
     with open(last, "r+b") as f:
         pos = off + size - 20  # inside the body
@@ -116,7 +116,7 @@ def test_flipped_byte_in_last_record(brokers):
 def test_torn_record_prefix(brokers):
     """Only the first bytes of a record's length+CRC prefix made it to disk."""
     broker, tags = _publish_and_stop(brokers)
-    last = segment_files(broker.data_dir)[-1]
+    last = segment_files(broker.store_dir(QUEUE))[-1]
     off, _size = _records(last)[-1]
     with open(last, "r+b") as f:
         f.truncate(off + 3)
@@ -126,7 +126,7 @@ def test_torn_record_prefix(brokers):
 def test_zero_filled_tail_loses_nothing(brokers):
     """A preallocated (zero-filled) tail after the last record is not a message."""
     broker, tags = _publish_and_stop(brokers)
-    last = segment_files(broker.data_dir)[-1]
+    last = segment_files(broker.store_dir(QUEUE))[-1]
     with open(last, "ab") as f:
         f.write(b"\0" * 4096)
     _restart_and_check(broker, last, tags, "invalid record length 0")

@@ -83,7 +83,7 @@ def _make_data_dir(brokers) -> object:
 
 def test_definitions_format_version_refused(brokers):
     broker = _make_data_dir(brokers)
-    db_path = broker.data_dir / "definitions.db"
+    db_path = broker.store_dir("v.q") / "definitions.db"
     db = sqlite3.connect(db_path)
     (version,) = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
     assert version == "1"
@@ -101,7 +101,7 @@ def test_definitions_format_version_refused(brokers):
 
 def test_segment_format_version_refused(brokers):
     broker = _make_data_dir(brokers)
-    seg = segment_files(broker.data_dir)[0]
+    seg = segment_files(broker.store_dir("v.q"))[0]
     with open(seg, "r+b") as f:
         head = f.read(6)
         assert head[:4] == b"LVSG" and struct.unpack("<H", head[4:6]) == (3,)
@@ -116,7 +116,7 @@ def test_segment_format_version_refused(brokers):
 
 def test_queue_index_format_version_refused(brokers):
     broker = _make_data_dir(brokers)
-    idx = broker.data_dir / "msgs" / "queues.idx"
+    idx = broker.store_dir("v.q") / "msgs" / "queues.idx"
     with open(idx, "r+b") as f:
         assert f.read(4) == b"LVQI"
         f.write(struct.pack("<H", 9))

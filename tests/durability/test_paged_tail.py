@@ -257,7 +257,7 @@ def test_ram_per_paged_message(brokers):
         bodies = (make_body(str(k * step + i), 1024) for i in range(step))
         assert fast_publish(broker.port, "big", bodies, persistent=False) == step
         time.sleep(0.3)
-        rss.append(rss_kb(broker.pid))
+        rss.append(rss_kb(broker.owner_pid("big")))
     conn = broker.connect()
     assert message_count(conn.channel(), "big") == 2 * step
     close_quietly(conn)

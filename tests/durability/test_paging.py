@@ -49,9 +49,9 @@ def _consume_in_order(broker, queue: str, count: int) -> None:
     assert expected == count
 
 
-def _baseline(broker) -> int:
+def _baseline(broker, queue: str) -> int:
     time.sleep(0.3)  # let start-up allocations settle before taking the baseline
-    return rss_kb(broker.pid)
+    return rss_kb(broker.owner_pid(queue))
 
 
 def test_persistent_messages_beyond_budget_are_paged(brokers):
@@ -60,7 +60,7 @@ def test_persistent_messages_beyond_budget_are_paged(brokers):
     conn = broker.connect()
     conn.channel().queue_declare("paged.q", durable=True)
     close_quietly(conn)
-    base = _baseline(broker)
+    base = _baseline(broker, "paged.q")
 
     assert fast_publish(broker.port, "paged.q", _bodies(count, size), persistent=True) == count
     conn = broker.connect()
@@ -68,15 +68,15 @@ def test_persistent_messages_beyond_budget_are_paged(brokers):
     close_quietly(conn)
 
     bodies_mb = count * size / MB
-    peak_growth_mb = (rss_kb(broker.pid, "VmHWM") - base) / 1024
-    growth_mb = (rss_kb(broker.pid) - base) / 1024
+    peak_growth_mb = (rss_kb(broker.owner_pid("paged.q"), "VmHWM") - base) / 1024
+    growth_mb = (rss_kb(broker.owner_pid("paged.q")) - base) / 1024
     print(f"bodies {bodies_mb:.0f} MB, RSS growth {growth_mb:.0f} MB, peak {peak_growth_mb:.0f} MB")
     # Holding the bodies alone would take ~195 MB (plus per-message bookkeeping).
     assert peak_growth_mb < bodies_mb, (
         f"RSS grew {peak_growth_mb:.0f} MB at peak for {bodies_mb:.0f} MB of bodies with a "
         f"{BUDGET / MB:.0f} MB budget: bodies are not being paged out"
     )
-    on_disk = sum(p.stat().st_size for p in segment_files(broker.data_dir))
+    on_disk = sum(p.stat().st_size for p in segment_files(broker.store_dir("paged.q")))
     assert on_disk >= count * size
 
     _consume_in_order(broker, "paged.q", count)
@@ -94,11 +94,11 @@ def test_transient_messages_beyond_budget_are_paged(brokers):
     ch.queue_declare("paged.transient", durable=False)
     ch.queue_declare("paged.durable-transient", durable=True)
     close_quietly(conn)
-    base = _baseline(broker)
+    base = _baseline(broker, "paged.transient")
 
     sent = fast_publish(broker.port, "paged.transient", _bodies(count, size), persistent=False)
     assert sent == count
-    peak_growth_mb = (rss_kb(broker.pid, "VmHWM") - base) / 1024
+    peak_growth_mb = (rss_kb(broker.owner_pid("paged.transient"), "VmHWM") - base) / 1024
     bodies_mb = count * size / MB
     print(f"bodies {bodies_mb:.0f} MB, peak RSS growth {peak_growth_mb:.0f} MB")
     assert peak_growth_mb < bodies_mb, (
@@ -111,7 +111,7 @@ def test_transient_messages_beyond_budget_are_paged(brokers):
     deadline = time.monotonic() + 15
     on_disk = 0
     while time.monotonic() < deadline:
-        on_disk = sum(p.stat().st_size for p in segment_files(broker.data_dir))
+        on_disk = sum(p.stat().st_size for p in segment_files(broker.store_dir("paged.transient")))
         if on_disk >= want:
             break
         time.sleep(0.1)

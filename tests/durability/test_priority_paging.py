@@ -16,6 +16,7 @@ from durability_support import (
     message_count,
     queue_info,
     start_paging_broker,
+    store_dirs,
 )
 
 from leveret.store.definitions import encode_arguments
@@ -206,13 +207,14 @@ def test_priority_queue_data_of_an_older_build_is_read_whole(brokers, tmp_path):
         )
     close_quietly(conn)
     broker.stop()
-    db = sqlite3.connect(data_dir / "definitions.db")
-    db.execute(
-        "UPDATE queues SET arguments = ? WHERE name = 'prio.old'",
-        (encode_arguments({"x-max-priority": MAX}),),
-    )
-    db.commit()
-    db.close()
+    for store in store_dirs(data_dir):  # every worker's catalog holds every queue
+        db = sqlite3.connect(store / "definitions.db")
+        db.execute(
+            "UPDATE queues SET arguments = ? WHERE name = 'prio.old'",
+            (encode_arguments({"x-max-priority": MAX}),),
+        )
+        db.commit()
+        db.close()
     broker.start()
     conn = broker.connect()
     ch = conn.channel()

@@ -14,6 +14,7 @@ from durability_support import (
     close_quietly,
     drain_queue,
     make_body,
+    store_dirs,
     tail,
 )
 
@@ -288,10 +289,11 @@ def test_messages_of_an_undefined_queue_are_kept_not_deleted(brokers):
     close_quietly(conn)
     assert_exit_ok(broker)
     # The definition of keep-a is lost.
-    db = sqlite3.connect(broker.data_dir / "definitions.db")
-    with db:
-        db.execute("DELETE FROM queues WHERE name = 'keep-a'")
-    db.close()
+    for store in store_dirs(broker.data_dir):  # every worker's catalog holds every queue
+        db = sqlite3.connect(store / "definitions.db")
+        with db:
+            db.execute("DELETE FROM queues WHERE name = 'keep-a'")
+        db.close()
     broker.start()
     assert "kept 5 message(s) of queue 'keep-a'" in broker.log()
     conn = broker.connect()

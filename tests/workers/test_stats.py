@@ -299,3 +299,26 @@ def test_the_web_ui_shows_each_queue_and_connection_s_worker(tmp_path: Path) -> 
             assert errors == []
         finally:
             conn.close()
+
+
+def test_a_delayed_exchange_counts_what_every_worker_holds_back(tmp_path: Path) -> None:
+    """Each worker delays what its own clients publish; worker 0's API adds them up."""
+    with in_process_workers(2, tmp_path, per_worker=HTTP_ON_0) as w:
+        on_0 = _connect(w, 0, "wk-delayed-on-0")
+        on_1 = _connect(w, 1, "wk-delayed-on-1")
+        try:
+            ch0, ch1 = on_0.channel(), on_1.channel()
+            ch0.exchange_declare(
+                "wk-delayed-x", "x-delayed-message", arguments={"x-delayed-type": "direct"}
+            )
+            ch0.confirm_delivery()
+            ch1.confirm_delivery()
+            held = pika.BasicProperties(headers={"x-delay": 600_000})
+            ch0.basic_publish("wk-delayed-x", "k", b"a", held)
+            for body in (b"b", b"c"):
+                ch1.basic_publish("wk-delayed-x", "k", body, held)
+            doc = _get(w, "exchanges/%2F/wk-delayed-x")
+            assert doc["messages_delayed"] == 3
+        finally:
+            on_0.close()
+            on_1.close()

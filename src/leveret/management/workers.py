@@ -252,6 +252,7 @@ class WorkerStats:
         self.mesh.serve("close_connection", self._serve_close)
         self.mesh.serve("api_get", self._serve_get)
         self.mesh.serve("api_purge", self._serve_purge)
+        self.mesh.serve("delayed", self._serve_delayed)
 
     async def stop(self) -> None:
         if self._sampler is not None:
@@ -293,6 +294,27 @@ class WorkerStats:
     ) -> list[dict[str, Any]]:
         """POST /api/queues/{vhost}/{name}/get on worker 0 for a queue this worker owns."""
         return get_from(self._own_queue(vhost, name), body, count, ackmode, truncate)
+
+    def _serve_delayed(self, peer: int, vhost: str, name: str) -> int:
+        """How many messages this worker's copy of delayed exchange `name` holds back:
+        each worker delays what its own clients publish."""
+        v = self.node.broker.vhosts.get(vhost)
+        exchange = v.exchanges.get(name) if v is not None else None
+        if exchange is None:
+            return 0
+        return exchange.router.info().get("messages_delayed", 0)
+
+    async def delayed(self, vhost: str, name: str) -> int:
+        """What the other live workers' copies of delayed exchange `name` hold back (a
+        worker that does not answer within `TIMEOUT` counts nothing)."""
+        answers = await asyncio.gather(
+            *(
+                asyncio.wait_for(self.mesh.call(p, "delayed", vhost, name), TIMEOUT)
+                for p in self.mesh.peers
+            ),
+            return_exceptions=True,
+        )
+        return sum(a for a in answers if isinstance(a, int))
 
     def _serve_purge(self, peer: int, vhost: str, name: str) -> int:
         """DELETE /api/queues/{vhost}/{name}/contents on worker 0 for a queue this

@@ -203,7 +203,9 @@ class Metadata:
         try:
             await self.sync()
         except PeerDown:
-            log.warning("worker %d: worker %d is down; syncing when it is back", self.index, 0)
+            # A worker's links come up just after it starts accepting: no link to
+            # worker 0 at this point is the normal start, not a fault worth a warning.
+            log.info("worker %d: no link to worker %d yet; syncing once it is up", self.index, 0)
 
     def stop(self) -> None:
         """The node stops: no sync runs on."""

@@ -271,9 +271,14 @@ class Supervisor:
             "workers": [asdict(w) for w in self.workers],
         }
         tmp = f"{self.status_file}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-        os.replace(tmp, self.status_file)  # readers never see half a file
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.status_file)  # readers never see half a file
+        except OSError as exc:
+            # The file is a report for people and tools: a full disk (or any failed
+            # write) must not stop the broker, which keeps serving what it holds.
+            log.warning("could not write %s: %s", self.status_file, exc)
 
 
 def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:

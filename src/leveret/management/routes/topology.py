@@ -403,7 +403,11 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.exchanges.get(exchange_param(request))
     if exchange is None:
         raise NotFound(exchange_param(request))
-    return web.json_response(_exchange_json(vhost, exchange, single=True))
+    doc = _exchange_json(vhost, exchange, single=True)
+    stats = worker_stats(request)
+    if stats is not None and "messages_delayed" in doc:  # every worker delays its own
+        doc["messages_delayed"] += await stats.delayed(vhost.name, exchange.name)
+    return web.json_response(doc)
 
 
 async def put_exchange(request: web.Request) -> web.Response:
