@@ -75,6 +75,13 @@ async def serve_worker(
 
     links: set[asyncio.Task] = set()
 
+    async def connect_after_recovery(peer: int, sock: socket.socket) -> None:
+        # A link's records (publishes, acks, consumes) reach the queues directly,
+        # not through a client connection that waits for recovery: until this
+        # worker's stored messages are back, they would go into queues ahead of them.
+        await node.wait_recovered()
+        await mesh.connect(peer, sock)
+
     def linked(sock: socket.socket, state: bytes) -> None:
         try:
             peer = link_peer(state)
@@ -86,7 +93,7 @@ async def serve_worker(
         if kind == "handoff":
             handoffs.attach(peer, sock)
             return
-        task = loop.create_task(mesh.connect(peer, sock))
+        task = loop.create_task(connect_after_recovery(peer, sock))
         links.add(task)
         task.add_done_callback(links.discard)
 
