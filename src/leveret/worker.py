@@ -68,19 +68,16 @@ async def serve_worker(
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await node.start(wait_for_recovery=False)  # accepting; stored messages come back after
+    # Ready (and linked to the others) once its stored messages are back: a link's
+    # records (publishes, acks, consumes) reach the queues directly, not through a
+    # client connection that waits for recovery, and would otherwise go into queues
+    # ahead of their recovered messages. Clients it accepts meanwhile wait.
+    await node.start(wait_for_recovery=True)
     gc_tuning.tune()
     control.setblocking(True)
     control.sendall(event_line(ready=[list(a) for a in node.addresses]))
 
     links: set[asyncio.Task] = set()
-
-    async def connect_after_recovery(peer: int, sock: socket.socket) -> None:
-        # A link's records (publishes, acks, consumes) reach the queues directly,
-        # not through a client connection that waits for recovery: until this
-        # worker's stored messages are back, they would go into queues ahead of them.
-        await node.wait_recovered()
-        await mesh.connect(peer, sock)
 
     def linked(sock: socket.socket, state: bytes) -> None:
         try:
@@ -93,7 +90,7 @@ async def serve_worker(
         if kind == "handoff":
             handoffs.attach(peer, sock)
             return
-        task = loop.create_task(connect_after_recovery(peer, sock))
+        task = loop.create_task(mesh.connect(peer, sock))
         links.add(task)
         task.add_done_callback(links.discard)
 
