@@ -68,7 +68,11 @@ async def serve_worker(
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await node.start(wait_for_recovery=False)  # accepting; stored messages come back after
+    # Ready (and linked to the others) once its stored messages are back: a link's
+    # records (publishes, acks, consumes) reach the queues directly, not through a
+    # client connection that waits for recovery, and would otherwise go into queues
+    # ahead of their recovered messages. Clients it accepts meanwhile wait.
+    await node.start(wait_for_recovery=True)
     gc_tuning.tune()
     control.setblocking(True)
     control.sendall(event_line(ready=[list(a) for a in node.addresses]))
