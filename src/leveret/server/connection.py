@@ -52,7 +52,6 @@ from leveret.server.publisher_pause import PublisherPause
 from leveret.server.publishing import MAX_MESSAGE_SIZE
 from leveret.server.reading import ReadSizer
 from leveret.store import replica
-from leveret.workers import affinity
 
 if TYPE_CHECKING:
     from leveret.server.listener import Server
@@ -285,25 +284,25 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         bytes again, to handle here."""
         handoffs = self._affinity
         mesh = handoffs.mesh  # type: ignore[union-attr]
-        peer = affinity.target(mesh, self.vhost, event)
+        peer = handoffs.target(mesh, self.vhost, event)  # type: ignore[union-attr]
         if peer is None:
             return None
         self._affinity = None  # decided: never again for this connection
-        if peer == affinity.STAY or peer == mesh.index:
+        if peer == handoffs.STAY or peer == mesh.index:  # type: ignore[union-attr]
             return None
         if not handoffs.can_send(peer):  # type: ignore[union-attr]
             log.debug("connection %s stays: worker %d is not linked", self.peer, peer)
             return None
         self._flush()  # what answers earlier methods leaves first, from here
-        reason = affinity.cannot_move(self, event)
-        if reason is None and len(self.core.pending) > affinity.MAX_INPUT:
+        reason = handoffs.cannot_move(self, event)  # type: ignore[union-attr]
+        if reason is None and len(self.core.pending) > handoffs.MAX_INPUT:  # type: ignore[union-attr]
             reason = "a large unhandled input"
         if reason is not None:
             log.debug("connection %s stays: %s", self.peer, reason)
             return None
         events.close()  # the core keeps the bytes after `event` as pending
         core = self.core
-        pending = affinity.encode_event(event, core.frame_max) + core.pending
+        pending = handoffs.encode_event(event, core.frame_max) + core.pending  # type: ignore[union-attr]
         core._buf = b""
         try:
             state = pickle.dumps(self.export_state(pending), pickle.HIGHEST_PROTOCOL)

@@ -15,7 +15,7 @@ import pickle
 import socket
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any
 
 from leveret.broker.broker import Broker
 from leveret.config import Listener, ServerConfig
@@ -25,9 +25,6 @@ from leveret.server.connection import AMQPConnection
 from leveret.server.connection_io import flush_written
 from leveret.server.reading import SharedReadBuffer
 from leveret.server.tls import TLSAcceptor, server_context
-
-if TYPE_CHECKING:
-    from leveret.workers.affinity import Handoffs
 
 log = logging.getLogger("leveret.server")
 
@@ -66,7 +63,7 @@ class Server:
         self.held: list[AMQPConnection] = []  # connections holding an operation, in order
         # A worker of a broker of several with affinity on (workers/affinity.py): where
         # connections go to the worker of their queues. None: every connection stays.
-        self.handoffs: Handoffs | None = None
+        self.handoffs: Any = None  # leveret.workers.affinity.Handoffs
         self._adopting: set[asyncio.Task] = set()
 
     async def start(self) -> None:

@@ -160,6 +160,14 @@ class Handoffs:
     by the supervisor with the mesh's, so a restarted worker gets new ones): send a
     connection to a peer, and adopt the ones peers send (`adopt(sock, state)`)."""
 
+    # The decision's parts, reached through the instance the listener holds, so that
+    # server/ (the connection) never imports this package (workers/ builds on it).
+    STAY = STAY
+    MAX_INPUT = MAX_INPUT
+    target = staticmethod(target)
+    cannot_move = staticmethod(cannot_move)
+    encode_event = staticmethod(encode_event)
+
     def __init__(self, mesh: Mesh, adopt: Callable[[socket.socket, bytes], None]) -> None:
         self.mesh = mesh
         self.adopt = adopt
