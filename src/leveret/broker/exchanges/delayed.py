@@ -222,7 +222,7 @@ class DelayedMessages:
         self._retry: list[tuple[Any, int, Any]] = []
 
     def __len__(self) -> int:
-        return len(self.store)
+        return len(self.store) + len(self._retry)
 
     def __repr__(self) -> str:
         return f"<DelayedMessages of {self.exchange.describe()}>"
