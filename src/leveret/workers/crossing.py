@@ -192,6 +192,12 @@ class Crossing:
         if not behind and queue.throttled and self.writable(peer):
             queue.release_publishers()
 
+    def all_linked(self) -> bool:
+        """Whether the link to every other worker is up (a publish to a worker
+        without one is dropped: the delayed exchange waits for this first)."""
+        mesh = self.mesh
+        return len(mesh.peers) == mesh.count - 1
+
     def writable(self, worker: int) -> bool:
         link = self.mesh.links.get(worker)
         return link is None or link.writable

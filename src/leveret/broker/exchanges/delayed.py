@@ -34,6 +34,14 @@ the message store's delay queue, or RAM without persistence), with the
 publisher's write barrier, so confirms, transactions and e2e bindings work
 unchanged. A timer takes what is due, a batch per loop turn, and routes it as a
 dead-lettered message is routed.
+
+In a broker of workers (`vhost.crossing` is set) a due message may go to a queue
+another worker owns. Its record is then kept until every owner confirmed it has
+the message (a WriteBarrier on the remote queues' enqueue); a NACK or a lost
+worker puts it back to be routed again later (a copy may then arrive twice: at
+least once, never lost). And nothing fires while the link to any other worker is
+down (a restarted worker, before its links are up): such a publish would be
+dropped as one to an unreachable queue.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from decimal import Decimal
 from typing import Any
 
 from leveret import wallclock
+from leveret.broker.durability import WriteBarrier
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
@@ -77,6 +86,8 @@ MAX_DUE = 1 << 62  # ms since the epoch: a later due time waits "for ever"
 BATCH = 1024  # due messages routed per loop turn
 MAX_WAIT = 60.0  # s: the timer wakes at least this often (the wall clock may be set)
 DISK_WAIT = 0.005  # s: a pause when the store's writer has a backlog
+LINK_WAIT = 0.05  # s: a pause while the link to another worker is down
+RETRY_WAIT = 0.5  # s: before routing again a message another worker did not confirm
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # what Erlang's binary_to_integer takes
 _LONG = struct.Struct(">I")
 _INT32 = struct.Struct(">i")
@@ -197,6 +208,7 @@ class DelayedMessages:
     consumers = ()  # never throttles a publisher
     stores_messages = False  # not a taker of a shared fan-out record
     can_page = False
+    remote = False
 
     def __init__(self, vhost: Any, exchange: Any, store: Any) -> None:
         self.vhost = vhost
@@ -206,9 +218,11 @@ class DelayedMessages:
         self.firing: Any = None  # the due message being routed (see `_route`)
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0  # ms since the epoch when the timer runs
+        # Workers: (message, delay, token) another worker did not confirm, to route again.
+        self._retry: list[tuple[Any, int, Any]] = []
 
     def __len__(self) -> int:
-        return len(self.store)
+        return len(self.store) + len(self._retry)
 
     def __repr__(self) -> str:
         return f"<DelayedMessages of {self.exchange.describe()}>"
@@ -256,6 +270,9 @@ class DelayedMessages:
         if self.vhost.hooks.disk_backlogged():
             self._again(DISK_WAIT)
             return 0
+        crossing = getattr(self.vhost, "crossing", None)
+        if crossing is not None:
+            return self._fire_workers(crossing)
         routed = 0
         with self.store.paused():
             batch = self.store.take_due(now_ms(), BATCH)
@@ -274,6 +291,56 @@ class DelayedMessages:
                 self._arm(first)
         return routed
 
+    def _fire_workers(self, crossing: Any) -> int:
+        """`fire` in a broker of workers: wait for every link, and ack a message's
+        record only once each worker it went to confirmed it (`_confirmed`)."""
+        if not crossing.all_linked():
+            self._again(LINK_WAIT)
+            return 0
+        routed = 0
+        retry, self._retry = self._retry, []
+        with self.store.paused():
+            batch = self.store.take_due(now_ms(), BATCH)
+            for message, delay, token in retry + batch:
+                # Not a publisher confirm's barrier: a queue that refuses the message
+                # (x-overflow=reject-publish) drops it, as on one process.
+                barrier = WriteBarrier(self._on_confirmed(message, delay, token))
+                try:
+                    self._route(message, delay, barrier)
+                except Exception:
+                    log.exception("a delayed message of %s could not be routed", self.exchange)
+                barrier.seal()
+                routed += 1
+        if len(batch) == BATCH:
+            self._again(0.0)
+        else:
+            first = self.store.first_due()
+            if first is not None:
+                self._arm(first)
+        return routed
+
+    def _on_confirmed(self, message: Any, delay: int, token: Any) -> Any:
+        return lambda error: self._confirmed(message, delay, token, error)
+
+    def _confirmed(self, message: Any, delay: int, token: Any, error: Any) -> None:
+        """Every worker a fired message went to has it (`error` None): its record
+        goes. Otherwise it is routed again after RETRY_WAIT."""
+        if self.closed or self.store.closed:
+            return  # the exchange is gone (its messages too), or the broker stops
+        if error is None:
+            self.store.done(token)
+            return
+        log.warning(
+            "a delayed message of %s was not taken by another worker (%s); routing it again",
+            self.exchange.describe(),
+            error,
+        )
+        self._retry.append((message, delay, token))
+        if self._timer is None or self._timer_at > now_ms() + int(RETRY_WAIT * 1000):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._again(RETRY_WAIT)
+
     def _again(self, wait: float) -> None:
         try:
             loop = asyncio.get_running_loop()
@@ -282,9 +349,10 @@ class DelayedMessages:
         self._timer_at = now_ms()
         self._timer = loop.call_later(wait, self.fire)
 
-    def _route(self, message: Any, delay: int) -> None:
+    def _route(self, message: Any, delay: int, barrier: Any = None) -> None:
         """Route a due message as the exchange's bindings are now, its x-delay made
-        -delay (so a delayed exchange on its way, this one too, routes it at once)."""
+        -delay (so a delayed exchange on its way, this one too, routes it at once).
+        `barrier` (workers): what the queues of other workers confirm to."""
         _set_delay(message, -delay)
         vhost = self.vhost
         self.firing = message  # this exchange need not read the x-delay it just wrote
@@ -300,7 +368,10 @@ class DelayedMessages:
         shared = len(queues) > 1 and hooks.share_body(message, queues, None)
         try:
             for queue in queues:
-                queue.enqueue(message)
+                if barrier is not None and queue.remote:
+                    queue.enqueue(message, barrier)
+                else:
+                    queue.enqueue(message)
         finally:
             if shared:
                 hooks.share_done()
