@@ -57,7 +57,6 @@ from decimal import Decimal
 from typing import Any
 
 from leveret import wallclock
-from leveret.broker.durability import WriteBarrier
 from leveret.broker.errors import PreconditionFailed
 from leveret.broker.exchanges.base import ExchangeType
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
@@ -294,6 +293,10 @@ class DelayedMessages:
     def _fire_workers(self, crossing: Any) -> int:
         """`fire` in a broker of workers: wait for every link, and ack a message's
         record only once each worker it went to confirmed it (`_confirmed`)."""
+        # (Imported here: broker.durability imports the queue types, which import the
+        # exchanges, so a module-level import would be circular.)
+        from leveret.broker.durability import WriteBarrier
+
         if not crossing.all_linked():
             self._again(LINK_WAIT)
             return 0
