@@ -20,6 +20,10 @@ from serverproc import QUIET_PORTS, server_argv
 
 from .test_worker_procs import Workers, wait_for
 
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="workers and affinity masks: Linux"
+)
+
 ONE_PROCESS = re.compile(r"leveret\.server: Leveret listening for AMQP 0-9-1 on 127\.0\.0\.1:(\d+)")
 
 
