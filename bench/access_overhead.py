@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tree_ab import workers_flag
+
 HERE = Path(__file__).resolve().parent
 AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
 
@@ -40,8 +42,8 @@ def start(src: Path, data_dir: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(src / "src")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir,
-         "--log-level", "warning"],
+        [sys.executable, "-m", "leveret", "server", *workers_flag(src), "--port", str(port),
+         "--data-dir", data_dir, "--log-level", "warning"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 30

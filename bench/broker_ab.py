@@ -34,6 +34,7 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from compare_lib import SCENARIOS, pick, run_json_command  # noqa: E402
+from tree_ab import workers_flag  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: the listeners a measured broker does without: two brokers side by side (and a
@@ -145,8 +146,8 @@ def _start(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(port), "--data-dir", data_dir,
-         "--log-level", "warning", *extra],
+        [sys.executable, "-m", "leveret", "server", *workers_flag(tree), "--port", str(port),
+         "--data-dir", data_dir, "--log-level", "warning", *extra],
         env=_env(tree, env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 30

@@ -61,7 +61,7 @@ def main() -> int:
     for i, window in enumerate(int(w) for w in args.windows.split(",")):
         label = f"Leveret --busy-wait-us {window}" if window else "Leveret (default: off)"
         command = (
-            "{python} -m leveret server --mqtt-port 0 --web-mqtt-port 0 --port {port} --data-dir {data_dir} "
+            "{python} -m leveret server --workers 1 --mqtt-port 0 --web-mqtt-port 0 --port {port} --data-dir {data_dir} "
             f"--management-port 0 --prometheus-port 0 --busy-wait-us {window}"
         )
         brokers[label] = start_leveret(args.first_port + i, command, sys.executable)

@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
 
         broker = start_leveret(
             args.leveret_port,
-            "{python} -m leveret server --mqtt-port 0 --web-mqtt-port 0 --port {port} --data-dir {data_dir}",
+            "{python} -m leveret server --workers 1 --mqtt-port 0 --web-mqtt-port 0 --port {port} --data-dir {data_dir}",
             sys.executable,
         )
         if broker.error:

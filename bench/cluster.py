@@ -168,6 +168,8 @@ def s2(args: argparse.Namespace) -> None:
                 "-m",
                 "leveret",
                 "server",
+                "--workers",
+                "1",
                 "--port",
                 str(port),
                 "--data-dir",

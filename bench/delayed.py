@@ -89,6 +89,8 @@ class Broker:
             "-m",
             "leveret",
             "server",
+            "--workers",
+            "1",
             "--mqtt-port",
             "0",
             "--web-mqtt-port",

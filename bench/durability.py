@@ -70,6 +70,8 @@ class Server:
             "-m",
             "leveret",
             "server",
+            "--workers",
+            "1",
             "--port",
             str(self.port),
             "--data-dir",

@@ -212,7 +212,7 @@ def one_round(args: argparse.Namespace) -> dict[str, object]:
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(HERE.parent / "src"), env.get("PYTHONPATH")])
     )
-    argv = [sys.executable, "-c", BOOTSTRAP, "server", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(port), "--data-dir", data_dir,
+    argv = [sys.executable, "-c", BOOTSTRAP, "server", "--workers", "1", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(port), "--data-dir", data_dir,
             "--management-port", str(free_port()), "--prometheus-port", str(free_port())]  # fmt: skip
     if args.pin_broker is not None:
         argv = ["taskset", "-c", str(args.pin_broker), *argv]

@@ -72,7 +72,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with tempfile.TemporaryDirectory() as tmp:
         broker = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(amqp_port),
+            [sys.executable, "-m", "leveret", "server", "--workers", "1", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(amqp_port),
              "--management-port", str(http_port), "--prometheus-port", "0",
              "--data-dir", tmp, "--log-level", "warning"],
             env=env,

@@ -24,6 +24,7 @@ import tempfile
 import time
 
 import pika
+from tree_ab import workers_flag
 
 
 def _start(tree: str, port: int, data: str) -> tuple[subprocess.Popen, float, float]:
@@ -35,6 +36,7 @@ def _start(tree: str, port: int, data: str) -> tuple[subprocess.Popen, float, fl
             "-m",
             "leveret",
             "server",
+            *workers_flag(tree),
             "--mqtt-port",
             "0",
             "--web-mqtt-port",

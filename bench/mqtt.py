@@ -491,7 +491,7 @@ def start_leveret(extra: list[str]) -> Broker:
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="leveret-bench-mqtt-")
     argv = [
-        sys.executable, "-m", "leveret", "server", "--port", "0", "--mqtt-port", str(port),
+        sys.executable, "-m", "leveret", "server", "--workers", "1", "--port", "0", "--mqtt-port", str(port),
         "--web-mqtt-port", "0", "--mqtt-tls-port", "0", "--management-port", "0",
         "--prometheus-port", "0", "--data-dir", data_dir, *extra,
     ]  # fmt: skip

@@ -63,7 +63,7 @@ def main() -> None:
     data_dir = tempfile.mkdtemp(prefix="leveret-bench-mqtt-")
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "server", "--port", str(amqp), "--mqtt-port",
+        [sys.executable, "-m", "leveret", "server", "--workers", "1", "--port", str(amqp), "--mqtt-port",
          str(mqtt), "--web-mqtt-port", "0", "--management-port", "0", "--prometheus-port",
          "0", "--data-dir", data_dir],
         env=env, stderr=subprocess.DEVNULL,

@@ -82,7 +82,7 @@ class Leveret:
     def start(self) -> Leveret:
         env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..", "src")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(self.port),
+            [sys.executable, "-m", "leveret", "server", "--workers", "1", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(self.port),
              "--management-port", str(self.mport), "--prometheus-port", "0",
              "--data-dir", self.data, "--log-level", "warning"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

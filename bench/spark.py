@@ -50,6 +50,8 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen, str]:
             "-m",
             "leveret",
             "server",
+            "--workers",
+            "1",
             "--port",
             str(port),
             "--data-dir",

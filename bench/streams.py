@@ -98,6 +98,8 @@ def start_leveret(data_dir: str) -> tuple[subprocess.Popen, str]:
             "-m",
             "leveret",
             "server",
+            "--workers",
+            "1",
             "--mqtt-port",
             "0",
             "--web-mqtt-port",

@@ -28,6 +28,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tree_ab import workers_flag
+
 HERE = Path(__file__).resolve().parent
 AMQBENCH = Path(os.environ.get("AMQBENCH", "/work/shared/tools/amqbench.py"))
 
@@ -65,7 +67,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(args.tree.resolve() / "src")}
     with tempfile.TemporaryDirectory() as data:
         broker = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(port), "--data-dir", data,
+            [sys.executable, "-m", "leveret", "server", *workers_flag(args.tree), "--mqtt-port", "0", "--web-mqtt-port", "0", "--port", str(port), "--data-dir", data,
              "--management-port", "0", "--prometheus-port", str(prom), "--fsync", args.fsync,
              "--log-level", "warning"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -25,6 +25,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def workers_flag(tree: str | Path) -> list[str]:
+    """`--workers 1` for a tree whose `leveret server` has the option (none for an
+    older one): every broker a benchmark starts runs one process, whatever
+    `leveret server`'s default."""
+    try:
+        cli = (Path(tree) / "src" / "leveret" / "cli.py").read_text()
+    except OSError:
+        return []
+    return ["--workers", "1"] if '"--workers"' in cli else []
+
+
 @dataclass
 class Running:
     pid: int
@@ -48,7 +59,7 @@ def leveret_from(tree: Path) -> Iterator[Running]:
     port = _free_port()
     data_dir = tempfile.mkdtemp(prefix="leveret-ab-")
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    argv = [sys.executable, "-m", "leveret", "server", "--port", str(port)]
+    argv = [sys.executable, "-m", "leveret", "server", *workers_flag(tree), "--port", str(port)]
     argv += ["--data-dir", data_dir, "--management-port", "0", "--prometheus-port", "0"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

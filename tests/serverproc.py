@@ -36,14 +36,15 @@ QUIET_PORTS = (
 TEST_WORKERS = os.environ.get("LEVERET_TEST_WORKERS")
 
 
-def workers_argv(workers: int | None = None) -> list[str]:
-    """`--workers N` for `workers`, else for LEVERET_TEST_WORKERS; nothing for 1."""
+def workers_argv(workers: int | str | None = None) -> list[str]:
+    """`--workers N` for `workers`, else for LEVERET_TEST_WORKERS, else 1: always
+    given, so the suite's brokers do not depend on `leveret server`'s default."""
     if workers is None:
         workers = int(TEST_WORKERS or 1)
-    return ["--workers", str(workers)] if workers != 1 else []
+    return ["--workers", str(workers)]
 
 
-def server_argv(*args: str, workers: int | None = None) -> list[str]:
+def server_argv(*args: str, workers: int | str | None = None) -> list[str]:
     """`python -m leveret server` with the HTTP listeners off, then ``args``."""
     return [sys.executable, "-m", "leveret", "server", *QUIET_PORTS, *workers_argv(workers), *args]
 

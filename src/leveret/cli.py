@@ -15,6 +15,7 @@ from pathlib import Path
 
 from leveret import __version__, _build
 from leveret.config import Listener, ServerConfig
+from leveret.workers.count import DEFAULT as DEFAULT_WORKERS
 
 log = logging.getLogger("leveret")
 
@@ -55,14 +56,14 @@ def _etcd_urls(text: str) -> str:
     return text
 
 
-def _workers(text: str) -> int:
+def _workers(text: str) -> int | str:
+    """--workers: a whole number from 1, or `auto` (resolved in `_resolve_workers`)."""
+    from leveret.workers.count import parse
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _on_off(text: str) -> bool:
@@ -364,10 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--workers",
         type=_workers,
-        default=defaults.workers,
-        metavar="N",
+        default=DEFAULT_WORKERS,
+        metavar="N|auto",
         help="run the broker as N worker processes under a supervisor, one core each "
-        "(Linux; docs/workers.md); default %(default)s: one process",
+        "(Linux; docs/workers.md); auto: one per CPU this process may use (its "
+        "affinity and cgroup CPU quota), or the count an existing data dir was made "
+        "with, 1 off Linux, with --cluster-etcd or on one CPU; default %(default)s"
+        + (": one process" if DEFAULT_WORKERS == 1 else ""),
     )
     server.add_argument(
         "--worker-affinity",
@@ -537,6 +541,9 @@ def run_server(args: argparse.Namespace) -> int:
     # (no compiler, stale modules) says so nowhere else an operator looks.
     level, line = _build.hot_path()
     log.log(level, "%s", line)
+    workers = _resolve_workers(args)
+    if workers is None:
+        return 2
     config = ServerConfig(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -574,7 +581,7 @@ def run_server(args: argparse.Namespace) -> int:
         cluster_advertise=args.cluster_advertise,
         cluster_min_replicas=args.cluster_min_replicas,
         cluster_lease_seconds=args.cluster_lease_seconds,
-        workers=args.workers,
+        workers=workers,
         worker_affinity=args.worker_affinity,
         **args.extra_settings,
     )
@@ -591,11 +598,25 @@ def run_server(args: argparse.Namespace) -> int:
     return run_until_stopped(config, lambda: _serve(config))
 
 
+def _resolve_workers(args: argparse.Namespace) -> int | None:
+    """The worker count for --workers (a number or `auto`, workers/count.py), the
+    reason for an `auto` count logged; None (logged) if the data dir's record cannot
+    be read."""
+    from leveret.workers.count import AUTO, resolve
+    from leveret.workers.serve import WorkersError
+
+    try:
+        resolution = resolve(args.workers, str(Path(args.data_dir)), bool(args.cluster_etcd))
+    except WorkersError as exc:
+        log.error("cannot start: %s", exc)
+        return None
+    if args.workers == AUTO:
+        log.info("--workers auto: %s", resolution.reason)
+    return resolution.count
+
+
 def _run_workers(config: ServerConfig, log_level: str) -> int:
     """`--workers N`, N > 1: this process supervises N worker processes."""
-    if config.workers < 1:  # (a config file's `workers = 0`)
-        log.error("--workers must be at least 1, got %d", config.workers)
-        return 2
     if not sys.platform.startswith("linux"):
         log.error(
             "--workers %d needs Linux (SO_REUSEPORT spreading and descriptor passing); "

@@ -142,6 +142,8 @@ class ServerConfig:
     mqtt_ssl_cert_login: bool = False
     # Worker processes (leveret.workers, docs/workers.md): 1 is one process, as
     # always; more (Linux) is a supervisor and that many workers, each one core.
+    # The count itself: `leveret server` resolves --workers auto (and the config
+    # file's workers = "auto") to one before it builds this (workers/count.py).
     workers: int = 1
     # With workers: a plain-TCP connection whose queues one other worker owns moves
     # to that worker (workers/affinity.py); off, every connection stays where the

@@ -8,6 +8,7 @@ reason; flags given on the command line override the file (cli.py).
 
     port = 5672
     data_dir = "/var/lib/leveret"
+    workers = "auto"              # or a number; docs/workers.md
     loopback_users = []
     load_definitions = "definitions.json"
 
@@ -92,6 +93,9 @@ def load(path: str) -> dict[str, Any]:
         if key == "log_level":
             values[key] = _check(path, key, value, str)
             continue
+        if key == "workers":
+            values[key] = _workers(path, raw_key, value)
+            continue
         if key not in types_:
             close = difflib.get_close_matches(key, known_keys(), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -101,6 +105,17 @@ def load(path: str) -> dict[str, Any]:
         if isinstance(values.get(key), str):
             values[key] = os.path.join(base, os.path.expanduser(values[key]))
     return values
+
+
+def _workers(path: str, raw_key: str, value: Any) -> int | str:
+    """`workers`: a whole number from 1 or "auto", as --workers takes it (the CLI
+    resolves "auto"; ServerConfig.workers holds the count it resolved to)."""
+    from leveret.workers.count import parse
+
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ConfigFileError(f"{path}: key '{raw_key}': {exc}") from None
 
 
 def _tls(path: str, table: Any) -> dict[str, Any]:

@@ -167,6 +167,7 @@ class NetCluster:
             node_env[CLOCK_ENV] = self.clock_file(h.name)
             argv = [
                 sys.executable, "-m", "leveret", "server",
+                "--workers", "1",
                 "--config", config,
                 "--host", h.ip,
                 "--port", str(AMQP_PORT),

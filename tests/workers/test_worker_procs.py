@@ -392,25 +392,6 @@ def test_workers_must_be_a_whole_number_from_1(value: str) -> None:
     assert ("must be at least 1" if value != "two" else "expected a whole number") in out.stderr
 
 
-def test_workers_in_the_config_file(workers, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text("workers = 0\n")
-    out = subprocess.run(
-        server_argv("--config", str(bad), "--port", "0", "--data-dir", str(tmp_path / "x")),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 2
-    assert "--workers must be at least 1, got 0" in out.stderr
-
-    good = tmp_path / "good.toml"
-    good.write_text("workers = 2\n")
-    broker = workers(1, "--config", str(good)).wait_listening()
-    assert len(broker.status()["workers"]) == 2
-    assert broker.stop() == 0
-
-
 def test_listening_group_binds_every_worker_to_the_port_the_os_picked() -> None:
     group = listening_group("127.0.0.1", 0, "amqp", 3)
     try:

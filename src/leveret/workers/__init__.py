@@ -11,6 +11,8 @@ each usable and tested alone:
 - `affinity`: when a client connection moves to the worker that owns its queues,
   and the handoff channels it moves on (the one part here that reads AMQP events).
 - `supervisor`: starting worker processes, restarting one that dies, stopping all.
+- `count`: how many workers `--workers N|auto` runs (auto: the usable CPUs, or
+  what the data dir was made with).
 - `ring`: a shared-memory ring, the alternative to the socket pair that
   `bench/interworker.py` measures it against.
 

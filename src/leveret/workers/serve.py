@@ -63,24 +63,30 @@ def worker_dir(data_dir: str, index: int) -> str:
     return os.path.join(data_dir, f"worker-{index}")
 
 
+def read_layout(data_dir: str) -> dict | None:
+    """The data dir's worker record (`workers.json`), None if it has none;
+    WorkersError if it cannot be read."""
+    path = os.path.join(data_dir, LAYOUT_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise WorkersError(f"{path} cannot be read: {exc}") from None
+
+
 def check_layout(data_dir: str, count: int) -> dict:
     """The data dir's worker record, made on the first start of a broker of workers.
 
     A data dir made by one process has no record and is refused for several workers
     (its queues are in the top dir, which no worker reads), as is one made by a
     different number of workers. WorkersError says which."""
-    path = os.path.join(data_dir, LAYOUT_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        doc = None
-    except (OSError, ValueError) as exc:
-        raise WorkersError(f"{path} cannot be read: {exc}") from None
+    doc = read_layout(data_dir)
     if doc is None:
         if count == 1:
             return {}
-        if _holds_a_store(data_dir):
+        if holds_a_store(data_dir):
             raise WorkersError(
                 f"the data dir {data_dir} holds a one-process broker's store; "
                 f"--workers {count} would not read it (start it with --workers 1)"
@@ -90,12 +96,13 @@ def check_layout(data_dir: str, count: int) -> dict:
     if recorded != count:
         raise WorkersError(
             f"the data dir {data_dir} belongs to a broker of --workers {recorded}; "
-            f"start it with --workers {recorded} (changing the count is not supported)"
+            f"start it with --workers {recorded} or --workers auto "
+            "(changing the count is not supported)"
         )
     return doc
 
 
-def _holds_a_store(data_dir: str) -> bool:
+def holds_a_store(data_dir: str) -> bool:
     """Whether a one-process broker kept its store here (its definitions catalog)."""
     return os.path.exists(os.path.join(data_dir, "definitions.db"))
 
