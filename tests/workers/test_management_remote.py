@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 import requests
 
@@ -193,6 +194,41 @@ def test_connections_of_another_worker_answer_as_at_one_process(
     finally:
         if client.is_open:
             client.close()
+
+
+def test_closing_a_users_connections_closes_those_still_open(
+    workers: tuple[InProcessWorkers, Api],
+) -> None:
+    """DELETE /api/connections/username/{user}: a connection of another worker that
+    closed since that worker's last report is closed already; the others still are
+    closed, and the answer is RabbitMQ's 204."""
+    w, api = workers
+    user = ("wk-mgmt", "pw")
+
+    def connect(index: int) -> pika.BlockingConnection:
+        params = pika.URLParameters(w.url(index))
+        params.virtual_host = VHOST
+        params.credentials = pika.PlainCredentials(*user)
+        return pika.BlockingConnection(params)
+
+    gone, *open_ = [connect(i) for i in (1, 1, 0)]
+    try:
+        status, listed = api("GET", f"/connections/username/{user[0]}")
+        assert status == 200 and len(listed) == 3
+        gone.close()
+        for _ in range(500):  # until worker 1 has let it go
+            if w.call(lambda: len(w.nodes[1].broker.connections)) == 1:
+                break
+            time.sleep(0.01)
+        assert api("DELETE", f"/connections/username/{user[0]}") == (204, "")
+        for conn in open_:
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match="320"):
+                for _ in range(500):
+                    conn.process_data_events(0.01)
+    finally:
+        for conn in (gone, *open_):
+            if conn.is_open:
+                conn.close()
 
 
 def test_queues_of_a_worker_that_is_down(workers: tuple[InProcessWorkers, Api]) -> None:
