@@ -255,6 +255,11 @@ def test_queues_of_a_worker_that_is_down(workers: tuple[InProcessWorkers, Api]) 
         404,
         {"error": "not_found", "reason": f"NOT_FOUND - no queue '{TRANSIENT}' in vhost '{VHOST}'"},
     )
+    # a declare: RabbitMQ's queue.declare of a queue whose home node is down
+    assert api("PUT", f"/queues/{VHOST}/{DURABLE}", body={"durable": True}) == (
+        404,
+        {"error": "not_found", "reason": down},
+    )
     # who may not ask is told so first, as for any queue
     assert api("DELETE", f"/queues/{VHOST}/{DURABLE}", ("wk-noperm", "pw")) == (
         401,

@@ -381,9 +381,11 @@ async def put_queue(request: web.Request) -> web.Response:
     existed = name in vhost.queues
     meta = _broker(request).meta
     if meta is not None:
-        await _change(
-            request, meta.queue_declare_op(vhost.name, name, durable, auto_delete, arguments)
-        )
+        op = meta.queue_declare_op(vhost.name, name, durable, auto_delete, arguments)
+        try:
+            await _change(request, op)
+        except NotFound as exc:  # the owner is down: RabbitMQ's queue.declare's 404
+            return error(404, "not_found", str(exc))
         return _ok(204 if existed else 201)
     # A declaration through the API is a client's: the vhost's default type applies.
     declare = partial(vhost.declare_queue, default_type=True)
