@@ -98,14 +98,21 @@ def workers_broker(tmp_path_factory: pytest.TempPathFactory):
     """One `leveret server --workers N` for the run (LEVERET_TEST_WORKERS=N)."""
     from serverproc import start_logged_server
 
-    workdir = tmp_path_factory.mktemp("workers-broker")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        management = s.getsockname()[1]
-    with start_logged_server(workdir, "--management-port", str(management)) as port:
-        yield WorkersBroker(
-            f"amqp://guest:guest@127.0.0.1:{port}/%2F", f"http://127.0.0.1:{management}/api"
-        )
+    for attempt in range(3):
+        workdir = tmp_path_factory.mktemp("workers-broker")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            management = s.getsockname()[1]
+        with start_logged_server(workdir, "--management-port", str(management)) as port:
+            # The port was free when picked; on a shared machine another process may
+            # take it first, and the broker then runs without its API: start another.
+            if "management API not started" in (workdir / "server.log").read_text():
+                if attempt < 2:
+                    continue
+            yield WorkersBroker(
+                f"amqp://guest:guest@127.0.0.1:{port}/%2F", f"http://127.0.0.1:{management}/api"
+            )
+            return
 
 
 @pytest.fixture(scope="session")

@@ -151,22 +151,41 @@ def hot_path_lines(
     return re.findall(r"^\S+ \S+ (\w+) leveret: (hot path: .*)$", text, re.MULTILINE)
 
 
+#: how many free ports start_logged_server tries when another process takes the one
+#: it picked before the broker binds it
+PORT_TRIES = 3
+
+
 @contextmanager
 def start_logged_server(workdir: Path, *args: str, timeout: float = 60.0) -> Iterator[int]:
     """A `leveret server` (server_argv: with `--workers N` under LEVERET_TEST_WORKERS)
     on a free port with its data dir and log in `workdir`; yields the AMQP port once it
     listens, and stops it (SIGTERM) after. Its log is `workdir/server.log`."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     path = workdir / "server.log"
-    with open(path, "w") as log:
-        proc = subprocess.Popen(
-            server_argv("--port", str(port), "--data-dir", str(workdir / "data"), *args),
-            stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    for attempt in range(PORT_TRIES):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(path, "w") as log:
+            proc = subprocess.Popen(
+                server_argv("--port", str(port), "--data-dir", str(workdir / "data"), *args),
+                stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+            )  # fmt: skip
+        # The port was free when picked; on a shared machine another process may take
+        # it before the broker binds it: then the broker exits saying so, and another
+        # port is tried.
+        while (
+            proc.poll() is None
+            and "listening for AMQP" not in path.read_text()
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        if proc.poll() is None or attempt == PORT_TRIES - 1:
+            break
+        if f"('127.0.0.1', {port}): address already in use" not in path.read_text():
+            break
     try:
-        deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"`leveret server` exited:\n{path.read_text()}")

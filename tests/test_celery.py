@@ -8,12 +8,41 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from urllib.parse import quote
 
 import kombu
 import pytest
+import requests
 
 from celery_app import BROKER_ENV, QUEUE_ENV, QUORUM_ENV, make_app
-from conftest import TESTS_DIR
+from conftest import EXTERNAL_URL, TEST_WORKERS, TESTS_DIR
+
+
+@pytest.fixture
+def own_vhost_url(amqp_url, request):
+    """`amqp_url` on a vhost of this test's own. At one process each test's broker is
+    its own already; the broker of workers (LEVERET_TEST_WORKERS) is shared by the
+    run, where Celery's broker-wide names (kombu's `celery_delayed_*` queues and
+    exchange) and kombu's process-wide connection pools, keyed by URL and closed by an
+    earlier test's app, would otherwise carry over from test to test."""
+    if not TEST_WORKERS or EXTERNAL_URL:
+        yield amqp_url
+        return
+    api = request.getfixturevalue("workers_broker_api")
+    vhost = f"leveret-test-celery-{uuid.uuid4().hex[:8]}"
+    auth = ("guest", "guest")
+    response = requests.put(f"{api}/vhosts/{vhost}", auth=auth, timeout=30)
+    assert response.status_code == 201, response.text
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    response = requests.put(
+        f"{api}/permissions/{vhost}/guest", json=everything, auth=auth, timeout=30
+    )
+    assert response.status_code in (201, 204), response.text  # 204: the creator has them
+    try:
+        yield amqp_url.rsplit("/", 1)[0] + "/" + quote(vhost, safe="")
+    finally:
+        requests.delete(f"{api}/vhosts/{vhost}", auth=auth, timeout=30)
 
 
 @contextlib.contextmanager
@@ -80,12 +109,14 @@ def test_celery_worker_runs_tasks_with_rpc_backend(amqp_url, names):
         _close_app(app)
 
 
-def test_celery_on_quorum_queues_with_retries_and_countdown(amqp_url, names):
+def test_celery_on_quorum_queues_with_retries_and_countdown(own_vhost_url, names):
     """Celery 5.5+ with task_default_queue_type = "quorum": the worker sees quorum queues,
     consumes without global QoS (which a quorum queue refuses) and declares kombu's
     native delayed delivery: 28 levels of quorum queues with x-message-ttl,
     x-overflow reject-publish and at-least-once dead-lettering into the next level.
-    Retries and countdowns travel through them."""
+    Retries and countdowns travel through them. On a vhost of its own: the delay levels
+    it checks are the ones its worker declared."""
+    amqp_url = own_vhost_url
     queue = names.queue("celery-qq")
     app = make_app(amqp_url, queue, quorum=True)
     try:

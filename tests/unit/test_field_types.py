@@ -71,3 +71,41 @@ def test_inequivalent_text_names_the_sent_type():
         "inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received none but "
         "current is the value '5' of type 'byte'"
     )
+
+
+def test_a_decoded_method_is_encoded_back_as_the_client_sent_it():
+    """A method handed to another worker with its connection is encoded again: every
+    field-table value keeps its wire type and the keys their order, so the other worker
+    decodes exactly what the client sent (pamqp's marshal would write 5 as a byte and
+    sort the keys)."""
+    from pamqp import commands
+
+    from leveret.protocol.methods import decode_method, encode_method_as_received
+
+    values = {
+        "z-signedint": b"I\x00\x00\x00\x05",
+        "b": b"b\xfb",
+        "B": b"B\xfb",
+        "s": b"s\xff\xfb",
+        "u": b"u\xff\xfb",
+        "i": b"i\xff\xff\xff\xfb",
+        "l": b"l" + (5).to_bytes(8, "big"),
+        "f": b"f?\xc0\x00\x00",
+        "d": b"d\x3f\xb9\x99\x99\x99\x99\x99\x9a",
+        "D": b"D\x02\x00\x00\x01\x3b",
+        "t": b"t\x01",
+        "S": b"S\x00\x00\x00\x02hi",
+        "S-binary": b"S\x00\x00\x00\x02\xff\xfe",
+        "x": b"x\x00\x00\x00\x02\x00\x01",
+        "T": b"T" + (1_700_000_000).to_bytes(8, "big"),
+        "V": b"V",
+        "A": b"A\x00\x00\x00\x07b\x01I\x00\x00\x00\x02",
+        "F": b"F" + join_table({"inner": b"u\x00\x07", "a": b"b\x01"}),
+    }
+    body = b"\x00\x00" + b"\x02qq" + b"\x02" + join_table(values)  # reserved, queue, durable
+    payload = (50 << 16 | 10).to_bytes(4, "big") + body
+    method = decode_method(payload)
+    assert isinstance(method, commands.Queue.Declare) and method.durable
+    assert method.arguments["z-signedint"] == 5 and list(method.arguments)[0] == "z-signedint"
+    frame = encode_method_as_received(method, 7)
+    assert frame == b"\x01\x00\x07" + len(payload).to_bytes(4, "big") + payload + b"\xce"

@@ -33,9 +33,14 @@ class InProcessWorkers:
         count: int,
         data_dir: Path | None,
         per_worker: dict[int, dict[str, Any]] | None = None,
+        affinity: bool = False,
         **config: Any,
     ) -> None:
         self.count = count
+        # connections move to the worker that owns their queue (workers/affinity.py),
+        # over a handoff socket pair per pair of workers as the supervisor makes them
+        self.affinity = affinity
+        self.handoffs: list[Any] = []
         self.data_dir = data_dir
         self.config = config
         # options for one worker only: {0: {"management_port": 0}}, as v1 runs the
@@ -70,9 +75,27 @@ class InProcessWorkers:
                 node = Node(self.worker_config(i), loop=self.loop, mesh=self.meshes[i])
                 self.nodes.append(node)
             await asyncio.gather(*(n.start() for n in self.nodes))
+            if self.affinity:
+                self._arm_handoffs()
 
         self.run(go())
         return self
+
+    def _arm_handoffs(self) -> None:
+        import socket
+
+        from leveret.workers.affinity import Handoffs
+
+        self.handoffs = [
+            Handoffs(m, n.listener.adopt) for m, n in zip(self.meshes, self.nodes, strict=True)
+        ]
+        for i in range(self.count):
+            for j in range(i + 1, self.count):
+                a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.handoffs[i].attach(j, a)
+                self.handoffs[j].attach(i, b)
+        for node, handoffs in zip(self.nodes, self.handoffs, strict=True):
+            node.listener.handoffs = handoffs
 
     def port(self, index: int) -> int:
         return self.nodes[index].port
@@ -82,6 +105,8 @@ class InProcessWorkers:
 
     def stop(self) -> None:
         async def go() -> None:
+            for handoffs in self.handoffs:
+                handoffs.close()
             for node in self.nodes:
                 await node.stop()
             for mesh in self.meshes:
@@ -99,9 +124,10 @@ def in_process_workers(
     count: int = 2,
     data_dir: Path | None = None,
     per_worker: dict[int, dict[str, Any]] | None = None,
+    affinity: bool = False,
     **config: Any,
 ) -> Iterator[InProcessWorkers]:
-    workers = InProcessWorkers(count, data_dir, per_worker, **config).start()
+    workers = InProcessWorkers(count, data_dir, per_worker, affinity, **config).start()
     try:
         yield workers
     finally:

@@ -56,6 +56,7 @@ from leveret.management.routes.messages import get_from
 from leveret.management.routes.runtime import _channel_json, _connection_json, _consumer_json
 from leveret.management.routes.topology import _queue_json
 from leveret.server.alarms import resident_bytes
+from leveret.workers.metadata import absent
 
 if TYPE_CHECKING:
     from leveret.handle import NodeHandle
@@ -210,14 +211,17 @@ class RemoteConnection:
         self, reason: str = "shutdown", text: str | None = None
     ) -> Coroutine[Any, Any, None]:
         """Close it on its worker: awaited, done once that worker sent the close;
-        NotFound when that worker is down (the connection went with it)."""
+        NotFound when that worker is down (the connection went with it) or no longer
+        has it."""
         return self._close(text)
 
     async def _close(self, text: str | None) -> None:
         try:
-            await self.stats.mesh.call(self.worker, "close_connection", self.name, text)
+            closed = await self.stats.mesh.call(self.worker, "close_connection", self.name, text)
         except ConnectionError:
             raise NotFound(self.name) from None
+        if not closed:  # it closed since that worker's last report
+            raise NotFound(self.name)
 
 
 class RemoteChannel:
@@ -315,6 +319,16 @@ class WorkerStats:
             return_exceptions=True,
         )
         return sum(a for a in answers if isinstance(a, int))
+
+    async def on_owner(self, queue: RemoteQueue, op: str, *args: Any) -> Any:
+        """Run the API's operation `op` ("api_get", "api_purge") on the worker that
+        owns `queue`. That worker down: RabbitMQ's answer for a queue whose home node
+        is down (`absent`: NotFound naming the node for a durable queue; a transient
+        one is gone with it)."""
+        try:
+            return await self.mesh.call(queue.worker, op, *args)
+        except ConnectionError:
+            raise absent(queue.vhost.name, queue.name, queue.worker, queue.durable) from None
 
     def _serve_purge(self, peer: int, vhost: str, name: str) -> int:
         """DELETE /api/queues/{vhost}/{name}/contents on worker 0 for a queue this

@@ -10,10 +10,13 @@ and joined again; only the values the broker writes are encoded here.
 from __future__ import annotations
 
 import datetime
+import decimal
 import struct
+import time
 from typing import Any
 
 from pamqp import decode as pamqp_decode
+from pamqp import encode as pamqp_encode
 
 _LONG = struct.Struct(">I")
 _FIXED_SIZES = {
@@ -107,6 +110,18 @@ def _install_typed_numbers() -> None:
 
 _install_typed_numbers()
 
+#: each typed number's wire type and payload layout
+_WIRE_FORMS: dict[type, tuple[bytes, struct.Struct]] = {
+    Byte: (b"b", struct.Struct(">b")),
+    UnsignedByte: (b"B", struct.Struct(">B")),
+    Short: (b"s", struct.Struct(">h")),
+    UnsignedShort: (b"u", struct.Struct(">H")),
+    SignedInt: (b"I", struct.Struct(">i")),
+    UnsignedInt: (b"i", struct.Struct(">I")),
+    Long: (b"l", struct.Struct(">q")),
+    Float: (b"f", struct.Struct(">f")),
+}
+
 
 def skip_value(buf: bytes, pos: int) -> int:
     """End offset of the typed value (type octet + payload) starting at pos."""
@@ -192,3 +207,43 @@ def encode_value(value: Any) -> bytes:
     if value is None:
         return b"V"
     raise TypeError(f"cannot encode {type(value).__name__} in a field table")
+
+
+# --- a decoded table, encoded as it arrived ---------------------------------------------
+#
+# A method a client sent is sometimes encoded again to be read by another part of the
+# broker (a connection handed to another worker takes the method that decided it along).
+# pamqp's encoder picks the smallest integer type for an int, writes a float as 'f' and
+# sorts the keys, so the reader would see other types than the client sent (and RabbitMQ
+# names the sent type in its error texts). These write each decoded value back with the
+# type it was decoded from, keys in the order they came.
+
+
+def encode_decoded_value(value: Any) -> bytes:
+    """A value decoded from a field table, as the typed value it was decoded from."""
+    form = _WIRE_FORMS.get(type(value))
+    if form is not None:
+        return form[0] + form[1].pack(value)
+    if isinstance(value, bool):
+        return b"t" + (b"\x01" if value else b"\x00")
+    if isinstance(value, float):  # only 'd' decodes to a plain float
+        return b"d" + struct.pack(">d", value)
+    if isinstance(value, dict):
+        return b"F" + encode_decoded_table(value)
+    if isinstance(value, list):
+        return join_array([encode_decoded_value(v) for v in value])
+    if isinstance(value, bytearray):
+        return b"x" + _LONG.pack(len(value)) + bytes(value)
+    if isinstance(value, decimal.Decimal):
+        return b"D" + pamqp_encode.decimal(value)
+    if isinstance(value, datetime.datetime | time.struct_time):
+        return b"T" + pamqp_encode.timestamp(value)
+    return encode_value(value)  # str, bytes (a longstr that is not UTF-8), None, int
+
+
+def encode_decoded_table(table: dict[str, Any] | None) -> bytes:
+    """A decoded field table (with its 4-byte length), each value with its own type,
+    keys in their order."""
+    if not table:
+        return b"\x00\x00\x00\x00"
+    return join_table({k: encode_decoded_value(v) for k, v in table.items()})

@@ -35,9 +35,10 @@ from leveret.protocol.constants import (
     SYNTAX_ERROR,
 )
 from leveret.protocol.errors import FrameError
-from leveret.protocol.fieldtable import Long, Short, encode_value
+from leveret.protocol.fieldtable import Long, Short, encode_decoded_table, encode_value
 
 METHOD_INDEX = struct.Struct(">I")
+_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, size
 _SHORT = struct.Struct(">H")
 _ACK = struct.Struct(">QB")
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
@@ -140,14 +141,27 @@ def unchecked(cls: type, *args: Any, **kwargs: Any) -> Any:
 
 def _marshal_typed(self: Any) -> bytes:
     """pamqp's Frame.marshal, with tables that keep Long and Short values' types."""
+    return _marshal_fields(self, _table_keeping_long_and_short)
+
+
+def _table_keeping_long_and_short(value: Any) -> bytes:
+    from pamqp import encode
+
+    if value and _has_typed(value):
+        return _typed_table(value)
+    return encode.by_type(value, "table")
+
+
+def _marshal_fields(method: Any, encode_table: Any) -> bytes:
+    """pamqp's Frame.marshal, with `encode_table` writing the field tables."""
     from pamqp import encode
 
     byte, offset, output, in_bits = -1, 0, [], False
-    for argument in self.__slots__:
-        data_type = self.amqp_type(argument)
+    for argument in method.__slots__:
+        data_type = method.amqp_type(argument)
         if not in_bits and data_type == "bit":
             byte, offset, in_bits = 0, 0, True
-        value = getattr(self, argument, 0)
+        value = getattr(method, argument, 0)
         if in_bits:
             if data_type != "bit":
                 in_bits = False
@@ -159,13 +173,23 @@ def _marshal_typed(self: Any) -> bytes:
                     output.append(encode.octet(byte))
                     in_bits = False
                 continue
-        if data_type == "table" and value and _has_typed(value):
-            output.append(_typed_table(value))
+        if data_type == "table":
+            output.append(encode_table(value))
         else:
             output.append(encode.by_type(value, data_type))
     if in_bits:
         output.append(encode.octet(byte))
     return b"".join(output)
+
+
+def encode_method_as_received(method: Any, channel: int) -> bytes:
+    """A whole method frame for a method decoded from a client, as the client sent it:
+    its field tables keep each value's wire type and their keys' order (fieldtable's
+    encode_decoded_table), where pamqp's marshal would pick the smallest integer type
+    and sort the keys. For a method read here and handled elsewhere (a connection
+    handed to another worker), which must see what the client sent."""
+    payload = METHOD_INDEX.pack(method.index) + _marshal_fields(method, encode_decoded_table)
+    return _FRAME_HEAD.pack(1, channel, len(payload)) + payload + b"\xce"
 
 
 def _has_typed(value: Any) -> bool:

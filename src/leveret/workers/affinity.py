@@ -108,7 +108,8 @@ def target(mesh: Mesh, vhost: Any, event: pc.Event) -> int | None:
 
 def encode_event(event: pc.Event, frame_max: int) -> bytes:
     """The frames of a method (or publish with its content) the core parsed: the
-    decision takes them from the stream, and the receiver must read them first."""
+    decision takes them from the stream, and the receiver must read them first,
+    exactly as the client sent them."""
     number = event.channel  # type: ignore[attr-defined]
     if type(event) is pc.Publish:
         e: Any = event
@@ -118,7 +119,8 @@ def encode_event(event: pc.Event, frame_max: int) -> bytes:
             *body_frames(number, e.body, frame_max),
         ]
         return b"".join(parts)
-    return wire.encode_method(event.method, number)  # type: ignore[attr-defined]
+    # as the client sent it: the receiver decodes the same field-table value types
+    return wire.encode_method_as_received(event.method, number)  # type: ignore[attr-defined]
 
 
 def cannot_move(conn: Any, event: pc.Event) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker import definitions_json, direct_reply
-from leveret.broker.errors import InvalidValue, PreconditionFailed
+from leveret.broker.errors import InvalidValue, NotFound, PreconditionFailed
 from leveret.broker.message import Message
 from leveret.broker.queue_args import amqp_type_name, parse_expiration
 from leveret.broker.queues.remote import RemoteQueue
@@ -254,9 +254,12 @@ async def get_messages(request: web.Request) -> web.Response:
     stats = worker_stats(request)
     if stats is not None and isinstance(queue, RemoteQueue):
         # Taken, shown and settled on the owner, in one turn of its loop as here.
-        got = await stats.mesh.call(
-            queue.worker, "api_get", vhost.name, name, body, count, ackmode, truncate
-        )
+        try:
+            got = await stats.on_owner(
+                queue, "api_get", vhost.name, name, body, count, ackmode, truncate
+            )
+        except NotFound as exc:  # RabbitMQ's basic.get's channel error, as for a missing queue
+            return error(404, "not_found", f"NOT_FOUND - {exc}")
         return web.json_response(got)
     return web.json_response(get_from(queue, body, count, ackmode, truncate))
 

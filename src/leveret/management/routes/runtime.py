@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from functools import partial
 from typing import Any
@@ -272,7 +273,8 @@ async def close_user_connections(request: web.Request) -> web.Response:
     for conn in _user_connections(request):
         closing = conn.force_close(text=f"CONNECTION_FORCED - {reason}")
         if closing is not None:  # another worker's
-            await closing
+            with contextlib.suppress(NotFound):  # gone already: the others still close
+                await closing
     return _ok()
 
 

@@ -18,7 +18,7 @@ from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
 from leveret.broker.policies import _lower, winner
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
-from leveret.management.app import Denied, error, read_json
+from leveret.management.app import Denied, error, not_found, read_json
 from leveret.management.routes.common import (
     NODE,
     _access_check,
@@ -303,6 +303,17 @@ def _not_locked(queue: Any, vhost: Any) -> None:
         )
 
 
+def _absent(queue: Any, exc: NotFound) -> web.Response:
+    """A queue of another worker that its owner could not act on: the owner is down
+    (or no longer has it). RabbitMQ's API runs a delete or purge as a channel method
+    and answers its channel error, 404 `not_found` with the error's text (for a
+    durable queue whose home node is down, the text names the node); a transient
+    queue went with its node, and is missing (404 Object Not Found)."""
+    if not queue.durable:
+        return not_found()
+    return error(404, "not_found", str(exc))
+
+
 async def delete_queue(request: web.Request) -> web.Response:
     vhost = _vhost(request)
     queue = vhost.queues.get(request.match_info["name"])
@@ -315,7 +326,10 @@ async def delete_queue(request: web.Request) -> web.Response:
     described = f"queue '{queue.name}' in vhost '{vhost.name}'"
     meta = _broker(request).meta
     if meta is not None:  # the counts are the owner's
-        messages, consumers = await meta.counts(queue)
+        try:
+            messages, consumers = await meta.counts(queue)
+        except NotFound as exc:
+            return _absent(queue, exc)
     else:
         messages, consumers = queue.message_count, queue.consumer_count
     if request.query.get("if-empty") == "true" and messages:
@@ -338,7 +352,10 @@ async def purge_queue(request: web.Request) -> web.Response:
     _not_locked(queue, vhost)
     stats = worker_stats(request)
     if stats is not None and isinstance(queue, RemoteQueue):
-        await stats.mesh.call(queue.worker, "api_purge", vhost.name, queue.name)  # the owner's
+        try:  # the owner's
+            await stats.on_owner(queue, "api_purge", vhost.name, queue.name)
+        except NotFound as exc:
+            return _absent(queue, exc)
     else:
         vhost.purge_queue(queue)
     return _ok()
@@ -364,9 +381,11 @@ async def put_queue(request: web.Request) -> web.Response:
     existed = name in vhost.queues
     meta = _broker(request).meta
     if meta is not None:
-        await _change(
-            request, meta.queue_declare_op(vhost.name, name, durable, auto_delete, arguments)
-        )
+        op = meta.queue_declare_op(vhost.name, name, durable, auto_delete, arguments)
+        try:
+            await _change(request, op)
+        except NotFound as exc:  # the owner is down: RabbitMQ's queue.declare's 404
+            return error(404, "not_found", str(exc))
         return _ok(204 if existed else 201)
     # A declaration through the API is a client's: the vhost's default type applies.
     declare = partial(vhost.declare_queue, default_type=True)
