@@ -329,22 +329,15 @@ class Metadata:
         self._run(ch, EXCHANGE_DELETE, self.submit(op), answer)
 
     def exchange_bind(self, ch: Any, m: cmd.Exchange.Bind) -> None:
-        op = (
-            "bind",
-            ch.vhost.name,
-            m.source,
-            m.destination,
-            False,
-            m.routing_key,
-            _args(m.arguments),
-            None,
-        )
-        answer = None if m.nowait else lambda _: ch.send_method(cmd.Exchange.BindOk())
-        self._run(ch, EXCHANGE_BIND, self.submit(op), answer)
+        self._exchange_binding(ch, m, "bind", EXCHANGE_BIND, cmd.Exchange.BindOk)
 
     def exchange_unbind(self, ch: Any, m: cmd.Exchange.Unbind) -> None:
+        self._exchange_binding(ch, m, "unbind", EXCHANGE_UNBIND, cmd.Exchange.UnbindOk)
+
+    def _exchange_binding(self, ch: Any, m: Any, kind: str, method: Any, ok: type) -> None:
+        """exchange.bind and exchange.unbind: one change each, answered with `ok`."""
         op = (
-            "unbind",
+            kind,
             ch.vhost.name,
             m.source,
             m.destination,
@@ -353,8 +346,8 @@ class Metadata:
             _args(m.arguments),
             None,
         )
-        answer = None if m.nowait else lambda _: ch.send_method(cmd.Exchange.UnbindOk())
-        self._run(ch, EXCHANGE_UNBIND, self.submit(op), answer)
+        answer = None if m.nowait else lambda _: ch.send_method(ok())
+        self._run(ch, method, self.submit(op), answer)
 
     def queue_declare(self, ch: Any, m: cmd.Queue.Declare) -> None:
         vhost = ch.vhost
