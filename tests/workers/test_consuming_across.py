@@ -484,6 +484,49 @@ def test_quorum_delivery_counts(brokers) -> None:
     assert [g[3] for g in expected["gets"]] == [{"x-delivery-count": n} for n in (0, 1, 2)]
 
 
+def quorum_closed_channel(b: Broker) -> list[Any]:
+    """What a closing channel held goes back to the front of a quorum queue, counted:
+    a basic.get's delivery and a cancelled consumer's, as well as a consumer's."""
+    q = b.declare("owner", "closing", durable=True, arguments=QUORUM)
+    pub = publisher(b)
+    for body in (b"a", b"b", b"c", b"d", b"e"):
+        pub.ch.basic_publish("", q, body)
+    c = Client(b, "client", prefetch=1)
+    got = None
+    for _ in range(200):
+        got = c.ch.basic_get(q)
+        if got[0] is not None:
+            break
+        time.sleep(0.01)
+    tag = c.consume(q)
+    c.until(1)
+    b.crossed(q)
+    c.ch.basic_cancel(tag)  # "b" stays the channel's
+    c.consume(q)
+    c.until(2)  # "c", a live consumer's
+    c.ch.close()
+    again = Client(b, "client", prefetch=10)
+    again.consume(q, auto_ack=True)
+    again.until(5)
+    again.settle_down()
+    out = [(got[2], got[1].headers), seen(c.got), seen(again.got)]
+    for x in (c, again, pub):
+        x.close()
+    return out
+
+
+def test_quorum_closed_channel_returns_to_the_front(brokers) -> None:
+    expected = same_on_both(brokers, quorum_closed_channel)
+    assert [(body, r) for body, r, _h in expected[2]] == [
+        (b"a", True),
+        (b"b", True),
+        (b"c", True),
+        (b"d", False),
+        (b"e", False),
+    ]
+    assert expected[2][0][2] == {"x-delivery-count": 1}
+
+
 def quorum_limit(b: Broker) -> dict[str, Any]:
     dlq = b.declare("third", "dlq")
     q = b.declare(
