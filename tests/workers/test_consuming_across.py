@@ -484,7 +484,7 @@ def test_quorum_delivery_counts(brokers) -> None:
     assert [g[3] for g in expected["gets"]] == [{"x-delivery-count": n} for n in (0, 1, 2)]
 
 
-def quorum_closed_channel(b: Broker) -> list[Any]:
+def quorum_closed_channel(b: Broker, close: str) -> list[Any]:
     """What a closing channel held goes back to the front of a quorum queue, counted:
     a basic.get's delivery and a cancelled consumer's, as well as a consumer's."""
     q = b.declare("owner", "closing", durable=True, arguments=QUORUM)
@@ -504,7 +504,10 @@ def quorum_closed_channel(b: Broker) -> list[Any]:
     c.ch.basic_cancel(tag)  # "b" stays the channel's
     c.consume(q)
     c.until(2)  # "c", a live consumer's
-    c.ch.close()
+    if close == "channel":
+        c.ch.close()
+    else:
+        c.conn.close()
     again = Client(b, "client", prefetch=10)
     again.consume(q, auto_ack=True)
     again.until(5)
@@ -515,8 +518,9 @@ def quorum_closed_channel(b: Broker) -> list[Any]:
     return out
 
 
-def test_quorum_closed_channel_returns_to_the_front(brokers) -> None:
-    expected = same_on_both(brokers, quorum_closed_channel)
+@pytest.mark.parametrize("close", ["channel", "connection"])
+def test_quorum_closed_channel_returns_to_the_front(brokers, close: str) -> None:
+    expected = same_on_both(brokers, lambda b: quorum_closed_channel(b, close))
     assert [(body, r) for body, r, _h in expected[2]] == [
         (b"a", True),
         (b"b", True),
@@ -635,10 +639,10 @@ def test_exclusive_consume_on_any_worker(brokers) -> None:
     )
 
 
-def single_active(b: Broker, arguments: dict[str, Any]) -> dict[str, Any]:
+def single_active(b: Broker, arguments: dict[str, Any], second_on: str) -> dict[str, Any]:
     q = b.declare("owner", "sac", durable=True, arguments=arguments)
     first = Client(b, "client", prefetch=10)
-    second = Client(b, "third", prefetch=10)
+    second = Client(b, second_on, prefetch=10)
     tag = first.consume(q)
     second.consume(q)
     pub = publisher(b)
@@ -662,10 +666,11 @@ def single_active(b: Broker, arguments: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.parametrize("second_on", ["third", "owner"])
 @pytest.mark.parametrize("kind", ["classic", "quorum"])
-def test_single_active_consumer_on_two_workers(brokers, kind: str) -> None:
+def test_single_active_consumer_on_two_workers(brokers, kind: str, second_on: str) -> None:
     arguments = {"x-single-active-consumer": True, "x-queue-type": kind}
-    expected = same_on_both(brokers, lambda b: single_active(b, arguments))
+    expected = same_on_both(brokers, lambda b: single_active(b, arguments, second_on))
     assert expected["before"] == (4, 0)
     assert [body for body, _r, _h in expected["second"]][:2] == [b"m4", b"m5"]
     assert sorted(body for body, _r, _h in expected["second"][2:]) == [b"m2", b"m3"]
@@ -724,3 +729,41 @@ def test_consumer_tag_clash(brokers) -> None:
     assert expected == [
         ("connection", 530, "NOT_ALLOWED - attempt to reuse consumer tag 'wks-tag'")
     ]
+
+
+def consume_refusals(b: Broker) -> list[Any]:
+    """What basic.consume and basic.get refuse, answered by the queue's owner."""
+    classic = b.declare("owner", "plain")
+    quorum = b.declare("owner", "qq", durable=True, arguments=QUORUM)
+    sac = b.declare(
+        "owner", "qq-sac", durable=True, arguments={**QUORUM, "x-single-active-consumer": True}
+    )
+    classic_sac = b.declare("owner", "sac", arguments={"x-single-active-consumer": True})
+    attempts: list[Callable[[Client], Any]] = [
+        lambda c: c.consume(classic, arguments={"x-priority": "high"}),
+        lambda c: c.consume(classic, arguments={"x-priority": True}),
+        lambda c: c.consume("wks-no-such-queue"),
+        lambda c: (c.ch.basic_qos(prefetch_count=5, global_qos=True), c.consume(quorum)),
+        lambda c: c.ch.basic_get(sac),
+        lambda c: (c.consume(classic_sac), c.consume(classic_sac, exclusive=True)),
+    ]
+    out = []
+    for n, attempt in enumerate(attempts):
+        c = Client(b, "client")
+        out.append((n, error_of(lambda c=c, attempt=attempt: attempt(c))))
+        c.close()
+    return out
+
+
+def test_consume_refusals(brokers) -> None:
+    expected = same_on_both(brokers, consume_refusals, consumes=False)
+    assert expected[0][1] == (
+        "channel",
+        406,
+        "PRECONDITION_FAILED - invalid arg 'x-priority' for queue '<plain>' in vhost '/': "
+        '"expected integer, got longstr"',
+    )
+    assert expected[2][1][:2] == ("channel", 404)
+    assert expected[3][1][:2] == ("connection", 540)
+    assert expected[4][1][:2] == ("channel", 405)
+    assert expected[5][1][:2] == ("channel", 403)
