@@ -109,6 +109,22 @@ def test_global_qos_is_not_a_prefetch(connection, stream):
     assert info.value.reply_code == 406
 
 
+def test_global_qos_with_a_prefetch_is_refused(amqp_url, stream):
+    """RabbitMQ 3.10 refuses a stream consumer on a channel whose global prefetch is
+    set, even with a consumer prefetch (540, the connection closes)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_qos(prefetch_count=2, global_qos=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        ch.basic_consume(stream, lambda *a: None)
+        conn.process_data_events(0.5)
+    assert (info.value.reply_code, info.value.reply_text) == (
+        540,
+        f"NOT_IMPLEMENTED - queue '{stream}' in vhost '/' does not support global qos",
+    )
+
+
 @pytest.mark.parametrize(
     "action,text",
     [

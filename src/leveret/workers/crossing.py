@@ -224,6 +224,8 @@ class Crossing:
             link.settle_open(records.ACK, 0, entry.seq)
         elif kind == "requeue":
             link.settle_open(records.REJECT, 0, entry.seq, records.REQUEUE)
+        elif kind == "return":  # the channel closed with it
+            link.settle_open(records.REJECT, 0, entry.seq, records.REQUEUE | records.CLOSING)
         else:
             link.settle_open(records.REJECT, 0, entry.seq)
 
@@ -478,7 +480,7 @@ class Crossing:
                 return
             got = call.result()
             if got is not None and (channel.closing or conn.state == "closed"):
-                self.settle(queue, QueueEntry(got[0], None), "requeue")  # type: ignore[arg-type]
+                self.settle(queue, QueueEntry(got[0], None), "return")  # type: ignore[arg-type]
 
         def answer(got: Any) -> None:
             if got is None:

@@ -60,6 +60,9 @@ KIND_NAMES = {
 #: REJECT flag: requeue the messages; DELIVER flag: the message was delivered before
 REQUEUE = 1
 REDELIVERED = 1
+#: REJECT flag (with REQUEUE): returned by a channel or connection that closed, which
+#: a quorum queue puts back at its front (a nack's returns may go to its back)
+CLOSING = 2
 
 #: the largest payload a record may have: RabbitMQ's largest message (512 MiB) and room
 #: for its routing; a longer length is a broken stream, not a record

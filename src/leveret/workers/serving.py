@@ -322,7 +322,8 @@ class Serving:
     def _on_reject(self, peer: int, record: records.Settle) -> None:
         taken = self._settled(peer, record)
         if record.flags & records.REQUEUE:
-            _requeue(taken, closing=False)
+            # A closed channel's returns go back as the queue takes those (CLOSING).
+            _requeue(taken, closing=bool(record.flags & records.CLOSING))
             return
         touched = set()
         for queue, entry, _consumer in taken:

@@ -173,6 +173,28 @@ def consume_rules(s: Session) -> None:
 
 
 @scenario
+def global_qos_with_a_prefetch(s: Session) -> None:
+    """A consumer prefetch and a global one on the channel: the stream refuses the
+    consumer (after its other checks), closing the connection."""
+    c = s.connect()
+    c.open(1)
+    _stream(c, 1, "s")
+    c.rpc(1, C.Basic.Qos(prefetch_count=10))
+    c.rpc(1, C.Basic.Qos(prefetch_count=2, global_=True))
+    c.consume(1, "s", "priority", arguments={"x-priority": 1})
+    d = s.connect()
+    d.open(1)
+    d.rpc(1, C.Basic.Qos(prefetch_count=10))
+    d.rpc(1, C.Basic.Qos(prefetch_count=0, global_=True))
+    d.consume(1, "s", "global-zero")
+    e = s.connect()
+    e.open(1)
+    e.rpc(1, C.Basic.Qos(prefetch_count=10))
+    e.rpc(1, C.Basic.Qos(prefetch_count=2, global_=True))
+    e.consume(1, "s", "global")
+
+
+@scenario
 def exclusive_consumer(s: Session) -> None:
     """An exclusive consumer on a stream, then another consumer."""
     c = s.connect()

@@ -59,7 +59,8 @@ class Crossing(Protocol):
         """Send `message` to `queue`'s owner (barrier.add() for its CONFIRM)."""
 
     def settle(self, queue: RemoteQueue, entry: QueueEntry, kind: str) -> None:
-        """`entry` was acked ("ack"), rejected ("drop") or returned ("requeue")."""
+        """`entry` was acked ("ack"), rejected ("drop"), returned ("requeue") or
+        returned by a channel that closed ("return")."""
 
     def writable(self, worker: int) -> bool:
         """Whether the link to `worker` takes more without pausing its publishers."""
@@ -171,6 +172,14 @@ class RemoteQueue(Queue):
         for entry in entries:
             self.unacked -= 1
             crossing.settle(self, entry, "requeue")
+
+    def return_unacked(self, entries: Iterable[QueueEntry]) -> None:
+        """A closed channel's deliveries: the owner's queue takes them back as its type
+        takes a closed channel's (a quorum queue: to the front, counted)."""
+        crossing = self.crossing
+        for entry in entries:
+            self.unacked -= 1
+            crossing.settle(self, entry, "return")
 
     # --- consumers: registered on the owner too -----------------------------------
 

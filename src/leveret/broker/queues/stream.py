@@ -354,6 +354,11 @@ class StreamQueue(Queue):
             )
         if "x-stream-offset" in args:
             self.start_offset(args["x-stream-offset"])  # raises if malformed
+        if global_prefetch:
+            # RabbitMQ 3.10 refuses a stream consumer on a channel with a global
+            # prefetch (its limiter is active) once the rest is valid, closing the
+            # connection: a stream's credit is the consumer's prefetch alone.
+            raise NotSupported(f"{self.describe()} does not support global qos")
 
     def _on_readable(self) -> None:
         """A cluster leader's followers now hold more of the log: deliver it."""
