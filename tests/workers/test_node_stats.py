@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import socket
 import sys
@@ -24,6 +25,9 @@ from tests.compat.prometheus.replay import differences, recording
 from tests.compat.prometheus.scrape import scrape
 from tests.workers.inprocess import in_process_workers
 from tests.workers.test_worker_procs import Workers, wait_for
+
+from leveret.ctl import call
+from leveret.workers.mesh import placement
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
@@ -160,18 +164,38 @@ def test_node_families_and_api_nodes_are_the_sums_over_every_worker(node: Node) 
         assert 0.9 * every_rss <= memory <= 1.1 * every_rss, (memory, workers_rss, every_rss)
         assert memory >= 0.9 * workers_rss
         assert node.metrics()["rabbitmq_resident_memory_limit_bytes"] == WATERMARK
-        fds = sum(_fds(pid) for pid in pids)
-        assert node.metrics()["rabbitmq_process_open_fds"] >= 0.8 * fds
+        # Descriptors: the workers' (against their limits)
+        fds = sum(_fds(pid) for pid in pids[:2])
+        m = node.metrics()
+        assert 0.8 * fds <= m["rabbitmq_process_open_fds"] <= 1.2 * fds, (m, fds)
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # the workers inherit it
+        assert m["rabbitmq_process_max_fds"] == 2 * limit
 
         doc = node.node()
         assert 0.9 * every_rss <= doc["mem_used"] <= 1.1 * every_rss
         assert doc["mem_limit"] == WATERMARK
         assert doc["mem_alarm"] is False
-        assert doc["fd_used"] >= 0.8 * fds
+        assert 0.8 * fds <= doc["fd_used"] <= 1.2 * fds
+        assert doc["fd_total"] == doc["sockets_total"] == 2 * limit
         assert doc["sockets_used"] == len(conns)
         assert doc["connection_created"] == node.opened
         assert doc["connection_closed"] == node.opened - len(conns)
         assert doc["channel_created"] == node.channels
+        # Any worker's ctl socket lists every worker's connections and queues.
+        sock = str(node.broker.data / "worker-1" / "ctl.sock")
+        rows = call(sock, "list_connections", {})
+        assert sorted(r["worker"] for r in rows) == [0, 1, 1]
+        queue = next(f"wk-node-q{i}" for i in range(100) if placement("/", f"wk-node-q{i}", 2) == 0)
+        ch = conns[0].channel()
+        node.channels += 1
+        ch.queue_declare(queue)
+        ch.basic_publish("", queue, b"one")
+        ch.basic_publish("", queue, b"two")
+        wait_for(
+            lambda: (
+                [r["messages"] for r in call(sock, "list_queues", {}) if r["name"] == queue] == [2]
+            )
+        )
         overview = requests.get(
             f"http://127.0.0.1:{node.management}/api/overview", auth=AUTH, timeout=30
         ).json()

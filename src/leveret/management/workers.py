@@ -1,5 +1,7 @@
-"""One broker from outside: worker 0's management API, Prometheus endpoint and ctl
-socket show the queues, connections, channels and consumers of every worker.
+"""One broker from outside: worker 0's management API and Prometheus endpoint, and
+every worker's ctl socket, show the queues, connections, channels and consumers of
+every worker, and the node's figures (memory, descriptors, churn, logins, the
+store's, alarms) as the whole broker's.
 
 In a broker of several worker processes (leveret.workers) each worker holds its own
 queues' messages and its own clients' connections; worker 0 alone runs the
@@ -10,17 +12,20 @@ bridges the two:
   what this worker holds (its queues' Prometheus figures and, for the API's queue
   routes, their JSON as the management API shows them, built by the same functions
   that build worker 0's own; its connections, channels and consumers likewise; its
-  vhosts' message counts and rates; its process' totals; its global counters);
+  vhosts' message counts and rates; its process's gauges, alarms and churn rates;
+  its counters of the node's, `node_counters`, with the global counters);
   "close_connection" closes one of its connections
   (DELETE /api/connections/{name} on worker 0); "api_get" and "api_purge" get
   messages from and purge a queue it owns (the API's .../get and .../contents),
   run on the owner as worker 0 runs them for its own queues;
 - on worker 0 it keeps the latest report of each other worker and hands them to the
   routes (`management/routes/`), to Prometheus' scrape and to `leveret ctl`'s
-  listings.
+  listings (a ctl listing on another worker's socket gathers the same way); it sums
+  the node's figures, keeping a restarted worker's past counters (`_retire`) so
+  the node's never go back.
 
-Reports are pulled, not pushed: an API request, a scrape or a ctl listing on worker
-0 first `refresh()`es, which asks every other live worker at most once per
+Reports are pulled, not pushed: an API request, a scrape or a ctl listing first
+`refresh()`es, which asks every other live worker at most once per
 `INTERVAL` (1 s; RabbitMQ's collect_statistics_interval is 5 s), all at once, and
 reuses the answers for requests within that second. A broker nobody looks at
 exchanges nothing; a worker starts its rates sampler (broker.stats.Sampler) with
@@ -37,6 +42,7 @@ for a node with a mesh, and the routes and collectors ask for it with one getatt
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import resource
@@ -252,6 +258,7 @@ def node_counters(node: Any) -> dict[tuple[Any, ...], float]:
         out[("proc", key)] = io.get(field_name, 0)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out[("proc", "context_switches")] = usage.ru_nvcsw + usage.ru_nivcsw
+    out[("proc", "gc_num")] = sum(s["collections"] for s in gc.get_stats())
     return out
 
 
@@ -494,6 +501,7 @@ class WorkerStats:
             "mem_used": resident_bytes(),
             "fd_used": _open_fds(),
             "sockets_used": len(broker.connections),
+            "fd_total": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "mem_limit": alarms.memory_limit if alarms is not None else 0,
             "bodies_in_memory": state.memory_used if state is not None else 0,
         }
@@ -503,7 +511,7 @@ class WorkerStats:
         out.incarnation = self.incarnation
         return out
 
-    # --- worker 0: gathering -----------------------------------------------------------
+    # --- worker 0 (and any worker's ctl socket): gathering ---------------------------------
 
     async def refresh(self, queue_docs: bool = False) -> None:
         """Ask every other live worker whose report is older than INTERVAL (or that
@@ -755,15 +763,17 @@ class WorkerStats:
 
     def gauge(self, name: str, own: float) -> float:
         """A process gauge of the node (`Report.node`): every worker's; resident
-        memory and descriptors the supervisor's too (a node's memory is all its
-        processes')."""
+        memory the supervisor's too (a node's memory is all its processes'). The
+        supervisor's descriptors are not counted: the descriptor figures are the
+        workers' against the workers' limits (`fd_total`), which clients use."""
         value = own + sum(r.node.get(name, 0) for r in self.reports.values())
-        if self.supervisor is not None:
-            if name == "mem_used":
-                value += _resident_bytes_of(self.supervisor)
-            elif name == "fd_used":
-                value += _open_fds(self.supervisor)
+        if name == "mem_used" and self.supervisor is not None:
+            value += _resident_bytes_of(self.supervisor)
         return value
+
+    def fd_limits(self, own: int) -> list[int]:
+        """Each live worker's descriptor limit, this one's (`own`) first."""
+        return [own, *(r.node["fd_total"] for r in self.reports.values() if "fd_total" in r.node)]
 
     def alarms(self, own: set[str], mem_used: int, mem_limit: int) -> set[str]:
         """The node's resource alarms: any worker's, and the memory alarm when the
@@ -775,12 +785,14 @@ class WorkerStats:
             out.add("memory")
         return out
 
+    def memory_limit(self, own: int) -> int:
+        """The node's memory watermark: every worker's share added."""
+        return own + sum(r.node.get("mem_limit", 0) for r in self.reports.values())
+
     def node_memory(self, own_used: int, own_limit: int) -> tuple[int, int]:
         """(resident bytes, memory watermark) of the node: every worker's used and
         share of the watermark added, the supervisor's memory too."""
-        used = int(self.gauge("mem_used", own_used))
-        limit = own_limit + sum(r.node.get("mem_limit", 0) for r in self.reports.values())
-        return used, limit
+        return int(self.gauge("mem_used", own_used)), self.memory_limit(own_limit)
 
     def node_totals(self, doc: dict[str, Any]) -> dict[str, Any]:
         """/api/nodes: the broker's node is all its workers: memory (and the
@@ -790,6 +802,9 @@ class WorkerStats:
         used, limit = self.node_memory(doc["mem_used"], doc["mem_limit"])
         doc["mem_used"], doc["mem_limit"] = used, limit
         doc["fd_used"] = int(self.gauge("fd_used", doc["fd_used"]))
+        fd_total = sum(self.fd_limits(doc["fd_total"]))
+        for key in ("fd_total", "proc_total", "sockets_total"):
+            doc[key] = fd_total
         doc["sockets_used"] = int(self.gauge("sockets_used", own_sockets))
         doc["proc_used"] += doc["sockets_used"] - own_sockets
         own_alarms = {"memory"} if doc["mem_alarm"] else set()
@@ -800,9 +815,8 @@ class WorkerStats:
         doc["disk_free_alarm"] = "disk" in alarms
         for _, key in PROC_IO:
             doc[key] = int(self.counter(("proc", key), doc[key]))
-        doc["context_switches"] = int(
-            self.counter(("proc", "context_switches"), doc["context_switches"])
-        )
+        for key in ("context_switches", "gc_num"):
+            doc[key] = int(self.counter(("proc", key), doc[key]))
         return doc
 
     def global_counters(
@@ -847,25 +861,23 @@ class WorkerStats:
                 s.connections.append(c.figures)
                 s.channels.extend(c.figures.channels.values())
 
-    # --- worker 0: leveret ctl -------------------------------------------------------------
+    # --- leveret ctl (every worker's socket) -------------------------------------------------
 
     async def ctl_ready(self) -> None:
         """Before each ctl operation: the recovery, then fresh reports."""
         await self.node.wait_recovered()
-        if self.index == 0:
-            await self.refresh()
+        await self.refresh()
 
     def ctl_operations(self) -> dict[str, Any]:
-        """The ctl listings that show every worker's objects (worker 0's socket)."""
-        if self.index != 0:
-            return {}
+        """The ctl listings that show every worker's objects, on any worker's socket
+        (each asks the others for their reports as worker 0 does)."""
 
         def list_queues(broker: Any, vhost: str = "/") -> list[dict[str, Any]]:
             v = broker.admin.vhost(vhost)
             return self.ctl_queues(inventory.queues(v), v)
 
         def list_connections(broker: Any, vhost: str | None = None) -> list[dict[str, Any]]:
-            own = [{**row, "worker": 0} for row in inventory.connections(broker, vhost)]
+            own = [{**row, "worker": self.index} for row in inventory.connections(broker, vhost)]
             return sorted(own + self.ctl_connections(vhost), key=lambda r: r["name"])
 
         return {"list_queues": list_queues, "list_connections": list_connections}

@@ -97,13 +97,14 @@ def max_tcp_sockets(max_fds: int) -> int:
 def _node(s: Scrape) -> Iterator[Family]:
     alarms = s.node.alarms
     max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    yield Family("process_max_fds", "gauge", "Open file descriptors limit").add(max_fds)
-    yield Family("process_max_tcp_sockets", "gauge", "Open TCP sockets limit").add(
-        max_tcp_sockets(max_fds)
-    )
+    max_sockets = max_tcp_sockets(max_fds)
     memory_limit = alarms.memory_limit if alarms is not None else 0
-    if s.workers is not None:  # the node's: every worker's share
-        memory_limit = s.workers.node_memory(0, memory_limit)[1]
+    if s.workers is not None:  # the node's: every worker's limits and share
+        limits = s.workers.fd_limits(max_fds)
+        max_fds, max_sockets = sum(limits), sum(map(max_tcp_sockets, limits))
+        memory_limit = s.workers.memory_limit(memory_limit)
+    yield Family("process_max_fds", "gauge", "Open file descriptors limit").add(max_fds)
+    yield Family("process_max_tcp_sockets", "gauge", "Open TCP sockets limit").add(max_sockets)
     yield Family("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes").add(
         memory_limit
     )
