@@ -74,8 +74,8 @@ async def serve_worker(
     # ahead of their recovered messages. Clients it accepts meanwhile wait.
     await node.start(wait_for_recovery=True)
     if node.worker_stats is not None:
-        # the supervisor's memory and descriptors are the node's too (worker 0's
-        # /api/nodes and Prometheus add them)
+        # the supervisor's memory is the node's too (worker 0's /api/nodes and
+        # Prometheus add it)
         node.worker_stats.supervisor = os.getppid()
     gc_tuning.tune()
     control.setblocking(True)

@@ -190,9 +190,9 @@ def _channel_figures(ch: Any, conn: SimpleNamespace) -> SimpleNamespace:
     )
 
 
-def _open_fds(pid: int | str = "self") -> int:
+def _open_fds() -> int:
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        return len(os.listdir("/proc/self/fd"))
     except OSError:
         return 0
 
@@ -218,16 +218,16 @@ PROC_IO = (
     ("write_bytes", "io_write_bytes"),
     ("syscw", "io_write_count"),
 )
-#: the churn counts a worker counts (connection_closed and channel_closed are not
-#: counted: they are the node's opened less what is open now, on every worker)
-OPENED = {"connection_created": 0, "channel_created": 2}
+#: the queue churn counts (connection_closed and channel_closed are not counted: they
+#: are the node's opened less what is open now, on every worker)
 QUEUE_CHURN = ("queue_declared", "queue_created", "queue_deleted")
 
 
 def node_counters(node: Any) -> dict[tuple[Any, ...], float]:
     """The counters of this worker that its node shows summed (connection, channel and
     queue churn, login attempts, dead-lettered messages, the store's writes, reads,
-    page-outs and fsyncs, the process's I/O and context switches), flat by key. Each
+    page-outs and fsyncs, the process's I/O, context switches and garbage
+    collections), flat by key. Each
     only grows while this process lives (see `WorkerStats` for a restart)."""
     broker = node.broker
     out: dict[tuple[Any, ...], float] = {}
@@ -332,8 +332,8 @@ class WorkerStats:
         self._sampler: Sampler | None = None
         # this worker as its reports name it: a restarted worker is a new one
         self.incarnation = (os.getpid(), time.time())
-        # worker 0: the supervisor's pid (its memory and descriptors are the node's
-        # too), set by the worker process; counters of other workers' past
+        # worker 0: the supervisor's pid (its memory is the node's too), set by the
+        # worker process; counters of other workers' past
         # incarnations; the highest value of each counter shown (never less again)
         self.supervisor: int | None = None
         self._retired: dict[tuple[Any, ...], float] = {}
