@@ -73,6 +73,10 @@ async def serve_worker(
     # client connection that waits for recovery, and would otherwise go into queues
     # ahead of their recovered messages. Clients it accepts meanwhile wait.
     await node.start(wait_for_recovery=True)
+    if node.worker_stats is not None:
+        # the supervisor's memory is the node's too (worker 0's /api/nodes and
+        # Prometheus add it)
+        node.worker_stats.supervisor = os.getppid()
     gc_tuning.tune()
     control.setblocking(True)
     control.sendall(event_line(ready=[list(a) for a in node.addresses]))

@@ -59,10 +59,15 @@ def _rate(value: float | None) -> dict[str, float]:
     return {"rate": round(value or 0.0, 1)}
 
 
-def churn_json(broker: Any, rates: tuple[float, ...] | None) -> dict[str, Any]:
-    """connection_created, ..., queue_deleted, each with `_details.rate` (the sampler's)."""
+def churn_json(server: Any, rates: tuple[float, ...] | None) -> dict[str, Any]:
+    """connection_created, ..., queue_deleted, each with `_details.rate` (the sampler's).
+    A node of several workers: every worker's (management/workers.py)."""
+    counts = churn_counts(server.broker)
+    stats = getattr(server, "worker_stats", None)
+    if stats is not None:
+        counts, rates = stats.churn_counts(counts), stats.churn_rates(rates)
     out: dict[str, Any] = {}
-    for i, (name, count) in enumerate(zip(CHURN, churn_counts(broker), strict=True)):
+    for i, (name, count) in enumerate(zip(CHURN, counts, strict=True)):
         out[name] = count
         out[f"{name}_details"] = _rate(rates[i] if rates else 0.0)
     return out
@@ -123,7 +128,7 @@ def enabled_plugins(server: Any) -> list[str]:
     return sorted(names)
 
 
-def _proc_io() -> dict[str, int]:
+def proc_io() -> dict[str, int]:
     """This process's I/O counters from Linux's /proc/self/io (empty elsewhere)."""
     try:
         with open("/proc/self/io") as f:
@@ -147,7 +152,7 @@ def node_details(server: Any, churn_rates: tuple[float, ...] | None) -> dict[str
     """The fields of a node that _node_json does not build itself."""
     config = server.config
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    io = _proc_io()
+    io = proc_io()
     fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     out: dict[str, Any] = {
         "auth_mechanisms": auth_mechanisms(server),
@@ -188,7 +193,7 @@ def node_details(server: Any, churn_rates: tuple[float, ...] | None) -> dict[str
         "ra_open_file_metrics": {"ra_log_segment_writer": 0, "ra_log_wal": 0},
         "run_queue": _run_queue(),
         "sockets_total": fd_total,
-        **churn_json(server.broker, churn_rates),
+        **churn_json(server, churn_rates),
     }
     for name in _ZERO_COUNTERS:
         out[name] = 0

@@ -1,5 +1,7 @@
-"""One broker from outside: worker 0's management API, Prometheus endpoint and ctl
-socket show the queues, connections, channels and consumers of every worker.
+"""One broker from outside: worker 0's management API and Prometheus endpoint, and
+every worker's ctl socket, show the queues, connections, channels and consumers of
+every worker, and the node's figures (memory, descriptors, churn, logins, the
+store's, alarms) as the whole broker's.
 
 In a broker of several worker processes (leveret.workers) each worker holds its own
 queues' messages and its own clients' connections; worker 0 alone runs the
@@ -10,17 +12,20 @@ bridges the two:
   what this worker holds (its queues' Prometheus figures and, for the API's queue
   routes, their JSON as the management API shows them, built by the same functions
   that build worker 0's own; its connections, channels and consumers likewise; its
-  vhosts' message counts and rates; its process' totals; its global counters);
+  vhosts' message counts and rates; its process's gauges, alarms and churn rates;
+  its counters of the node's, `node_counters`, with the global counters);
   "close_connection" closes one of its connections
   (DELETE /api/connections/{name} on worker 0); "api_get" and "api_purge" get
   messages from and purge a queue it owns (the API's .../get and .../contents),
   run on the owner as worker 0 runs them for its own queues;
 - on worker 0 it keeps the latest report of each other worker and hands them to the
   routes (`management/routes/`), to Prometheus' scrape and to `leveret ctl`'s
-  listings.
+  listings (a ctl listing on another worker's socket gathers the same way); it sums
+  the node's figures, keeping a restarted worker's past counters (`_retire`) so
+  the node's never go back.
 
-Reports are pulled, not pushed: an API request, a scrape or a ctl listing on worker
-0 first `refresh()`es, which asks every other live worker at most once per
+Reports are pulled, not pushed: an API request, a scrape or a ctl listing first
+`refresh()`es, which asks every other live worker at most once per
 `INTERVAL` (1 s; RabbitMQ's collect_statistics_interval is 5 s), all at once, and
 reuses the answers for requests within that second. A broker nobody looks at
 exchanges nothing; a worker starts its rates sampler (broker.stats.Sampler) with
@@ -37,8 +42,10 @@ for a node with a mesh, and the routes and collectors ask for it with one getatt
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
+import resource
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -49,6 +56,7 @@ from leveret.broker import definitions_json, inventory
 from leveret.broker.errors import NotFound
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import FIELDS, Sampler, total, vhost_counts
+from leveret.management.node_info import proc_io
 from leveret.management.prometheus.collectors.global_counters import QUEUE_SIDE
 from leveret.management.prometheus.scrape import queue_row
 from leveret.management.routes.common import NODE
@@ -63,6 +71,9 @@ if TYPE_CHECKING:
     from leveret.management.prometheus.scrape import Scrape
 
 log = logging.getLogger("leveret.management")
+
+#: the channel-side count that publishes with confirms add to (FIELDS order)
+CONFIRM = FIELDS.index("publish_confirm")
 
 #: how old a worker's report may be before a request asks for a new one (seconds)
 INTERVAL = 1.0
@@ -141,16 +152,18 @@ class Report:
     connections: list[ConnectionReport] = field(default_factory=list)
     # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
     vhosts: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
-    # connections/channels opened, queue churn (declared, created, deleted)
-    opened: tuple[int, int] = (0, 0)
-    churn: tuple[int, int, int] = (0, 0, 0)
-    # process totals: resident bytes, open descriptors, client sockets
+    # the worker process that answered (pid, start time): a new one is a restart
+    incarnation: tuple[int, float] = (0, 0.0)
+    # the node's counters as this worker counts them (`node_counters`)
+    counters: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    # what only its open channels hold (unconfirmed publishes' count): added to the
+    # node's counters once the worker is gone, when those channels are gone with it
+    open_counters: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    # process gauges: resident bytes, open descriptors, client sockets, the memory
+    # alarm's limit, message bodies in RAM
     node: dict[str, int] = field(default_factory=dict)
-    # Prometheus' global counters: channel-side counts (FIELDS order), queue-side
-    # counts by queue type, dead-lettered messages by (reason, queue type, strategy)
-    channel_side: tuple[int, ...] = ()
-    queue_side: dict[str, dict[str, int]] = field(default_factory=dict)
-    dead_lettered: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    alarms: frozenset[str] = frozenset()  # its resource alarms in effect
+    churn_rates: tuple[float, ...] = ()  # its sampler's (broker.stats.CHURN order)
 
 
 def _channel_figures(ch: Any, conn: SimpleNamespace) -> SimpleNamespace:
@@ -182,6 +195,71 @@ def _open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
     except OSError:
         return 0
+
+
+def _resident_bytes_of(pid: int) -> int:
+    """Another process's resident set size (Linux), 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# --- the node's counters ---------------------------------------------------------------
+
+#: the store's histograms (StoreCollector; io_sync_* read the fsync one), by the
+#: committer's attribute
+HISTOGRAMS = ("fsync_seconds", "batch_sizes")
+#: /api/nodes' process counters: (/proc/self/io field, node field)
+PROC_IO = (
+    ("read_bytes", "io_read_bytes"),
+    ("syscr", "io_read_count"),
+    ("write_bytes", "io_write_bytes"),
+    ("syscw", "io_write_count"),
+)
+#: the queue churn counts (connection_closed and channel_closed are not counted: they
+#: are the node's opened less what is open now, on every worker)
+QUEUE_CHURN = ("queue_declared", "queue_created", "queue_deleted")
+
+
+def node_counters(node: Any) -> dict[tuple[Any, ...], float]:
+    """The counters of this worker that its node shows summed (connection, channel and
+    queue churn, login attempts, dead-lettered messages, the store's writes, reads,
+    page-outs and fsyncs, the process's I/O, context switches and garbage
+    collections), flat by key. Each
+    only grows while this process lives (see `WorkerStats` for a restart)."""
+    broker = node.broker
+    out: dict[tuple[Any, ...], float] = {}
+    out[("churn", "connection_created")] = broker.connections_opened
+    out[("churn", "channel_created")] = broker.channels_opened
+    retired = broker.counters.retired_churn
+    for i, name in enumerate(QUEUE_CHURN):
+        out[("churn", name)] = sum(v.churn[i] for v in broker.vhosts.values()) + retired[i]
+    for protocol, (succeeded, failed) in broker.counters.auth_attempts.items():
+        out[("auth", protocol, 0)] = succeeded
+        out[("auth", protocol, 1)] = failed
+    for key, n in broker.counters.dead_lettered.items():
+        out[("dead", *key)] = n
+    state = getattr(node, "durable_state", None)
+    if state is not None:
+        for name in ("disk_reads", "disk_writes", "paged_out", "paged_out_bytes"):
+            out[("store", name)] = getattr(state, name)
+        committer = state.messages.committer
+        if committer is not None:
+            for attr in HISTOGRAMS:
+                buckets = getattr(committer, attr)
+                for i, n in enumerate(buckets.counts):
+                    out[("hist", attr, i)] = n
+                out[("hist", attr, "sum")] = buckets.sum
+                out[("hist", attr, "count")] = buckets.count
+    io = proc_io()
+    for field_name, key in PROC_IO:
+        out[("proc", key)] = io.get(field_name, 0)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out[("proc", "context_switches")] = usage.ru_nvcsw + usage.ru_nivcsw
+    out[("proc", "gc_num")] = sum(s["collections"] for s in gc.get_stats())
+    return out
 
 
 # --- worker 0's view of another worker's objects ------------------------------------------
@@ -252,6 +330,15 @@ class WorkerStats:
         self._fetched: dict[int, float] = {}
         self._refreshing: asyncio.Future[None] | None = None
         self._sampler: Sampler | None = None
+        # this worker as its reports name it: a restarted worker is a new one
+        self.incarnation = (os.getpid(), time.time())
+        # worker 0: the supervisor's pid (its memory is the node's too), set by the
+        # worker process; counters of other workers' past
+        # incarnations; the highest value of each counter shown (never less again)
+        self.supervisor: int | None = None
+        self._retired: dict[tuple[Any, ...], float] = {}
+        self._others: dict[tuple[Any, ...], float] | None = None
+        self._high: dict[tuple[Any, ...], float] = {}
         self.mesh.serve("stats", self._serve_stats)
         self.mesh.serve("close_connection", self._serve_close)
         self.mesh.serve("api_get", self._serve_get)
@@ -394,22 +481,37 @@ class WorkerStats:
             counts = vhost_counts(broker.vhosts[name], conns)
             out.vhosts[name] = (counts, tuple(rates.get(name) or ()))
         counters = broker.counters
-        out.channel_side = total([counters.retired_stats, *(c for c, _ in out.vhosts.values())])
-        out.queue_side = counters.queue_counts([v for v in broker.vhosts.values()], QUEUE_SIDE)
-        out.dead_lettered = dict(counters.dead_lettered)
-        out.opened = (broker.connections_opened, broker.channels_opened)
-        retired = broker.counters.retired_churn
-        out.churn = tuple(  # type: ignore[assignment]
-            sum(v.churn[i] for v in broker.vhosts.values()) + retired[i] for i in range(3)
+        node_counts = out.counters = node_counters(self.node)
+        channel_side = total([counters.retired_stats, *(c for c, _ in out.vhosts.values())])
+        for i, n in enumerate(channel_side):
+            node_counts[("channel_side", i)] = n
+        queue_side = counters.queue_counts(list(broker.vhosts.values()), QUEUE_SIDE)
+        for queue_type, counts in queue_side.items():
+            for key, n in counts.items():
+                node_counts[("queue_side", queue_type, key)] = n
+        out.open_counters[("channel_side", CONFIRM)] = sum(
+            ch.publish_seq - getattr(ch, "confirms_folded", 0)
+            for conn in broker.client_connections()
+            for ch in getattr(conn, "channels", {}).values()
+            if not ch.closing
         )
+        alarms = self.node.alarms
+        state = getattr(self.node, "durable_state", None)
         out.node = {
             "mem_used": resident_bytes(),
             "fd_used": _open_fds(),
             "sockets_used": len(broker.connections),
+            "fd_total": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "mem_limit": alarms.memory_limit if alarms is not None else 0,
+            "bodies_in_memory": state.memory_used if state is not None else 0,
         }
+        out.alarms = frozenset(alarms.active) if alarms is not None else frozenset()
+        sampler = self._sampler
+        out.churn_rates = tuple(sampler.churn_rates or ()) if sampler is not None else ()
+        out.incarnation = self.incarnation
         return out
 
-    # --- worker 0: gathering -----------------------------------------------------------
+    # --- worker 0 (and any worker's ctl socket): gathering ---------------------------------
 
     async def refresh(self, queue_docs: bool = False) -> None:
         """Ask every other live worker whose report is older than INTERVAL (or that
@@ -421,7 +523,7 @@ class WorkerStats:
         live = set(self.mesh.peers)
         for peer in list(self.reports):
             if peer not in live:  # down: its objects are gone with it
-                del self.reports[peer]
+                self._retire(self.reports.pop(peer))
         missing = self._missing()
         stale = [
             p
@@ -441,15 +543,30 @@ class WorkerStats:
             )
             for peer, answer in zip(stale, answers, strict=True):
                 if isinstance(answer, Report):
+                    last = self.reports.get(peer)
+                    if last is not None and last.incarnation != answer.incarnation:
+                        self._retire(last)  # restarted between two looks
                     self.reports[peer] = answer
                     self._fetched[peer] = now
                 else:
                     log.warning("no statistics from worker %d: %r", peer, answer)
-                    if peer not in set(self.mesh.peers):
-                        self.reports.pop(peer, None)
+                    if peer not in set(self.mesh.peers) and peer in self.reports:
+                        self._retire(self.reports.pop(peer))
+            self._others = None
         finally:
             self._refreshing.set_result(None)
             self._refreshing = None
+
+    def _retire(self, report: Report) -> None:
+        """Keep the counters of a worker process that is gone: its next incarnation
+        counts from 0 again, and the node's counters must not go back (Prometheus'
+        rate() reads a drop as a reset). What it counted after its last report is
+        lost."""
+        retired = self._retired
+        for counts in (report.counters, report.open_counters):
+            for key, n in counts.items():
+                retired[key] = retired.get(key, 0) + n
+        self._others = None
 
     def _missing(self) -> set[int]:
         """Workers owning a queue their last report does not have (declared since)."""
@@ -570,26 +687,137 @@ class WorkerStats:
                         rates.append(r)
         return counts, rates
 
-    def node_totals(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """/api/nodes: the broker's node is all its workers; their memory, descriptors
-        and sockets add up."""
-        for report in self.reports.values():
-            for key, value in report.node.items():
-                doc[key] = doc.get(key, 0) + value
-            if "sockets_used" in report.node:
-                doc["proc_used"] = doc.get("proc_used", 0) + report.node["sockets_used"]
-        return doc
+    # --- worker 0: the node's figures ----------------------------------------------------
 
-    def opened(self) -> tuple[int, int, tuple[int, int, int]]:
-        """Other workers' connections and channels opened, and queue churn."""
-        conns = chans = 0
-        churn = [0, 0, 0]
+    def others(self) -> dict[tuple[Any, ...], float]:
+        """Every other worker's counters (`node_counters`, with the global counters),
+        summed with those of their past incarnations."""
+        if self._others is None:
+            out = dict(self._retired)
+            for report in self.reports.values():
+                for key, n in report.counters.items():
+                    out[key] = out.get(key, 0) + n
+            self._others = out
+        return self._others
+
+    def monotone(self, key: tuple[Any, ...], value: float) -> float:
+        """`value`, or the highest value shown for `key` when that is more: a node's
+        counter never goes back (a connection handed from a worker whose report is
+        fresh to one whose report is not yet would briefly count once less)."""
+        high = self._high.get(key)
+        if high is not None and value < high:
+            return high
+        self._high[key] = value
+        return value
+
+    def counter(self, key: tuple[Any, ...], own: float) -> float:
+        """The node's counter `key`: this worker's `own` count plus every other
+        worker's, past incarnations included, never less than it was."""
+        return self.monotone(key, own + self.others().get(key, 0))
+
+    def churn_counts(self, own: tuple[int, ...]) -> tuple[int, ...]:
+        """broker.stats.churn_counts of the node, given this worker's: opened and
+        queue churn summed; closed ones are those opened less those open now on
+        every worker."""
+        open_conns, open_chans = own[0] - own[1], own[2] - own[3]
         for report in self.reports.values():
-            conns += report.opened[0]
-            chans += report.opened[1]
-            for i in range(3):
-                churn[i] += report.churn[i]
-        return conns, chans, (churn[0], churn[1], churn[2])
+            open_conns += len(report.connections)
+            open_chans += sum(len(c.channels) for c in report.connections)
+        conns = int(self.counter(("churn", "connection_created"), own[0]))
+        chans = int(self.counter(("churn", "channel_created"), own[2]))
+        return (
+            conns,
+            int(self.monotone(("churn", "connection_closed"), conns - open_conns)),
+            chans,
+            int(self.monotone(("churn", "channel_closed"), chans - open_chans)),
+            *(int(self.counter(("churn", name), own[4 + i])) for i, name in enumerate(QUEUE_CHURN)),
+        )
+
+    def churn_rates(self, own: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        """The churn rates of the node: each live worker's sampler's, added."""
+        rows = [r.churn_rates for r in self.reports.values() if r.churn_rates]
+        if own:
+            rows.append(own)
+        if not rows:
+            return own
+        return tuple(map(sum, zip(*rows, strict=True)))
+
+    def auth_attempts(self, own: dict[str, list[int]]) -> dict[str, list[int]]:
+        """Login attempts (succeeded, failed) by protocol, every worker's."""
+        protocols = set(own) | {k[1] for k in self.others() if k[0] == "auth"}
+        out = {}
+        for protocol in protocols:
+            mine = own.get(protocol, (0, 0))
+            out[protocol] = [int(self.counter(("auth", protocol, i), mine[i])) for i in range(2)]
+        return out
+
+    def histogram(self, attr: str, own: Any) -> SimpleNamespace:
+        """One of the store's histograms (`HISTOGRAMS`) of every worker: bucket
+        counts, sum and count added (every worker has the same bounds)."""
+        return SimpleNamespace(
+            bounds=own.bounds,
+            counts=[int(self.counter(("hist", attr, i), n)) for i, n in enumerate(own.counts)],
+            sum=self.counter(("hist", attr, "sum"), own.sum),
+            count=int(self.counter(("hist", attr, "count"), own.count)),
+        )
+
+    def gauge(self, name: str, own: float) -> float:
+        """A process gauge of the node (`Report.node`): every worker's; resident
+        memory the supervisor's too (a node's memory is all its processes'). The
+        supervisor's descriptors are not counted: the descriptor figures are the
+        workers' against the workers' limits (`fd_total`), which clients use."""
+        value = own + sum(r.node.get(name, 0) for r in self.reports.values())
+        if name == "mem_used" and self.supervisor is not None:
+            value += _resident_bytes_of(self.supervisor)
+        return value
+
+    def fd_limits(self, own: int) -> list[int]:
+        """Each live worker's descriptor limit, this one's (`own`) first."""
+        return [own, *(r.node["fd_total"] for r in self.reports.values() if "fd_total" in r.node)]
+
+    def alarms(self, own: set[str], mem_used: int, mem_limit: int) -> set[str]:
+        """The node's resource alarms: any worker's, and the memory alarm when the
+        node's resident memory is over its watermark (the workers' shares added)."""
+        out = set(own)
+        for report in self.reports.values():
+            out |= report.alarms
+        if mem_limit and mem_used > mem_limit:
+            out.add("memory")
+        return out
+
+    def memory_limit(self, own: int) -> int:
+        """The node's memory watermark: every worker's share added."""
+        return own + sum(r.node.get("mem_limit", 0) for r in self.reports.values())
+
+    def node_memory(self, own_used: int, own_limit: int) -> tuple[int, int]:
+        """(resident bytes, memory watermark) of the node: every worker's used and
+        share of the watermark added, the supervisor's memory too."""
+        return int(self.gauge("mem_used", own_used)), self.memory_limit(own_limit)
+
+    def node_totals(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """/api/nodes: the broker's node is all its workers: memory (and the
+        watermark), descriptors, sockets, I/O and context switches add up, and an
+        alarm of any worker is the node's (node_info.churn_json adds the churn)."""
+        own_sockets = doc["sockets_used"]
+        used, limit = self.node_memory(doc["mem_used"], doc["mem_limit"])
+        doc["mem_used"], doc["mem_limit"] = used, limit
+        doc["fd_used"] = int(self.gauge("fd_used", doc["fd_used"]))
+        fd_total = sum(self.fd_limits(doc["fd_total"]))
+        for key in ("fd_total", "proc_total", "sockets_total"):
+            doc[key] = fd_total
+        doc["sockets_used"] = int(self.gauge("sockets_used", own_sockets))
+        doc["proc_used"] += doc["sockets_used"] - own_sockets
+        own_alarms = {"memory"} if doc["mem_alarm"] else set()
+        if doc["disk_free_alarm"]:
+            own_alarms.add("disk")
+        alarms = self.alarms(own_alarms, used, limit)
+        doc["mem_alarm"] = "memory" in alarms
+        doc["disk_free_alarm"] = "disk" in alarms
+        for _, key in PROC_IO:
+            doc[key] = int(self.counter(("proc", key), doc[key]))
+        for key in ("context_switches", "gc_num"):
+            doc[key] = int(self.counter(("proc", key), doc[key]))
+        return doc
 
     def global_counters(
         self,
@@ -597,19 +825,24 @@ class WorkerStats:
         queue_side: dict[str, dict[str, int]],
         dead: dict[tuple[str, str, str], int],
     ) -> tuple[tuple[int, ...], dict[str, dict[str, int]], dict[tuple[str, str, str], int]]:
-        """Prometheus' global counters with every other worker's added."""
-        reports = list(self.reports.values())
-        channel_side = total([channel_side, *(r.channel_side for r in reports if r.channel_side)])
+        """Prometheus' global counters with every other worker's (past incarnations
+        too) added."""
+        others = self.others()
         queue_side = {t: dict(c) for t, c in queue_side.items()}
         dead = dict(dead)
-        for r in reports:
-            for queue_type, counts in r.queue_side.items():
-                mine = queue_side.setdefault(queue_type, dict.fromkeys(counts, 0))
-                for key, n in counts.items():
-                    mine[key] = mine.get(key, 0) + n
-            for key, n in r.dead_lettered.items():
-                dead[key] = dead.get(key, 0) + n
-        return channel_side, queue_side, dead
+        for key in others:
+            if key[0] == "queue_side":
+                queue_side.setdefault(key[1], {}).setdefault(key[2], 0)
+            elif key[0] == "dead":
+                dead.setdefault(key[1:], 0)  # type: ignore[arg-type]
+        return (
+            tuple(int(self.counter(("channel_side", i), n)) for i, n in enumerate(channel_side)),
+            {
+                t: {k: int(self.counter(("queue_side", t, k), n)) for k, n in counts.items()}
+                for t, counts in queue_side.items()
+            },
+            {k: int(self.counter(("dead", *k), n)) for k, n in dead.items()},
+        )
 
     def extend_scrape(self, s: Scrape) -> None:
         """Prometheus: other workers' queues (in place of their placeholders, which
@@ -628,25 +861,23 @@ class WorkerStats:
                 s.connections.append(c.figures)
                 s.channels.extend(c.figures.channels.values())
 
-    # --- worker 0: leveret ctl -------------------------------------------------------------
+    # --- leveret ctl (every worker's socket) -------------------------------------------------
 
     async def ctl_ready(self) -> None:
         """Before each ctl operation: the recovery, then fresh reports."""
         await self.node.wait_recovered()
-        if self.index == 0:
-            await self.refresh()
+        await self.refresh()
 
     def ctl_operations(self) -> dict[str, Any]:
-        """The ctl listings that show every worker's objects (worker 0's socket)."""
-        if self.index != 0:
-            return {}
+        """The ctl listings that show every worker's objects, on any worker's socket
+        (each asks the others for their reports as worker 0 does)."""
 
         def list_queues(broker: Any, vhost: str = "/") -> list[dict[str, Any]]:
             v = broker.admin.vhost(vhost)
             return self.ctl_queues(inventory.queues(v), v)
 
         def list_connections(broker: Any, vhost: str | None = None) -> list[dict[str, Any]]:
-            own = [{**row, "worker": 0} for row in inventory.connections(broker, vhost)]
+            own = [{**row, "worker": self.index} for row in inventory.connections(broker, vhost)]
             return sorted(own + self.ctl_connections(vhost), key=lambda r: r["name"])
 
         return {"list_queues": list_queues, "list_connections": list_connections}

@@ -88,7 +88,7 @@ async def overview(request: web.Request) -> web.Response:
         "disable_stats": False,
         "enable_queue_totals": False,
         "message_stats": message_stats,
-        "churn_rates": node_info.churn_json(server.broker, sampler.churn_rates),
+        "churn_rates": node_info.churn_json(server, sampler.churn_rates),
         "queue_totals": {}
         if not n_queues
         else {
@@ -118,9 +118,12 @@ async def overview(request: web.Request) -> web.Response:
 def _disk_stats(server: Any) -> dict[str, Any]:
     """The overview's disk_reads and disk_writes: messages the store read back and wrote."""
     hooks = server.broker.hooks
+    stats = getattr(server, "worker_stats", None)
     out: dict[str, Any] = {}
     for key in ("disk_reads", "disk_writes"):
         out[key] = getattr(hooks, key, 0)
+        if stats is not None:  # every worker's store
+            out[key] = int(stats.counter(("store", key), out[key]))
         out[f"{key}_details"] = {"rate": 0.0}
     return out
 

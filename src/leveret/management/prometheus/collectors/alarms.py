@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from leveret.management.prometheus.scrape import Scrape
 from leveret.management.prometheus.text import Family, Rendered, rendered
+from leveret.server.alarms import resident_bytes
 
 if TYPE_CHECKING:
     from leveret.handle import NodeHandle
@@ -22,6 +23,10 @@ class AlarmCollector:
             return
         alarms = self.node.alarms
         active = alarms.active if alarms is not None else set()
+        if s.workers is not None and alarms is not None:
+            # the node's: any worker's, or all of them over the node's watermark
+            used, limit = s.workers.node_memory(resident_bytes(), alarms.memory_limit)
+            active = s.workers.alarms(active, used, limit)
         for name, doc, on in (
             ("memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
              "memory" in active),

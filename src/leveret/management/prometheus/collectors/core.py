@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from leveret.broker.stats import churn_counts
 from leveret.management.prometheus.scrape import (
     Q_BUSY,
     Q_BYTES,
@@ -40,27 +41,25 @@ _NAN = float("nan")
 
 def _connection_churn(s: Scrape) -> Iterator[Family]:
     broker = s.broker
-    retired = broker.counters.retired_churn
-    churn = [sum(v.churn[i] for v in s.vhosts) + retired[i] for i in range(3)]
-    conns_opened, channels_opened = broker.connections_opened, broker.channels_opened
-    if s.workers is not None:  # every worker's
-        more_conns, more_channels, more_churn = s.workers.opened()
-        conns_opened += more_conns
-        channels_opened += more_channels
-        churn = [a + b for a, b in zip(churn, more_churn, strict=True)]
+    if s.workers is not None:  # the node's: every worker's (management/workers.py)
+        counts = s.workers.churn_counts(churn_counts(broker))
+        conns_opened, conns_closed, channels_opened, channels_closed = counts[:4]
+        churn = list(counts[4:])
+    else:
+        retired = broker.counters.retired_churn
+        churn = [sum(v.churn[i] for v in s.vhosts) + retired[i] for i in range(3)]
+        conns_opened, channels_opened = broker.connections_opened, broker.channels_opened
+        conns_closed = conns_opened - len(s.connections)
+        channels_closed = channels_opened - len(s.channels)
     for name, doc, value in (
         ("connections_opened", "Total number of connections opened", conns_opened),
         (
             "connections_closed",
             "Total number of connections closed or terminated",
-            conns_opened - len(s.connections),
+            conns_closed,
         ),
         ("channels_opened", "Total number of channels opened", channels_opened),
-        (
-            "channels_closed",
-            "Total number of channels closed",
-            channels_opened - len(s.channels),
-        ),
+        ("channels_closed", "Total number of channels closed", channels_closed),
         ("queues_declared", "Total number of queues declared", churn[0]),
         ("queues_created", "Total number of queues created", churn[1]),
         ("queues_deleted", "Total number of queues deleted", churn[2]),
@@ -78,13 +77,14 @@ def _node_coarse(s: Scrape) -> Iterator[Family]:
         free = st.f_bavail * st.f_frsize
     except OSError:
         free = 0
+    sockets, memory = len(s.node.connections), resident_bytes()
+    if s.workers is not None:  # every process of the node
+        fds = s.workers.gauge("fd_used", fds)
+        sockets = s.workers.gauge("sockets_used", sockets)
+        memory = s.workers.gauge("mem_used", memory)
     yield Family("process_open_fds", "gauge", "Open file descriptors").add(fds)
-    yield Family("process_open_tcp_sockets", "gauge", "Open TCP sockets").add(
-        len(s.node.connections)
-    )
-    yield Family("process_resident_memory_bytes", "gauge", "Memory used in bytes").add(
-        resident_bytes()
-    )
+    yield Family("process_open_tcp_sockets", "gauge", "Open TCP sockets").add(sockets)
+    yield Family("process_resident_memory_bytes", "gauge", "Memory used in bytes").add(memory)
     yield Family("disk_space_available_bytes", "gauge", "Disk space available in bytes").add(free)
 
 
@@ -97,12 +97,16 @@ def max_tcp_sockets(max_fds: int) -> int:
 def _node(s: Scrape) -> Iterator[Family]:
     alarms = s.node.alarms
     max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    max_sockets = max_tcp_sockets(max_fds)
+    memory_limit = alarms.memory_limit if alarms is not None else 0
+    if s.workers is not None:  # the node's: every worker's limits and share
+        limits = s.workers.fd_limits(max_fds)
+        max_fds, max_sockets = sum(limits), sum(map(max_tcp_sockets, limits))
+        memory_limit = s.workers.memory_limit(memory_limit)
     yield Family("process_max_fds", "gauge", "Open file descriptors limit").add(max_fds)
-    yield Family("process_max_tcp_sockets", "gauge", "Open TCP sockets limit").add(
-        max_tcp_sockets(max_fds)
-    )
+    yield Family("process_max_tcp_sockets", "gauge", "Open TCP sockets limit").add(max_sockets)
     yield Family("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes").add(
-        alarms.memory_limit if alarms is not None else 0
+        memory_limit
     )
     yield Family(
         "disk_space_available_limit_bytes", "gauge", "Free disk space low watermark in bytes"
@@ -117,6 +121,8 @@ def _node_persister(s: Scrape) -> Iterator[Family]:
     state = s.node.durable_state
     committer = state.messages.committer if state is not None else None
     fsyncs = committer.fsync_seconds if committer is not None else None
+    if fsyncs is not None and s.workers is not None:  # every worker's store
+        fsyncs = s.workers.histogram("fsync_seconds", fsyncs)
     yield Family("io_sync_ops", "counter", "Total number of I/O sync operations").add(
         fsyncs.count if fsyncs is not None else 0
     )
@@ -151,7 +157,10 @@ def _ra(s: Scrape) -> Iterator[Family]:
 
 
 def _auth_attempts(s: Scrape) -> Iterator[Family]:
-    attempts = s.broker.counters.auth_attempts or {PROTOCOL: [0, 0]}
+    attempts = s.broker.counters.auth_attempts
+    if s.workers is not None:  # every worker's
+        attempts = s.workers.auth_attempts(attempts)
+    attempts = attempts or {PROTOCOL: [0, 0]}
     kept = ("protocol",)
     every = Family("auth_attempts", "counter", "Total number of authorization attempts", kept=kept)
     ok = Family(

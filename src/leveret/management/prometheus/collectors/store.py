@@ -24,23 +24,35 @@ class StoreCollector:
             return
         state = self.state
         committer = state.messages.committer
+        workers = s.workers  # worker 0 of several: every worker's store
+        paged_out, paged_out_bytes, in_memory = (
+            state.paged_out, state.paged_out_bytes, state.memory_used
+        )  # fmt: skip
+        if workers is not None:
+            paged_out = workers.counter(("store", "paged_out"), paged_out)
+            paged_out_bytes = workers.counter(("store", "paged_out_bytes"), paged_out_bytes)
+            in_memory = workers.gauge("bodies_in_memory", in_memory)
         if committer is not None:
+            fsyncs, batches = committer.fsync_seconds, committer.batch_sizes
+            if workers is not None:
+                fsyncs = workers.histogram("fsync_seconds", fsyncs)
+                batches = workers.histogram("batch_sizes", batches)
             yield histogram(
                 "leveret_store_fsync_seconds",
                 "Time one group-commit fsync of the message store took",
-                committer.fsync_seconds,
+                fsyncs,
             )
             yield histogram(
                 "leveret_store_group_commit_writes",
                 "Writes made durable by one group commit (one write and fsync)",
-                committer.batch_sizes,
+                batches,
             )
         for family in (
             Family("leveret_paged_out_messages", "counter", "Message bodies moved out of RAM to disk")
-            .add(state.paged_out),
+            .add(paged_out),
             Family("leveret_paged_out_bytes", "counter", "Bytes of message bodies moved out of RAM to disk")
-            .add(state.paged_out_bytes),
+            .add(paged_out_bytes),
             Family("leveret_message_bodies_in_memory_bytes", "gauge", "Bytes of queued message bodies held in RAM")
-            .add(state.memory_used),
+            .add(in_memory),
         ):  # fmt: skip
             yield rendered(family)
