@@ -6,6 +6,7 @@ processes."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from leveret.workers import handoff
 from leveret.workers.control import ping_seq, send_ping
 from leveret.workers.liveness import DEFAULT_TIMEOUT, Liveness
+from leveret.workers.supervisor import Supervisor
 
 
 def test_no_ping_and_no_kill_before_a_worker_is_ready() -> None:
@@ -189,3 +191,66 @@ def test_a_bad_liveness_timeout_in_the_config_file_is_refused(tmp_path, value: s
     )
     assert proc.returncode == 2
     assert "key 'worker_liveness_timeout'" in proc.stderr
+
+
+# --- the supervisor with real processes: what it pings and kills --------------------
+
+
+def supervise(child: str, *, answer: bool, ready: bool) -> tuple[Supervisor, list[int], int]:
+    """Run one worker (`python -c child`) under a supervisor with a 0.2 s liveness
+    timeout until its first exit; `ready`: it is told the worker serves, `answer`:
+    pings are answered (as a worker's loop does). The pings sent, and run()'s status."""
+    pings: list[int] = []
+    sup: Supervisor
+
+    def ping(index: int, seq: int) -> None:
+        pings.append(seq)
+        if answer:
+            sup.alive(index, seq)
+
+    async def go() -> int:
+        async def tell_ready() -> None:
+            while sup.workers[0].state != "running":
+                await asyncio.sleep(0.01)
+            sup.ready(0)
+
+        task = asyncio.create_task(tell_ready()) if ready else None
+        rc = await asyncio.wait_for(sup.run(), 60)
+        if task is not None:
+            await task
+        return rc
+
+    sup = Supervisor(
+        1,
+        lambda i: [sys.executable, "-c", child],
+        liveness_timeout=0.2,
+        ping=ping,
+        on_exit=lambda i, rc: sup.stop(),
+    )
+    rc = asyncio.run(go())
+    return sup, pings, rc
+
+
+def test_a_worker_not_ready_yet_is_neither_pinged_nor_killed() -> None:
+    """A worker reading a large store back says nothing for many timeouts: it is
+    left alone, and exits (here) by itself with its own status."""
+    sup, pings, rc = supervise(
+        "import time; time.sleep(2); raise SystemExit(3)", answer=False, ready=False
+    )
+    assert pings == []
+    assert sup.workers[0].last_exit == 3 and sup.workers[0].hangs == 0
+
+
+def test_a_ready_worker_that_answers_is_not_killed() -> None:
+    sup, pings, rc = supervise(
+        "import time; time.sleep(2); raise SystemExit(3)", answer=True, ready=True
+    )
+    assert pings  # it was watched
+    assert sup.workers[0].last_exit == 3 and sup.workers[0].hangs == 0
+
+
+def test_a_ready_worker_that_answers_nothing_is_killed() -> None:
+    sup, pings, rc = supervise("import time; time.sleep(60)", answer=False, ready=True)
+    assert pings
+    assert sup.workers[0].last_exit == -signal.SIGKILL
+    assert sup.workers[0].hangs == 1
