@@ -196,8 +196,10 @@ def test_a_bad_liveness_timeout_in_the_config_file_is_refused(tmp_path, value: s
 # --- the supervisor with real processes: what it pings and kills --------------------
 
 
-def supervise(child: str, *, answer: bool, ready: bool) -> tuple[Supervisor, list[int], int]:
-    """Run one worker (`python -c child`) under a supervisor with a 0.2 s liveness
+def supervise(
+    child: str, *, answer: bool, ready: bool, timeout: float = 0.2
+) -> tuple[Supervisor, list[int], int]:
+    """Run one worker (`python -c child`) under a supervisor with a `timeout` liveness
     timeout until its first exit; `ready`: it is told the worker serves, `answer`:
     pings are answered (as a worker's loop does). The pings sent, and run()'s status."""
     pings: list[int] = []
@@ -223,7 +225,7 @@ def supervise(child: str, *, answer: bool, ready: bool) -> tuple[Supervisor, lis
     sup = Supervisor(
         1,
         lambda i: [sys.executable, "-c", child],
-        liveness_timeout=0.2,
+        liveness_timeout=timeout,
         ping=ping,
         on_exit=lambda i, rc: sup.stop(),
     )
@@ -254,3 +256,11 @@ def test_a_ready_worker_that_answers_nothing_is_killed() -> None:
     assert pings
     assert sup.workers[0].last_exit == -signal.SIGKILL
     assert sup.workers[0].hangs == 1
+
+
+def test_a_timeout_of_0_turns_the_check_off() -> None:
+    sup, pings, rc = supervise(
+        "import time; time.sleep(1); raise SystemExit(3)", answer=False, ready=True, timeout=0
+    )
+    assert sup.liveness is None and pings == []
+    assert sup.workers[0].last_exit == 3 and sup.workers[0].hangs == 0
