@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 import pika
 import pika.exceptions
@@ -28,7 +29,7 @@ def on_worker(owner: int, prefix: str) -> str:
 def test_a_stopped_worker_is_killed_restarted_and_keeps_its_durable_messages(workers) -> None:
     # Affinity off: the client on worker 0 keeps crossing to worker 1's queues.
     broker = workers(
-        2, "--worker-liveness-timeout", "1.5", "--worker-affinity", "off"
+        2, "--worker-liveness-timeout", "3", "--worker-affinity", "off"
     ).wait_listening()
     kept, consumed = on_worker(1, "wk-live-kept"), on_worker(1, "wk-live-consumed")
     client = broker.connect_to(0, "wk-live-client")
@@ -45,8 +46,21 @@ def test_a_stopped_worker_is_killed_restarted_and_keeps_its_durable_messages(wor
     consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     tag = consumer.basic_consume(consumed, lambda *a: None)
 
+    declarer = broker.connect_to(0, "wk-live-declarer")
+    made = on_worker(0, "wk-live-made")
+    declared: list[object] = []
+
+    def declare() -> None:
+        # A metadata change waits for every live worker to apply it: worker 1 too.
+        try:
+            declared.append(declarer.channel().queue_declare(made, durable=True).method.queue)
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+            declared.append(exc)
+
     hung = broker.status()["workers"][1]
     os.kill(hung["pid"], signal.SIGSTOP)
+    meta = threading.Thread(target=declare)
+    meta.start()
     try:
         # The link to worker 1 is up but nothing answers: this confirm waits until the
         # supervisor kills worker 1, and is then nacked as for a worker that died.
@@ -64,6 +78,9 @@ def test_a_stopped_worker_is_killed_restarted_and_keeps_its_durable_messages(wor
     finally:
         if _alive(hung["pid"]):
             os.kill(hung["pid"], signal.SIGKILL)
+        meta.join(60)
+    assert declared == [made]  # completed without the hung worker
+    declarer.close()
     assert again["restarts"] == 1
     assert again["hangs"] == 1
     assert again["last_exit"] == -signal.SIGKILL
@@ -99,7 +116,8 @@ def test_a_stopped_worker_is_killed_restarted_and_keeps_its_durable_messages(wor
     assert bodies == [f"m{n}".encode() for n in range(20)]
     ch.confirm_delivery()
     ch.basic_publish("", consumed, b"again", pika.BasicProperties(delivery_mode=2))
-    ch.queue_delete(kept)
-    ch.queue_delete(consumed)
+    assert ch.queue_declare(made, passive=True).method.queue == made
+    for queue in (kept, consumed, made):
+        ch.queue_delete(queue)
     after.close()
     assert broker.stop() == 0
