@@ -75,6 +75,17 @@ def _on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
 
 
+def _liveness_timeout(text: str) -> float:
+    """--worker-liveness-timeout: seconds, 0 (off) or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):  # (also refuses nan)
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _positive_int(text)
     if value > 65535:
@@ -382,6 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/workers.md#affinity); default on",
     )
     server.add_argument(
+        "--worker-liveness-timeout",
+        type=_liveness_timeout,
+        default=defaults.worker_liveness_timeout,
+        metavar="SECONDS",
+        help="with --workers: a worker that answers none of the supervisor's pings for "
+        "this long (its event loop is stuck) is killed and restarted; 0 turns the check "
+        "off (docs/workers.md#liveness); default %(default)g",
+    )
+    server.add_argument(
         "--load-definitions",
         metavar="FILE",
         help="import a RabbitMQ definitions JSON file at every start (users, vhosts, "
@@ -583,6 +603,7 @@ def run_server(args: argparse.Namespace) -> int:
         cluster_lease_seconds=args.cluster_lease_seconds,
         workers=workers,
         worker_affinity=args.worker_affinity,
+        worker_liveness_timeout=args.worker_liveness_timeout,
         **args.extra_settings,
     )
     if config.workers != 1:

@@ -149,6 +149,9 @@ class ServerConfig:
     # to that worker (workers/affinity.py); off, every connection stays where the
     # kernel put it and its messages cross between workers.
     worker_affinity: bool = True
+    # With workers: seconds a ready worker may answer none of the supervisor's
+    # liveness pings before it is killed and restarted (workers/liveness.py); 0 off.
+    worker_liveness_timeout: float = 30.0
 
     def effective_listeners(self) -> list[Listener]:
         """What the server binds: the explicit listeners, else host:port."""

@@ -207,6 +207,8 @@ def _check(path: str, key: str, value: Any, expected: Any, port: bool = False) -
     if expected is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise fail("expected a number")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise fail("expected a finite number")
         if value < 0:
             raise fail("must not be negative")
         return float(value)

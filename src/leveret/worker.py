@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from leveret.config import ServerConfig
 from leveret.workers.affinity import Handoffs
-from leveret.workers.control import event_line, link_kind, link_peer
+from leveret.workers.control import event_line, link_kind, link_peer, ping_seq
 from leveret.workers.handoff import receive_connections
 from leveret.workers.mesh import Mesh
 from leveret.workers.serve import CONFIG_ENV, decode_config
@@ -98,7 +98,22 @@ async def serve_worker(
         links.add(task)
         task.add_done_callback(links.discard)
 
-    channel = loop.create_task(receive_connections(control, linked))
+    def pinged(note: bytes) -> None:
+        # Answered here, from the event loop: a loop that is stuck answers nothing,
+        # and the supervisor kills it once the liveness timeout passes (liveness.py).
+        try:
+            seq = ping_seq(note)
+        except ValueError as exc:
+            log.error("bad note from the supervisor: %s", exc)
+            return
+        try:
+            control.sendall(event_line(pong=seq))
+        except (BlockingIOError, InterruptedError):
+            pass  # the supervisor is not reading; its next ping asks again
+        except OSError:
+            pass  # the channel ended: receive_connections sees it and this worker stops
+
+    channel = loop.create_task(receive_connections(control, linked, pinged))
     stopping = loop.create_task(stop.wait())
     waits: set[asyncio.Future] = {stopping, channel}
     if node.recovery is not None:

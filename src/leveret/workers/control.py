@@ -10,8 +10,11 @@ the worker gets its end as a passed descriptor. Each direction has its own use:
   worker has one path for both: `mesh.connect(peer, sock)` (which replaces a link
   to that peer). The handoff channel with each peer (`"kind": "handoff"`, the pair
   client connections move on to the worker of their queues) comes the same way.
+  Liveness pings come on it too, as notes (`handoff.send_note`, no descriptor):
+  `{"ping": N}`, which the worker answers from its event loop (`liveness.py`).
 - worker -> supervisor: events, one JSON object per line: `{"ready": [[host,
-  port], ...]}` once the worker listens (the addresses it accepts on).
+  port], ...]}` once the worker listens (the addresses it accepts on), and
+  `{"pong": N}` for each ping.
 
 The channel also tells each side that the other is gone: the supervisor sees the
 worker's end close when it exits, and a worker whose supervisor died reads the end
@@ -25,7 +28,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from leveret.workers.handoff import send_connection
+from leveret.workers.handoff import send_connection, send_note
 
 #: an event line longer than this is not the worker's (it sends a few addresses)
 MAX_LINE = 1 << 20
@@ -54,6 +57,22 @@ def link_peer(state: bytes) -> int:
     if not isinstance(peer, int) or isinstance(peer, bool):
         raise ValueError(f"a link handoff without a peer: {state!r}")
     return peer
+
+
+def send_ping(channel: socket.socket, seq: int) -> bool:
+    """Liveness ping `seq` to the worker at the other end of `channel`, without
+    waiting: False when its buffer is full (a worker that does not read is found
+    by the pings it does not answer)."""
+    return send_note(channel, json.dumps({"ping": seq}).encode())
+
+
+def ping_seq(note: bytes) -> int:
+    """The number a liveness ping note carries (ValueError if it is not one)."""
+    doc = json.loads(note)
+    seq = doc.get("ping") if isinstance(doc, dict) else None
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise ValueError(f"a note that is not a ping: {note!r}")
+    return seq
 
 
 def event_line(**event: Any) -> bytes:

@@ -18,6 +18,10 @@ descriptor with the first read that reaches the bytes it was sent with, and stop
 that read after them, so descriptors arrive in the order of their headers, never
 after, and the reader pairs each header with the next descriptor
 (`receive_connections` runs it on a socket in the loop).
+
+A channel may also carry notes: a header with its own magic and a state, no
+descriptor (`send_note`); the supervisor's liveness pings reach a worker this way,
+on the channel its links come on, in order with them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections.abc import Callable
 
 #: the first four bytes of every handoff: a check that both ends speak this framing
 MAGIC = b"LVH1"
+#: the first four bytes of a note: a state without a descriptor
+NOTE_MAGIC = b"LVN1"
 _HEAD = struct.Struct(">4sI")  # magic, state length
 
 #: a state larger than this is refused: it is a connection's unread input and protocol
@@ -60,6 +66,21 @@ def send_connection(channel: socket.socket, conn: socket.socket, state: bytes = 
         channel.sendall(head[sent:])
     if state:
         channel.sendall(state)
+
+
+def send_note(channel: socket.socket, state: bytes) -> bool:
+    """Send `state` as a note (no descriptor) without waiting: False, and nothing
+    sent, when the channel's buffer is full (the reader is not reading)."""
+    if len(state) > MAX_STATE:
+        raise ValueError(f"note of {len(state)} bytes is over {MAX_STATE}")
+    data = _HEAD.pack(NOTE_MAGIC, len(state)) + state
+    try:
+        sent = channel.send(data, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    if sent < len(data):  # a stream socket may take part of it: the rest, as a frame
+        channel.sendall(data[sent:])
+    return True
 
 
 def _recv_exactly(channel: socket.socket, size: int) -> bytes:
@@ -104,23 +125,32 @@ def recv_connection(channel: socket.socket) -> tuple[socket.socket, bytes] | Non
 
 class HandoffReader:
     """Sans-IO receiving side: bytes and descriptors in (as `recvmsg` returns them),
-    whole handoffs out. Owns the descriptors it was given until it returns them."""
+    whole handoffs out (a note as `(None, state)`). Owns the descriptors it was given
+    until it returns them."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._fds: deque[int] = deque()
 
-    def feed(self, data: bytes, fds: list[int]) -> list[tuple[socket.socket, bytes]]:
-        """The handoffs `data` completes, each a socket and its state. Raises
-        `HandoffError` (closing every descriptor it holds) for a broken stream."""
+    def feed(self, data: bytes, fds: list[int]) -> list[tuple[socket.socket | None, bytes]]:
+        """The handoffs `data` completes, each a socket and its state, and its notes,
+        each None and its state, in order. Raises `HandoffError` (closing every
+        descriptor it holds) for a broken stream."""
         self._fds.extend(fds)
         buf = self._buffer
         buf += data
-        out: list[tuple[socket.socket, bytes]] = []
+        out: list[tuple[socket.socket | None, bytes]] = []
         pos = 0
         try:
             while len(buf) - pos >= _HEAD.size:
                 magic, length = _HEAD.unpack_from(buf, pos)
+                if magic == NOTE_MAGIC and length <= MAX_STATE:
+                    end = pos + _HEAD.size + length
+                    if len(buf) < end:
+                        break
+                    out.append((None, bytes(buf[pos + _HEAD.size : end])))
+                    pos = end
+                    continue
                 if magic != MAGIC:
                     raise HandoffError(f"not a handoff: header {bytes(buf[pos : pos + 8])!r}")
                 if length > MAX_STATE:
@@ -135,7 +165,8 @@ class HandoffReader:
                 pos = end
         except HandoffError:
             for conn, _ in out:
-                conn.close()
+                if conn is not None:
+                    conn.close()
             self.close()
             raise
         del buf[:pos]
@@ -153,11 +184,14 @@ class HandoffReader:
 
 
 async def receive_connections(
-    channel: socket.socket, on_connection: Callable[[socket.socket, bytes], None]
+    channel: socket.socket,
+    on_connection: Callable[[socket.socket, bytes], None],
+    on_note: Callable[[bytes], None] | None = None,
 ) -> None:
     """Call `on_connection(sock, state)` for each connection handed over on `channel`,
-    in the running loop, until the channel closes (then return) or breaks (then raise
-    `HandoffError`)."""
+    and `on_note(state)` for each note, in the running loop, until the channel closes
+    (then return) or breaks (then raise `HandoffError`; a note where `on_note` is None
+    breaks it too: that channel carries none)."""
     loop = asyncio.get_running_loop()
     channel.setblocking(False)
     reader = HandoffReader()
@@ -187,8 +221,17 @@ async def receive_connections(
         except HandoffError as exc:
             finish(exc)
             return
-        for conn, state in handoffs:
-            on_connection(conn, state)
+        for index, (conn, state) in enumerate(handoffs):
+            if conn is not None:
+                on_connection(conn, state)
+            elif on_note is not None:
+                on_note(state)
+            else:
+                for rest, _ in handoffs[index + 1 :]:
+                    if rest is not None:
+                        rest.close()
+                finish(HandoffError("a note on a channel that carries none"))
+                return
 
     def finish(exc: BaseException | None) -> None:
         loop.remove_reader(channel.fileno())

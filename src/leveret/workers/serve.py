@@ -41,7 +41,7 @@ import socket
 import sys
 
 from leveret.config import Listener, ServerConfig
-from leveret.workers.control import EventReader, send_link
+from leveret.workers.control import EventReader, send_link, send_ping
 from leveret.workers.sockets import ListeningGroup, listening_group, mesh_pair
 from leveret.workers.supervisor import Supervisor
 
@@ -212,6 +212,8 @@ class Workers:
             status_file=os.path.join(self.config.data_dir, STATUS_FILE),
             # A restarted worker reads its store back: give it time before SIGKILL.
             stop_timeout=30.0,
+            liveness_timeout=self.config.worker_liveness_timeout,
+            ping=self._ping,
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop)
@@ -300,11 +302,21 @@ class Workers:
         except ValueError as exc:
             log.error("worker %d sent a bad event: %s", index, exc)
 
+    def _ping(self, index: int, seq: int) -> None:
+        """Liveness ping `seq` to worker `index` (answered by a "pong" event)."""
+        channel = self.controls.get(index)
+        if channel is not None:
+            send_ping(channel, seq)
+
     def _event(self, index: int, event: dict) -> None:
-        if "ready" not in event:
-            return
         sup = self.supervisor
         assert sup is not None
+        pong = event.get("pong")
+        if isinstance(pong, int) and not isinstance(pong, bool):
+            sup.alive(index, pong)
+            return
+        if "ready" not in event:
+            return
         sup.ready(index)
         if self.announced:
             log.info("worker %d serves again", index)

@@ -27,7 +27,12 @@ every worker the way `leveret server` stops (each closes its connections with
   make what the new process gets; `on_spawned(i)` once it runs, or failed to;
   `on_exit(i, status)`; `worker_env(i)`, more environment for it), and, with `require_ready`, treat a worker that exits before
   it ever said it was ready (`ready(i)`) as a broker that cannot start: the others
-  are stopped and `run()` returns that worker's exit status (1 if it had none).
+  are stopped and `run()` returns that worker's exit status (1 if it had none);
+- with `liveness_timeout` (seconds, 0 = off) and `ping(i, n)` (send ping `n` to
+  worker `i`; its answer comes back as `alive(i, n)`), find a worker that hangs
+  without exiting: each worker that said it is ready is pinged, and one that answers
+  nothing for the timeout is logged and SIGKILLed, then restarted as any worker that
+  dies (`liveness.py` has the rule and why).
 
 `python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
 `{index}` in COMMAND replaced by each worker's index.
@@ -46,6 +51,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+
+from leveret.workers.liveness import Liveness
 
 log = logging.getLogger("leveret.workers")
 
@@ -66,6 +73,7 @@ class WorkerStatus:
     started_at: float | None = None
     ready: bool = False  # this start said it serves (Supervisor.ready)
     ever_ready: bool = False
+    hangs: int = 0  # times it answered no ping for the liveness timeout and was killed
 
 
 class Supervisor:
@@ -91,6 +99,8 @@ class Supervisor:
         worker_env: Callable[[int], dict[str, str]] | None = None,
         require_ready: bool = False,
         new_session: bool = False,
+        liveness_timeout: float = 0.0,
+        ping: Callable[[int, int], None] | None = None,
     ) -> None:
         if count < 1:
             raise ValueError("a supervisor needs at least one worker")
@@ -114,6 +124,11 @@ class Supervisor:
         # process group) reaches the supervisor alone, which stops them in order.
         self.new_session = new_session
         self.workers = [WorkerStatus(i) for i in range(count)]
+        # Pinging needs a channel to each worker: the owner's `ping`.
+        self.liveness = (
+            Liveness(liveness_timeout) if liveness_timeout > 0 and ping is not None else None
+        )
+        self.ping = ping
         self.state = "starting"  # running, stopping, stopped, failed
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._restarts: deque[float] = deque()  # monotonic times of recent restarts
@@ -130,7 +145,14 @@ class Supervisor:
         worker = self.workers[index]
         if worker.state == "running" and not worker.ready:
             worker.ready = worker.ever_ready = True
+            if self.liveness is not None:
+                self.liveness.ready(index, time.monotonic())
             self._write_status()
+
+    def alive(self, index: int, seq: int) -> None:
+        """Worker `index` (its current process) answered ping `seq`."""
+        if self.liveness is not None:
+            self.liveness.answered(index, seq, time.monotonic())
 
     def stop(self) -> None:
         """Stop every worker and make `run()` return 0 (callable from a signal handler
@@ -144,8 +166,12 @@ class Supervisor:
         self._stop = asyncio.Event()
         self.state = "running"
         tasks = [asyncio.create_task(self._keep(i)) for i in range(self.count)]
+        watchdog = asyncio.create_task(self._watch()) if self.liveness is not None else None
         self._write_status()
         await self._stop.wait()
+        if watchdog is not None:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
         self._stopping = True
         self.state = "stopping"
         self._write_status()
@@ -206,6 +232,8 @@ class Supervisor:
                 self._write_status()
                 rc = await proc.wait()
                 del self._procs[index]
+                if self.liveness is not None:
+                    self.liveness.gone(index)
                 worker.last_exit = rc
             worker.ready = False
             if self.on_exit is not None:
@@ -261,6 +289,38 @@ class Supervisor:
                 pass
         worker.state = "stopped"
         self._write_status()
+
+    async def _watch(self) -> None:
+        """Ping the ready workers and kill those that stopped answering."""
+        liveness = self.liveness
+        assert liveness is not None and self.ping is not None
+        while True:
+            await asyncio.sleep(liveness.interval)
+            pings, hung = liveness.tick(time.monotonic())
+            for index, silent in hung:
+                proc = self._procs.get(index)
+                if proc is None:
+                    continue
+                worker = self.workers[index]
+                worker.hangs += 1
+                log.error(
+                    "worker %d (pid %d) is hung: it answered no liveness ping for %.1f s "
+                    "(timeout %g s; its event loop is stuck or the process is stopped): "
+                    "killing it with SIGKILL to restart it",
+                    index,
+                    proc.pid,
+                    silent,
+                    liveness.timeout,
+                )
+                _signal(proc, signal.SIGKILL)
+                self._write_status()
+            for index, seq in pings:
+                try:
+                    self.ping(index, seq)
+                except OSError as exc:  # it is exiting: its wait() reports how
+                    log.debug("no ping to worker %d: %s", index, exc)
+                except Exception:
+                    log.exception("pinging worker %d", index)
 
     def _write_status(self) -> None:
         if not self.status_file:
