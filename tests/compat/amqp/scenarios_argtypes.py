@@ -27,7 +27,7 @@ from leveret.protocol.fieldtable import (
 )
 from leveret.protocol.methods import _marshal_fields
 
-from .runner import C, Session, scenario
+from .runner import C, P, Session, scenario
 
 _TYPED: dict[type, type] = {}
 
@@ -117,3 +117,29 @@ def exchange_redeclare_other_integer_type(s: Session) -> None:
     c.rpc(1, typed(C.Exchange.Declare, exchange="x", exchange_type="topic", durable=True,
                    arguments={"alternate-exchange": "ae"}))  # fmt: skip
     c.rpc(1, typed(C.Exchange.Delete, exchange="x"))
+
+
+@scenario
+def binding_arguments_other_integer_type(s: Session) -> None:
+    """Two bindings whose arguments differ only in an integer's wire type are two
+    bindings (RabbitMQ keys a binding by its arguments with their types): unbinding
+    with a third type removes neither, each unbind removes its own, and a message
+    matching them is routed until both are gone."""
+    c = s.connect()
+    c.open(1)
+    c.rpc(1, typed(C.Queue.Declare, queue="bq", durable=True))
+    c.rpc(1, typed(C.Exchange.Declare, exchange="hx", exchange_type="headers", durable=True))
+    for n in (SignedInt(7), Long(7)):
+        c.rpc(
+            1, typed(C.Queue.Bind, queue="bq", exchange="hx", arguments={"x-match": "any", "n": n})
+        )
+    c.confirm_select(1)
+    for n in (Byte(7), Long(7), SignedInt(7)):
+        c.rpc(
+            1,
+            typed(C.Queue.Unbind, queue="bq", exchange="hx", arguments={"x-match": "any", "n": n}),
+        )
+        c.publish(1, "hx", "", b"m", P(headers={"n": 7}), mandatory=True)
+        c.confirms(1)
+        c.get(1, "bq")
+    c.rpc(1, typed(C.Exchange.Delete, exchange="hx", if_unused=True))
