@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_support import Brokers, assert_exit_ok, store_dirs
+from durability_support import Brokers, assert_exit_ok, free_port, management_request, store_dirs
 from pamqp import commands as C
 from pamqp import encode
 
@@ -217,3 +217,37 @@ def test_an_unbind_answers_the_same_after_a_restart(brokers, tmp_path):
         assert_exit_ok(broker)
         results.append((got, rows))
     assert results[1] == results[0]
+
+
+def test_the_management_api_shows_the_same_arguments_after_a_restart(brokers):
+    """A double stays a double (pamqp's encoder wrote a float as 32 bits: 0.1 came back
+    as 0.10000000149011612), a byte array and a nested table as they were sent."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    arguments = {
+        "x-max-length": SignedInt(10),
+        "x-double": 0.1,
+        "x-bytes": bytearray(b"\x00\xff"),
+        "x-table": {"b": Long(2), "a": [Byte(1), "s", 2.5]},
+    }
+    answers = Answers(broker.port)
+    answers.open(1)
+    answers.rpc(1, typed(C.Queue.Declare, queue="mq", durable=True, arguments=arguments))
+    answers.rpc(
+        1,
+        typed(C.Exchange.Declare, exchange="mx", exchange_type="topic", durable=True,
+              arguments=arguments),
+    )  # fmt: skip
+    answers.close()
+    assert answers.got == [("Queue.DeclareOk", None), ("Exchange.DeclareOk", None)]
+
+    def shown() -> tuple[Any, Any]:
+        _s, queue = management_request(broker, "GET", "queues/%2F/mq")
+        _s, exchange = management_request(broker, "GET", "exchanges/%2F/mx")
+        return queue["arguments"], exchange["arguments"]
+
+    before = shown()
+    assert before[0]["x-double"] == 0.1 and before[0]["x-table"]["a"] == [1, "s", 2.5]
+    broker.restart()
+    assert shown() == before
