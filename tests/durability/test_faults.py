@@ -27,6 +27,8 @@ from durability_support import (
     tail,
 )
 
+from leveret.store.definitions import DEFINITIONS_FORMAT_VERSION
+
 pytestmark = pytest.mark.leveret_only
 
 
@@ -86,7 +88,7 @@ def test_definitions_format_version_refused(brokers):
     db_path = broker.store_dir("v.q") / "definitions.db"
     db = sqlite3.connect(db_path)
     (version,) = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-    assert version == "1"
+    assert version == str(DEFINITIONS_FORMAT_VERSION)
     with db:
         db.execute("UPDATE meta SET value='99' WHERE key='format_version'")
     db.close()

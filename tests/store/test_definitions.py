@@ -11,6 +11,16 @@ from pathlib import Path
 import pytest
 from pamqp import encode
 
+from leveret.broker.queue_args import amqp_type_name
+from leveret.protocol.fieldtable import (
+    Byte,
+    Long,
+    Short,
+    SignedInt,
+    UnsignedByte,
+    UnsignedInt,
+    UnsignedShort,
+)
 from leveret.store import DefinitionStore, StoreFormatError
 
 
@@ -95,11 +105,114 @@ def test_round_trip_all_field_types(tmp_path: Path) -> None:
 
 
 def test_dict_arguments_are_encoded(tmp_path: Path) -> None:
+    """A plain int (the management API's, a definitions file's) is a signedint, a
+    float a double: the types amqp_type_name gives them before a restart."""
     store = DefinitionStore(str(tmp_path))
-    args = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dlx", "nested": {"a": [1, 2]}}
+    args = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dlx", "nested": {"a": [1, 2.5]}}
     store.save_queue("/", "q", arguments=args)
-    assert store.load().queues[0].arguments == args
-    assert store.load().queues[0].arguments_raw == encode.field_table(args)
+    (queue,) = store.load().queues
+    assert queue.arguments == args
+    assert queue.arguments_raw == _long_str(
+        _short_str("x-message-ttl") + b"I" + struct.pack(">i", 60000)
+        + _short_str("x-dead-letter-exchange") + b"S" + _long_str(b"dlx")
+        + _short_str("nested") + b"F" + _long_str(
+            _short_str("a") + b"A"
+            + _long_str(b"I" + struct.pack(">i", 1) + b"d" + struct.pack(">d", 2.5))
+        )
+    )  # fmt: skip
+    assert {k: amqp_type_name(v) for k, v in queue.arguments.items()} == {
+        k: amqp_type_name(v) for k, v in args.items()
+    }
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "kind", [Byte, UnsignedByte, Short, UnsignedShort, SignedInt, UnsignedInt, Long]
+)
+def test_integer_arguments_keep_their_wire_type(tmp_path: Path, kind: type) -> None:
+    """An int decoded from a client's table comes back with the type it was sent as,
+    keys in the client's order, for each kind of definition."""
+    args = {"x-max-length": kind(10), "x-b": kind(7), "x-a": "s"}
+    store = DefinitionStore(str(tmp_path))
+    store.save_queue("/", "q", arguments=args)
+    store.save_exchange("/", "x", "headers", arguments=args)
+    store.save_binding("/", "x", "q", "queue", "", args)
+    store.close()
+    store = DefinitionStore(str(tmp_path))
+    defs = store.load()
+    for item in (defs.queues[0], defs.exchanges[0], defs.bindings[0]):
+        assert list(item.arguments) == ["x-max-length", "x-b", "x-a"]
+        assert [type(v) for v in item.arguments.values()] == [kind, kind, str]
+        assert item.arguments == args
+    store.delete_binding("/", "x", "q", "queue", "", defs.bindings[0].arguments)
+    assert store.load().bindings == []
+    store.close()
+
+
+_FORMAT_1_COLUMNS = {
+    "exchanges": ("vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"),
+    "queues": ("vhost", "name", "durable", "auto_delete", "arguments"),
+    "bindings": (
+        "vhost", "source", "destination", "destination_kind", "routing_key", "arguments",
+    ),
+}  # fmt: skip
+
+
+def _format_1_store(path: Path, rows: dict[str, list[tuple]]) -> None:
+    """A definitions.db as format 1 wrote it: arguments by pamqp's encoder (the
+    smallest integer type, keys sorted), the function format 1 used."""
+    store = DefinitionStore(str(path))
+    store.close()
+    db = sqlite3.connect(path / "definitions.db")
+    db.execute("UPDATE meta SET value='1' WHERE key='format_version'")
+    for table, values in rows.items():
+        for row in values:
+            *head, args = row
+            columns = ", ".join(_FORMAT_1_COLUMNS[table])
+            marks = ", ".join("?" * len(row))
+            db.execute(
+                f"INSERT INTO {table} ({columns}) VALUES ({marks})",
+                (*head, encode.field_table(args)),
+            )
+    db.commit()
+    db.close()
+
+
+def test_a_format_1_store_is_migrated(tmp_path: Path) -> None:
+    """Format 1's rows load as they did (the smallest types: what was written), the
+    file becomes format 2, and a binding stored in format 1 is found for delete by
+    the arguments it loaded with, after the migration and after another restart."""
+    old_args = {"x-match": "any", "n": 7, "big": 70000}
+    _format_1_store(
+        tmp_path,
+        {
+            "exchanges": [("/", "hx", "headers", 1, 0, 0, {"alternate-exchange": "ae"})],
+            "queues": [("/", "q", 1, 0, {"x-max-length": 10})],
+            "bindings": [
+                ("/", "hx", "q", "queue", "", old_args),
+                ("/", "hx", "q", "queue", "k", {"n": 300}),
+            ],
+        },
+    )
+    store = DefinitionStore(str(tmp_path))
+    defs = store.load()
+    assert store.db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone() == (
+        "2",
+    )
+    (queue,) = defs.queues
+    assert queue.arguments == {"x-max-length": 10}
+    assert type(queue.arguments["x-max-length"]) is Byte  # what format 1 wrote
+    assert defs.exchanges[0].arguments == {"alternate-exchange": "ae"}
+    first, second = defs.bindings
+    assert first.arguments == old_args and second.arguments == {"n": 300}
+    assert first.arguments_raw == encode.field_table(old_args)  # the rows' bytes are kept
+    store.delete_binding("/", "hx", "q", "queue", "", first.arguments)
+    assert [b.routing_key for b in store.load().bindings] == ["k"]
+    store.close()
+    store = DefinitionStore(str(tmp_path))
+    (left,) = store.load().bindings
+    store.delete_binding("/", "hx", "q", "queue", "k", left.arguments)
+    assert store.load().bindings == []
     store.close()
 
 
@@ -130,9 +243,9 @@ def test_format_version_mismatch(tmp_path: Path) -> None:
     db.execute("UPDATE meta SET value='7' WHERE key='format_version'")
     db.commit()
     db.close()
-    with pytest.raises(StoreFormatError, match=r"version 7 .*expects version 1") as info:
+    with pytest.raises(StoreFormatError, match=r"version 7 .*expects version 2") as info:
         DefinitionStore(str(tmp_path))
-    assert info.value.found == 7 and info.value.expected == 1
+    assert info.value.found == 7 and info.value.expected == 2
 
 
 def test_wal_and_full_sync(tmp_path: Path) -> None:

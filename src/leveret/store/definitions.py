@@ -2,8 +2,16 @@
 
 Definitions change rarely and must survive a crash the moment declare-ok is sent,
 so every change is its own transaction with WAL + synchronous=FULL. Arguments are
-kept as AMQP-encoded field tables, so every field type (int widths, decimals,
-timestamps, nested tables, byte arrays) round-trips exactly as the client sent it.
+kept as AMQP-encoded field tables, each value with the wire type it arrived with and
+the keys in the client's order (protocol.fieldtable's encode_decoded_table), so every
+field type (int widths, decimals, timestamps, nested tables, byte arrays) round-trips
+as the client sent it: RabbitMQ names the type of a queue's argument in the text that
+refuses a redeclaration without it, and that text must not change with a restart.
+
+Format 1 wrote arguments with pamqp's encoder (the smallest integer type for an
+int, keys sorted); opening such a file rewrites every row's arguments in format 2's
+encoding of what they decode to (for those rows, the same bytes) and marks the file
+2, so an older build refuses it rather than leaving rows it cannot match for delete.
 Exclusive and server-named queues are never passed here; that is the caller's call.
 """
 
@@ -14,12 +22,15 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from pamqp import decode, encode
+from pamqp import decode
 
+from leveret.protocol.fieldtable import encode_decoded_table
 from leveret.store import replica
 from leveret.store.errors import StoreFormatError
 
-DEFINITIONS_FORMAT_VERSION = 1
+DEFINITIONS_FORMAT_VERSION = 2
+#: formats this build opens and rewrites in its own (see the module's docstring)
+MIGRATED_FORMATS = frozenset({1})
 DEFINITIONS_FILE = "definitions.db"
 
 Arguments = dict[str, Any] | bytes | bytearray | None
@@ -44,14 +55,19 @@ CREATE TABLE IF NOT EXISTS bindings (
 
 
 def encode_arguments(arguments: Arguments) -> bytes:
-    """AMQP field-table bytes; raw bytes are validated and kept verbatim (exact int widths)."""
+    """AMQP field-table bytes; raw bytes are validated and kept verbatim. A dict decoded
+    from the wire (its numbers protocol.fieldtable's typed ints) is written with each
+    value's own type and its keys' order; a plain int (the management API's, a
+    definitions file's) as a signedint, or a long beyond 32 bits, as amqp_type_name
+    names it. A binding's row is found again for delete by these bytes, so the same
+    dict always encodes the same."""
     if arguments is None:
         return EMPTY_TABLE
     if isinstance(arguments, (bytes, bytearray)):
         raw = bytes(arguments)
         decode_arguments(raw)  # refuse garbage now rather than at the next startup
         return raw
-    return encode.field_table(arguments)
+    return encode_decoded_table(arguments)
 
 
 def decode_arguments(raw: bytes) -> dict[str, Any]:
@@ -126,11 +142,12 @@ class DefinitionStore:
         has_meta = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
         ).fetchone()
+        found: int | None = None
         if has_meta:
             row = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             if row is not None:
                 found = int(row[0])
-                if found != DEFINITIONS_FORMAT_VERSION:
+                if found != DEFINITIONS_FORMAT_VERSION and found not in MIGRATED_FORMATS:
                     raise StoreFormatError(
                         f"definitions store {self.path}", found, DEFINITIONS_FORMAT_VERSION
                     )
@@ -143,10 +160,28 @@ class DefinitionStore:
             columns = {row[1] for row in db.execute("PRAGMA table_info(queues)")}
             if "worker" not in columns:
                 db.execute("ALTER TABLE queues ADD COLUMN worker INTEGER")
+            if found in MIGRATED_FORMATS:
+                self._reencode_arguments()
             db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('format_version', ?)",
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('format_version', ?)",
                 (str(DEFINITIONS_FORMAT_VERSION),),
             )
+
+    def _reencode_arguments(self) -> None:
+        """Every row's arguments in this format's encoding of what they decode to, in
+        the caller's transaction. A binding's arguments are part of its key, and its
+        delete looks the row up by the encoding of the arguments it was loaded with:
+        after this, those are the row's bytes. Rows keep their rowid (load's order);
+        two bindings that come to the same key are one (UPDATE OR REPLACE)."""
+        db = self._db
+        for table in ("exchanges", "queues", "bindings"):
+            rows = db.execute(f"SELECT rowid, arguments FROM {table}").fetchall()
+            for rowid, raw in rows:
+                new = encode_arguments(decode_arguments(bytes(raw)))
+                if new != bytes(raw):
+                    db.execute(
+                        f"UPDATE OR REPLACE {table} SET arguments=? WHERE rowid=?", (new, rowid)
+                    )
 
     def _tx(self) -> _Tx:
         return _Tx(self._db)

@@ -1,0 +1,253 @@
+"""A declared object's arguments keep their wire types across a restart.
+
+RabbitMQ's refusal of a redeclaration that leaves an argument out names the type it
+was declared with (tests/compat/amqp/scenarios_argtypes.py, recorded from RabbitMQ);
+a restart cannot be recorded from RabbitMQ, so these check that Leveret answers the
+same steps the same after a restart as before it, and before it as RabbitMQ did.
+A binding stored by the format before (pamqp's smallest integer types) is still
+found by an unbind after the upgrade.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durability_support import Brokers, assert_exit_ok, free_port, management_request, store_dirs
+from pamqp import commands as C
+from pamqp import encode
+
+from compat.amqp.scenarios_argtypes import QUEUE_CASES, declare_queues, redeclare_queues, typed
+from leveret.protocol.fieldtable import Byte, Long, SignedInt
+from leveret.store.definitions import decode_arguments
+from rawamqp import RawClient
+
+pytestmark = pytest.mark.leveret_only
+
+RECORDING = (
+    Path(__file__).resolve().parents[1]
+    / "compat/amqp/recordings/argtypes/queue_redeclare_other_integer_type.json"
+)
+SCENARIO_VHOST = "cx-argtypes.queue_redeclare_other_integer_type"
+_OKS = (
+    C.Queue.DeclareOk,
+    C.Queue.BindOk,
+    C.Queue.UnbindOk,
+    C.Exchange.DeclareOk,
+    C.Exchange.DeleteOk,
+)
+
+
+class Answers:
+    """What the scenario helpers need of a connection (`open`, `rpc`), over a raw
+    client, keeping each answer: the reply's name, or the close's code and text."""
+
+    def __init__(self, port: int) -> None:
+        self.raw = RawClient("127.0.0.1", port, timeout=30)
+        self.raw.handshake()
+        self.got: list[tuple[str, Any]] = []
+
+    def open(self, ch: int) -> None:
+        self.raw.open_channel(ch)
+
+    def rpc(self, ch: int, method: Any) -> None:
+        self.raw.send_method(ch, method)
+        _ch, reply = self.raw.wait_for(C.Channel.Close, *_OKS, channel=ch)
+        if isinstance(reply, C.Channel.Close):
+            self.raw.send_method(ch, C.Channel.CloseOk())
+            self.got.append(("channel.close", f"{reply.reply_code} {reply.reply_text}"))
+        else:
+            self.got.append((reply.name, None))
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _redeclare_answers(port: int) -> list[tuple[str, Any]]:
+    answers = Answers(port)
+    answers.open(1)
+    redeclare_queues(answers, 1)
+    answers.close()
+    return answers.got
+
+
+def _recorded_redeclare_answers() -> list[tuple[str, Any]]:
+    """RabbitMQ's answers to redeclare_queues, in vhost '/' rather than the scenario's."""
+    steps = json.loads(RECORDING.read_text())["steps"]
+    declares = [st for st in steps if st["op"] == "queue.declare"]
+    out = []
+    # the declarations first, the passive declare last: redeclare_queues' are between
+    for st in declares[len(QUEUE_CASES) : -1]:
+        reply = st["reply"]
+        if reply["method"] == "channel.close":
+            text = reply["reply_text"].replace(f"vhost '{SCENARIO_VHOST}'", "vhost '/'")
+            out.append(("channel.close", f"{reply['reply_code']} {text}"))
+        else:
+            out.append(("Queue.DeclareOk", None))
+    return out
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    with Brokers(tmp_path) as b:
+        yield b
+
+
+def test_redeclare_answers_are_the_same_after_a_restart(brokers):
+    broker = brokers.start()
+    setup = Answers(broker.port)
+    setup.open(1)
+    declare_queues(setup, 1)
+    setup.close()
+    assert setup.got == [("Queue.DeclareOk", None)] * len(QUEUE_CASES)
+    before = _redeclare_answers(broker.port)
+    assert before == _recorded_redeclare_answers()
+    for _name, key, first, _other, _extra in QUEUE_CASES:
+        assert any(
+            f"'{key}'" in str(text) and f"of type '{first.amqp_type}'" in str(text)
+            for _m, text in before
+        ), (key, first.amqp_type)
+    assert_exit_ok(broker)
+    broker.start()
+    assert _redeclare_answers(broker.port) == before
+    # and after a second restart (the store was read, not rewritten, by the first)
+    broker.restart()
+    assert _redeclare_answers(broker.port) == before
+
+
+def _bind_headers(port: int, arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+    answers = Answers(port)
+    answers.open(1)
+    answers.rpc(1, typed(C.Queue.Declare, queue="bq", durable=True))
+    answers.rpc(1, typed(C.Exchange.Declare, exchange="hx", exchange_type="headers", durable=True))
+    answers.rpc(1, typed(C.Queue.Bind, queue="bq", exchange="hx", arguments=arguments))
+    answers.close()
+    return answers.got
+
+
+def _unbind(port: int, arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+    answers = Answers(port)
+    answers.open(1)
+    answers.rpc(1, typed(C.Queue.Unbind, queue="bq", exchange="hx", arguments=arguments))
+    answers.close()
+    return answers.got
+
+
+def _delete_if_unused(port: int) -> list[tuple[str, Any]]:
+    """The exchange's delete with if-unused: refused while a binding is left."""
+    answers = Answers(port)
+    answers.open(1)
+    answers.rpc(1, typed(C.Exchange.Delete, exchange="hx", if_unused=True))
+    answers.close()
+    return answers.got
+
+
+def _binding_rows(data_dir: Path) -> list[list[bytes]]:
+    """Each store's stored bindings' arguments."""
+    out = []
+    for store in store_dirs(data_dir):
+        db = sqlite3.connect(store / "definitions.db")
+        out.append([bytes(r[0]) for r in db.execute("SELECT arguments FROM bindings")])
+        db.close()
+    return out
+
+
+def _as_format_1(data_dir: Path) -> None:
+    """Rewrite every store's rows as format 1 wrote them (pamqp's encoder: the smallest
+    integer type, keys sorted) and mark the files format 1."""
+    for store in store_dirs(data_dir):
+        db = sqlite3.connect(store / "definitions.db")
+        for table in ("exchanges", "queues", "bindings"):
+            for rowid, raw in db.execute(f"SELECT rowid, arguments FROM {table}").fetchall():
+                old = encode.field_table(decode_arguments(bytes(raw)))
+                db.execute(f"UPDATE {table} SET arguments=? WHERE rowid=?", (old, rowid))
+        db.execute("UPDATE meta SET value='1' WHERE key='format_version'")
+        db.commit()
+        db.close()
+
+
+def _format_versions(data_dir: Path) -> list[str]:
+    out = []
+    for store in store_dirs(data_dir):
+        db = sqlite3.connect(store / "definitions.db")
+        out.append(db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()[0])
+        db.close()
+    return out
+
+
+def test_a_binding_kept_in_format_1_is_unbound_after_the_upgrade(brokers):
+    """The binding was made with `n` a signedint; format 1 kept it as a byte. After
+    the upgrade an unbind with the signedint removes it from the store too: after
+    another restart the exchange is unused."""
+    arguments = {"x-match": "any", "n": SignedInt(7)}
+    broker = brokers.start()
+    assert _bind_headers(broker.port, arguments)[-1] == ("Queue.BindOk", None)
+    assert_exit_ok(broker)
+    _as_format_1(broker.data_dir)
+    rows = _binding_rows(broker.data_dir)
+    assert rows and all(r == [encode.field_table({"n": 7, "x-match": "any"})] for r in rows), rows
+    assert type(decode_arguments(rows[0][0])["n"]) is Byte  # what format 1 kept
+    broker.start()
+    assert set(_format_versions(broker.data_dir)) == {"2"}
+    assert _unbind(broker.port, arguments) == [("Queue.UnbindOk", None)]
+    assert_exit_ok(broker)
+    assert _binding_rows(broker.data_dir) == [[] for _ in rows]
+    broker.start()
+    assert _delete_if_unused(broker.port) == [("Exchange.DeleteOk", None)]
+
+
+def test_an_unbind_answers_the_same_after_a_restart(brokers, tmp_path):
+    """Bound with `n` a long, unbound with it as a signedint, then the exchange's
+    delete with if-unused: with a restart after the bind, the answers and what is
+    stored are those of a broker that did not restart."""
+    bound = {"x-match": "all", "n": Long(7)}
+    unbound = {"x-match": "all", "n": SignedInt(7)}
+    results = []
+    for restart in (False, True):
+        broker = brokers.start(tmp_path / f"restart-{restart}")
+        got = _bind_headers(broker.port, bound)
+        if restart:
+            broker.restart()
+        got += _unbind(broker.port, unbound)
+        rows = _binding_rows(broker.data_dir)
+        got += _delete_if_unused(broker.port)
+        assert_exit_ok(broker)
+        results.append((got, rows))
+    assert results[1] == results[0]
+
+
+def test_the_management_api_shows_the_same_arguments_after_a_restart(brokers):
+    """A double stays a double (pamqp's encoder wrote a float as 32 bits: 0.1 came back
+    as 0.10000000149011612), a byte array and a nested table as they were sent."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    arguments = {
+        "x-max-length": SignedInt(10),
+        "x-double": 0.1,
+        "x-bytes": bytearray(b"\x00\xff"),
+        "x-table": {"b": Long(2), "a": [Byte(1), "s", 2.5]},
+    }
+    answers = Answers(broker.port)
+    answers.open(1)
+    answers.rpc(1, typed(C.Queue.Declare, queue="mq", durable=True, arguments=arguments))
+    answers.rpc(
+        1,
+        typed(C.Exchange.Declare, exchange="mx", exchange_type="topic", durable=True,
+              arguments=arguments),
+    )  # fmt: skip
+    answers.close()
+    assert answers.got == [("Queue.DeclareOk", None), ("Exchange.DeclareOk", None)]
+
+    def shown() -> tuple[Any, Any]:
+        _s, queue = management_request(broker, "GET", "queues/%2F/mq")
+        _s, exchange = management_request(broker, "GET", "exchanges/%2F/mx")
+        return queue["arguments"], exchange["arguments"]
+
+    before = shown()
+    assert before[0]["x-double"] == 0.1 and before[0]["x-table"]["a"] == [1, "s", 2.5]
+    broker.restart()
+    assert shown() == before
