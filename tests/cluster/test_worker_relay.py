@@ -10,15 +10,17 @@ import asyncio
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from leveret.cluster import datadir, wire
+from leveret.cluster.follower import Follower
 from leveret.cluster.leader import FollowerLink, Tap
 from leveret.cluster.relay import Relay
-from leveret.cluster.workertap import WorkerTap
+from leveret.cluster.workertap import Cutter, WorkerTap
 from leveret.store import replica
 from leveret.store.committer import GroupCommitter, segment_path
 
@@ -58,7 +60,7 @@ class Rig:
         loop = asyncio.get_running_loop()
         self.tap = Tap(self.root, loop)
         self.tap.safe = lambda: self.safe
-        self.relay = Relay(self.tap, lambda: self.deadline)
+        self.relay = Relay(self.tap, lambda: self.deadline, count=count)
         for i in range(count):
             (wr, ww), (nr, nw) = await _pair()
             store = os.path.join(self.root, f"worker-{i}")
@@ -297,3 +299,159 @@ def _names(path: str) -> list[str]:
         return sorted(r[0] for r in db.execute("SELECT name FROM q"))
     finally:
         db.close()
+
+
+# ---- a follower that joins: one cut per worker ----------------------------------------
+
+
+class Store:
+    """A worker's store as a cut sees it: each record reported to the worker's tap as it
+    is submitted and written to its segment file later by the writer (here `write`,
+    which the test's writer task and the cut's drain call, as the group committer's
+    thread does), and a real SQLite definitions database whose committed statements
+    are reported as the store's trace hook reports them."""
+
+    def __init__(self, root: str, index: int, tap: WorkerTap) -> None:
+        self.index = index
+        self.dir = os.path.join(root, f"worker-{index}")
+        self.segment = os.path.join(self.dir, "msgs", "1.seg")
+        os.makedirs(os.path.dirname(self.segment), exist_ok=True)
+        self.tap = tap
+        self.db_path = os.path.join(self.dir, datadir.DEFINITIONS)
+        self.db = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE q (name TEXT)")
+        self.offset = 0
+        self.count = 0
+        self.pending: list[tuple[int, bytes]] = []
+        self.lock = threading.Lock()
+        tap.cutter = Cutter(flush=lambda: None, image=self.db.serialize, drain=self.drain)
+
+    def step(self) -> None:
+        data = f"w{self.index}:{self.count};".encode()
+        self.tap.write(self.segment, self.offset, [data])
+        with self.lock:
+            self.pending.append((self.offset, data))
+        self.offset += len(data)
+        if self.count % 3 == 0:
+            statement = f"INSERT INTO q VALUES ('w{self.index}-{self.count}')"
+            self.db.execute(statement)
+            self.tap.sql(self.db_path, [statement])
+        self.count += 1
+
+    def drain(self) -> None:
+        """The cut waits for this: a writer in the middle of a slow fsync."""
+        time.sleep(0.1)
+        self.write()
+
+    def write(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, []
+            with open(self.segment, "r+b" if os.path.exists(self.segment) else "wb") as f:
+                for offset, data in pending:
+                    f.seek(offset)
+                    f.write(data)
+
+
+def test_a_follower_joining_while_every_worker_writes_gets_a_whole_copy(tmp_path) -> None:  # noqa: ANN001
+    """Two workers write segments and definitions without pause while a follower
+    joins from a stale copy; once they stop and it caught up, its copy of each
+    worker's store is the worker's: segment bytes, definitions rows, the stale file
+    gone. Its frames are applied by the follower's own writer (`Follower._apply`)."""
+    root, copy, joiner = (str(tmp_path / d) for d in ("node", "copy", "joiner"))
+    os.makedirs(os.path.join(joiner, "worker-0"))
+    with open(os.path.join(joiner, "worker-0", "stale"), "wb") as f:
+        f.write(b"from an older leader")
+
+    async def body(rig: Rig) -> None:
+        loop = asyncio.get_running_loop()
+        stores = [Store(root, i, tap) for i, tap in enumerate(rig.workers)]
+        stop = asyncio.Event()
+
+        async def publish(store: Store) -> None:
+            while not stop.is_set():
+                store.step()
+                await asyncio.sleep(0)
+
+        joining = asyncio.Event()  # the writers write only through the cut's drain
+
+        async def write_behind() -> None:
+            while not stop.is_set():
+                if joining.is_set():
+                    await asyncio.sleep(0.005)
+                    continue
+                for store in stores:
+                    await loop.run_in_executor(None, store.write)
+                await asyncio.sleep(0.005)
+
+        tasks = [asyncio.ensure_future(publish(s)) for s in stores]
+        tasks.append(asyncio.ensure_future(write_behind()))
+        follower = Follower(joiner, "f", "c", {}, 1, False)
+        applied = {"ack": -1}
+        (fr, fw), (lr, lw) = await _pair()
+
+        async def apply() -> None:
+            while True:
+                kind, payload = await wire.read_frame(fr)
+                ack = follower._apply([(kind, payload)])
+                if ack is not None:
+                    applied["ack"] = max(applied["ack"], ack)
+
+        applying = asyncio.ensure_future(apply())
+        try:
+            await _until(lambda: all(s.count > 200 for s in stores), "writes before the join")
+            joining.set()
+            link = await rig.relay.sync_follower("f", datadir.manifest(joiner), lw, root)
+            joining.clear()
+            assert link is not None and link in rig.tap.links
+            synced = [s.count for s in stores]
+            await _until(
+                lambda: all(s.count > n + 200 for s, n in zip(stores, synced, strict=True)),
+                "writes after the join",
+            )
+            stop.set()
+            await asyncio.gather(*tasks)
+            for store in stores:
+                store.write()
+            await _until(lambda: applied["ack"] == rig.tap.position, "the joiner caught up")
+        finally:
+            stop.set()
+            applying.cancel()
+            await asyncio.gather(applying, return_exceptions=True)
+            follower.applier.close()
+            fw.close()
+            lr.feed_eof()
+        assert follower.synced and 0 < follower.synced_at <= rig.tap.position
+        assert not os.path.exists(os.path.join(joiner, "worker-0", "stale"))
+        for store in stores:
+            rel = os.path.relpath(store.segment, root)
+            with open(store.segment, "rb") as a, open(os.path.join(joiner, rel), "rb") as b:
+                assert a.read() == b.read()
+            names = _names(store.db_path)
+            assert len(names) > 100
+            assert _names(os.path.join(joiner, f"worker-{store.index}", datadir.DEFINITIONS)) == (
+                names
+            )
+            store.db.close()
+
+    _run(root, copy, body)
+
+
+def test_a_cut_is_given_up_when_a_worker_goes_away_or_is_missing(tmp_path) -> None:  # noqa: ANN001
+    root, copy = str(tmp_path / "node"), str(tmp_path / "copy")
+
+    async def body(rig: Rig) -> None:
+        (_r, w), _ = await _pair()
+        link = FollowerLink("g", w)
+        # worker 1 has no store yet (no cutter): it never answers; then it exits
+        Store(root, 0, rig.workers[0])
+        cutting = asyncio.ensure_future(rig.relay.cut(link))
+        await _until(lambda: 0 in rig.relay.cuts[0].seen if rig.relay.cuts else False, "w0")
+        rig.workers[1].channel.close()
+        assert await asyncio.wait_for(cutting, WAIT) is None
+        assert link not in rig.tap.links and not rig.relay.cuts
+        # and with worker 1 gone, no cut starts at all
+        await _until(lambda: 1 not in rig.relay.streams, "worker 1's channel closed")
+        assert await rig.relay.cut(link) is None
+
+    _run(root, copy, body)

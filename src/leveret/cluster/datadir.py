@@ -25,7 +25,17 @@ log = logging.getLogger("leveret.cluster")
 DEFINITIONS = "definitions.db"
 SYNCING_MARK = "cluster-syncing"  # present while a snapshot is half applied
 NODE_STATE = "cluster-node.json"  # cluster/nodestate.py: each node's own, never replicated
-_SKIP_NAMES = {DEFINITIONS, DEFINITIONS + "-wal", DEFINITIONS + "-shm", SYNCING_MARK, NODE_STATE}
+# A node of workers' supervisor status (workers/serve.py): each node's own, rewritten
+# outside the store at every change of its workers.
+WORKERS_STATUS = "workers-status.json"
+_SKIP_NAMES = {
+    DEFINITIONS,
+    DEFINITIONS + "-wal",
+    DEFINITIONS + "-shm",
+    SYNCING_MARK,
+    NODE_STATE,
+    WORKERS_STATUS,
+}
 CHUNK = 1 << 20
 # A test hook for disk errors other than a full disk (tests/partitions): while this
 # variable names a file that exists, the follower's writer fails each write, replace

@@ -24,8 +24,19 @@ framing, with kinds of its own:
 
   worker → node   W_OPS     <u64 this worker's position after> operations
                   W_FAILED  JSON {path, error}: a write or fsync of the store failed
+                  W_IMAGE   <u16 n><path> its definitions database's image at the cut
+                  W_DRAINED its writer wrote everything reported before the cut
   node → worker   W_GRANT   <u64 this worker's safe position><f64 lease deadline>
                   W_STOP    the node stopped leading: release nothing, ever
+                  W_CUT     a follower joins: cut this worker's stream (below)
+
+A follower that joins needs files read after a point of the stream and the stream
+after it; with several writers the node takes one cut per worker (`Relay.cut`). At
+W_CUT the worker, in one loop callback, hands its loop turn's records to its writer,
+sends what its tap holds, and then the image of its definitions database: so the
+operations the node read before W_IMAGE are exactly those the image and the files
+cover (SQLite's pages are not replicated: the image must match the stream exactly).
+Once its writer has written all of them (the files hold them) it sends W_DRAINED.
 """
 
 from __future__ import annotations
@@ -35,20 +46,35 @@ import json
 import os
 import struct
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from leveret.cluster import wire
+from leveret.cluster import datadir, wire
 from leveret.cluster.leader import Tap
 
 W_OPS = 1
 W_FAILED = 2
 W_GRANT = 3
 W_STOP = 4
+W_CUT = 5
+W_IMAGE = 6
+W_DRAINED = 7
 
 GRANT = struct.Struct("<Qd")
+_PATH = struct.Struct("<H")
 
 
 def grant_frame(position: int, deadline: float) -> bytes:
     return wire.frame(W_GRANT, GRANT.pack(max(0, position), deadline))
+
+
+@dataclass
+class Cutter:
+    """What a cut needs of the worker's store (built from its `DurableState`)."""
+
+    flush: Callable[[], None]  # hand the loop turn's records to the writer thread
+    image: Callable[[], bytes | None]  # the definitions database, serialized (None: none)
+    drain: Callable[[], None]  # blocks until the writer wrote everything submitted
 
 
 class WorkerTap(Tap):
@@ -71,6 +97,8 @@ class WorkerTap(Tap):
         self.deadline = 0.0  # the node's lease deadline (time.monotonic()) with that grant
         self.safe = self._safe_now
         self.on_failed = self._report_failed
+        self.cutter: Cutter | None = None  # set once the worker's store is open
+        self._cuts: set[asyncio.Future[None]] = set()
 
     def _safe_now(self) -> int:
         if time.monotonic() >= self.deadline:
@@ -119,10 +147,45 @@ class WorkerTap(Tap):
                     self.grant(position, deadline)
                 elif kind == W_STOP:
                     return
+                elif kind == W_CUT:
+                    self._cut()
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
             self.stop()
+            for cut in list(self._cuts):
+                cut.cancel()
+
+    def _cut(self) -> None:
+        """Cut this worker's stream for a joining follower (the module's docstring)."""
+        cutter = self.cutter
+        if cutter is None or self.channel.is_closing():
+            return  # no store yet: the node gets no image and gives the cut up
+        cutter.flush()
+        self.ship()
+        image = cutter.image()
+        rel = (self.prefix + datadir.DEFINITIONS).encode()
+        payload = _PATH.pack(len(rel)) + rel + (image or b"")
+        self.channel.write(wire.frame(W_IMAGE, payload if image is not None else b""))
+        drained = asyncio.ensure_future(self.loop.run_in_executor(None, cutter.drain))
+        self._cuts.add(drained)
+        drained.add_done_callback(self._drained)
+
+    def _drained(self, future: asyncio.Future[None]) -> None:
+        self._cuts.discard(future)
+        if future.cancelled() or future.exception() is not None:
+            return  # the node gives the cut up when the channel ends
+        if not self.channel.is_closing():
+            self.channel.write(wire.frame(W_DRAINED))
+
+
+def parse_image(payload: bytes | bytearray) -> tuple[str, bytes] | None:
+    """W_IMAGE's (path, image); None for a worker whose store has no definitions."""
+    if not payload:
+        return None
+    view = memoryview(payload)
+    (n,) = _PATH.unpack_from(view, 0)
+    return bytes(view[2 : 2 + n]).decode(), bytes(view[2 + n :])
 
 
 def parse_failed(payload: bytes | bytearray) -> tuple[str, str]:
