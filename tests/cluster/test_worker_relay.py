@@ -443,13 +443,19 @@ def test_a_cut_is_given_up_when_a_worker_goes_away_or_is_missing(tmp_path) -> No
     async def body(rig: Rig) -> None:
         (_r, w), _ = await _pair()
         link = FollowerLink("g", w)
-        # worker 1 has no store yet (no cutter): it never answers; then it exits
+        # worker 1 has no store yet (no cutter): it says so, and the cut is given up
         Store(root, 0, rig.workers[0])
+        assert await asyncio.wait_for(rig.relay.cut(link), WAIT) is None
+        assert link not in rig.tap.links and not rig.relay.cuts
+        # worker 1's store opens but its drain never ends; then it exits
+        hang = threading.Event()
+        rig.workers[1].cutter = Cutter(lambda: None, lambda: _image([]), hang.wait)
         cutting = asyncio.ensure_future(rig.relay.cut(link))
-        await _until(lambda: 0 in rig.relay.cuts[0].seen if rig.relay.cuts else False, "w0")
+        await _until(lambda: len(rig.relay._draining) == 1, "both images in")
         rig.workers[1].channel.close()
         assert await asyncio.wait_for(cutting, WAIT) is None
-        assert link not in rig.tap.links and not rig.relay.cuts
+        hang.set()
+        assert link not in rig.tap.links and not rig.relay.cuts and not rig.relay._draining
         # and with worker 1 gone, no cut starts at all
         await _until(lambda: 1 not in rig.relay.streams, "worker 1's channel closed")
         assert await rig.relay.cut(link) is None

@@ -43,6 +43,7 @@ from leveret.cluster.workertap import (
     W_IMAGE,
     W_OPS,
     W_STOP,
+    W_UNREADY,
     grant_frame,
     parse_failed,
     parse_image,
@@ -122,6 +123,10 @@ class Relay:
                     self._image(stream, parse_image(payload))
                 elif kind == W_DRAINED:
                     self._drained(stream)
+                elif kind == W_UNREADY:
+                    for cut in [*self.cuts, *self._draining]:
+                        if cut.streams.get(index) is stream:
+                            cut.finish(False)  # the follower connects again shortly
                 elif kind == W_FAILED:
                     path, error = parse_failed(payload)
                     log.error("cluster: worker %d could not write %s: %s", index, path, error)
@@ -159,13 +164,12 @@ class Relay:
         tap.when_safe(end, lambda: stream.send_grant(local, self.deadline()))
         tap.check()
 
-    def _image(self, stream: WorkerStream, image: tuple[str, bytes] | None) -> None:
+    def _image(self, stream: WorkerStream, image: tuple[str, bytes]) -> None:
         for cut in list(self.cuts):
             if cut.streams.get(stream.index) is not stream or stream.index in cut.seen:
                 continue
             cut.seen.add(stream.index)
-            if image is not None:
-                cut.images.append(image)
+            cut.images.append(image)
             if len(cut.seen) == len(cut.streams):
                 # Every worker cut: from here the follower takes the whole stream.
                 self.tap.ship()

@@ -109,6 +109,8 @@ class ReplicationListenerMixin:
     ) -> FollowerLink | None:
         """Bring a follower's copy to a point of the stream, then go live from it."""
         tap, server = self.tap, self.server
+        if self.relay is not None and tap is not None:
+            return await self._snapshot_workers(name, theirs, writer)
         if tap is None or server is None or server.durable_state is None:
             return None
         old = self.links.get(name)
@@ -158,6 +160,25 @@ class ReplicationListenerMixin:
         writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(link.snapshot_at)))  # type: ignore[attr-defined]
         link.go_live()
         await writer.drain()
+        return link
+
+    async def _snapshot_workers(
+        self, name: str, theirs: datadir.Manifest, writer: asyncio.StreamWriter
+    ) -> FollowerLink | None:
+        """`_snapshot` for a node of workers: one cut per worker (cluster/relay.py)."""
+        tap, relay = self.tap, self.relay
+        old = self.links.pop(name, None)
+        if old is not None:
+            old.close()
+            if old in tap.links:
+                tap.links.remove(old)
+        link = await relay.sync_follower(name, theirs, writer, self.config.data_dir)
+        if link is None:
+            return None
+        if self.tap is not tap or link.closed:  # stopped leading meanwhile
+            link.close()
+            return None
+        self.links[name] = link
         return link
 
 

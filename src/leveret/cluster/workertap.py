@@ -26,6 +26,7 @@ framing, with kinds of its own:
                   W_FAILED  JSON {path, error}: a write or fsync of the store failed
                   W_IMAGE   <u16 n><path> its definitions database's image at the cut
                   W_DRAINED its writer wrote everything reported before the cut
+                  W_UNREADY its store is not open yet: no cut now (the node gives it up)
   node → worker   W_GRANT   <u64 this worker's safe position><f64 lease deadline>
                   W_STOP    the node stopped leading: release nothing, ever
                   W_CUT     a follower joins: cut this worker's stream (below)
@@ -59,6 +60,7 @@ W_STOP = 4
 W_CUT = 5
 W_IMAGE = 6
 W_DRAINED = 7
+W_UNREADY = 8
 
 GRANT = struct.Struct("<Qd")
 _PATH = struct.Struct("<H")
@@ -73,7 +75,7 @@ class Cutter:
     """What a cut needs of the worker's store (built from its `DurableState`)."""
 
     flush: Callable[[], None]  # hand the loop turn's records to the writer thread
-    image: Callable[[], bytes | None]  # the definitions database, serialized (None: none)
+    image: Callable[[], bytes]  # the definitions database, serialized
     drain: Callable[[], None]  # blocks until the writer wrote everything submitted
 
 
@@ -159,14 +161,16 @@ class WorkerTap(Tap):
     def _cut(self) -> None:
         """Cut this worker's stream for a joining follower (the module's docstring)."""
         cutter = self.cutter
-        if cutter is None or self.channel.is_closing():
-            return  # no store yet: the node gets no image and gives the cut up
+        if self.channel.is_closing():
+            return
+        if cutter is None:  # starting: its recovery may still be writing
+            self.channel.write(wire.frame(W_UNREADY))
+            return
         cutter.flush()
         self.ship()
         image = cutter.image()
         rel = (self.prefix + datadir.DEFINITIONS).encode()
-        payload = _PATH.pack(len(rel)) + rel + (image or b"")
-        self.channel.write(wire.frame(W_IMAGE, payload if image is not None else b""))
+        self.channel.write(wire.frame(W_IMAGE, _PATH.pack(len(rel)) + rel + image))
         drained = asyncio.ensure_future(self.loop.run_in_executor(None, cutter.drain))
         self._cuts.add(drained)
         drained.add_done_callback(self._drained)
@@ -179,10 +183,8 @@ class WorkerTap(Tap):
             self.channel.write(wire.frame(W_DRAINED))
 
 
-def parse_image(payload: bytes | bytearray) -> tuple[str, bytes] | None:
-    """W_IMAGE's (path, image); None for a worker whose store has no definitions."""
-    if not payload:
-        return None
+def parse_image(payload: bytes | bytearray) -> tuple[str, bytes]:
+    """W_IMAGE's (path, image)."""
     view = memoryview(payload)
     (n,) = _PATH.unpack_from(view, 0)
     return bytes(view[2 : 2 + n]).decode(), bytes(view[2 + n :])

@@ -1,0 +1,81 @@
+"""A cluster whose nodes run workers (`--workers 2`): three real nodes on a real etcd,
+each a supervisor with two worker processes, pika publishing with confirms to a queue
+of each worker; the whole leader (its supervisor and its workers) SIGKILLed, as when
+its machine dies. Every confirmed message of both workers' queues is on the new
+leader, whose workers started over their replicas; the old leader comes back,
+syncs (one cut per worker) and is in sync again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from leveret.cluster.local import NodeProcess
+from leveret.workers.mesh import placement
+
+from .cluster_support import Cluster, needs_etcd
+from .test_failover import PikaPublisher, _drain, check_delivery
+
+pytestmark = [needs_etcd, pytest.mark.slow]
+
+WORKERS = 2
+
+
+def _queue_on(worker: int) -> str:
+    return next(
+        name
+        for name in (f"wk-ha-{i}" for i in range(1000))
+        if placement("/", name, WORKERS) == worker
+    )
+
+
+def _kill_whole_node(node: NodeProcess) -> None:
+    """SIGKILL the node's supervisor and every worker it runs (they are in a session
+    of their own, so the supervisor's death alone would let them stop cleanly)."""
+    path = os.path.join(node.data_dir, "workers-status.json")
+    with open(path, encoding="utf-8") as f:
+        pids = [w["pid"] for w in json.load(f)["workers"] if w.get("pid")]
+    node.kill()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_leader_of_workers_sigkilled_loses_no_confirmed_message(cluster_dir: str) -> None:
+    queues = [_queue_on(0), _queue_on(1)]
+    cluster = Cluster(cluster_dir, extra=("--workers", str(WORKERS)))
+    try:
+        names = {n.name for n in cluster.nodes}
+        leader = cluster.wait_leader(timeout=60)
+        cluster.wait_in_sync(names, timeout=60)
+        publishers = [PikaPublisher(cluster.urls(), q) for q in queues]
+        for _ in range(300):
+            for p in publishers:
+                p.publish_one()
+        leader = cluster.wait_leader()
+        _kill_whole_node(leader)
+        for _ in range(200):
+            for p in publishers:
+                p.publish_one()  # through the proxies, to the new leader's workers
+        new = cluster.wait_leader(other_than=leader.name)
+        assert os.path.isdir(os.path.join(new.data_dir, "worker-1"))
+        assert "Leveret started with 2 workers" in leader.log_text()
+        leader.start()  # it follows, its copy compared and synced worker by worker
+        cluster.wait_in_sync(names, timeout=90)
+        for p in publishers:
+            p.close()
+        for queue, p in zip(queues, publishers, strict=True):
+            got = _drain(cluster.urls(), queue)
+            assert len(p.confirmed) >= 500
+            check_delivery(got, p.confirmed, set(range(p.next)), p.retried)
+        text = new.log_text()
+        assert "Leveret started with 2 workers" in text
+        assert "2 worker definitions image(s)" in text  # the old leader's sync
+        assert "started again; its followers sync again" not in text
+    finally:
+        cluster.close()
