@@ -461,3 +461,21 @@ def test_a_cut_is_given_up_when_a_worker_goes_away_or_is_missing(tmp_path) -> No
         assert await rig.relay.cut(link) is None
 
     _run(root, copy, body)
+
+
+def test_a_worker_that_wrote_nothing_answers_once_a_renewal_brings_the_deadline(tmp_path) -> None:  # noqa: ANN001
+    """Position 0 (nothing written) is held by every follower: a metadata answer or a
+    definition change's hold that waits on it needs only a valid deadline."""
+    root, copy = str(tmp_path / "node"), str(tmp_path / "copy")
+
+    async def body(rig: Rig) -> None:
+        (w0,) = rig.workers
+        done: list = []
+        w0.when_safe(w0.sql_position, lambda: done.append("answered"))
+        w0.check()
+        await asyncio.sleep(0.1)
+        assert done == []  # no deadline from the node yet
+        rig.relay.renewed()
+        await _until(lambda: done == ["answered"], "the answer after the renewal")
+
+    _run(root, copy, body, count=1)

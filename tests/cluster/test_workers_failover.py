@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -77,5 +78,65 @@ def test_leader_of_workers_sigkilled_loses_no_confirmed_message(cluster_dir: str
         assert "Leveret started with 2 workers" in text
         assert "2 worker definitions image(s)" in text  # the old leader's sync
         assert "started again; its followers sync again" not in text
+        # A node of another layout is never synced (so it can never lead): its copy
+        # would be served by stores that read none of these.
+        odd = NodeProcess(
+            "odd", cluster.nodes[0].etcd_url, cluster_dir, cluster=cluster.name, lease=1.0
+        )
+        cluster.nodes.append(odd)  # killed with the others
+        odd.start()
+        deadline = time.monotonic() + 60
+        while "runs --workers 1" not in odd.log_text():
+            assert time.monotonic() < deadline, odd.log_text()[-3000:]
+            time.sleep(0.2)
+        assert "this cluster's nodes run --workers 2, odd runs --workers 1" in odd.log_text()
+        assert not os.path.exists(os.path.join(odd.data_dir, "workers.json"))
+    finally:
+        cluster.close()
+
+
+def _worker_pid(node: NodeProcess, index: int) -> int:
+    with open(os.path.join(node.data_dir, "workers-status.json"), encoding="utf-8") as f:
+        return json.load(f)["workers"][index]["pid"]
+
+
+def test_a_worker_killed_alone_on_the_leader_then_the_leader(cluster_dir: str) -> None:
+    """Worker 1 of the leader is SIGKILLed under confirmed publishing: its supervisor
+    starts it again over its store, and the followers, whose copies may hold writes it
+    reported but never made, sync again before confirms go on. Then the whole leader
+    is SIGKILLed: every confirmed message of both workers' queues is on the new one."""
+    queues = [_queue_on(0), _queue_on(1)]
+    cluster = Cluster(cluster_dir, extra=("--workers", str(WORKERS)))
+    try:
+        names = {n.name for n in cluster.nodes}
+        leader = cluster.wait_leader(timeout=60)
+        cluster.wait_in_sync(names, timeout=60)
+        publishers = [PikaPublisher(cluster.urls(), q) for q in queues]
+        for _ in range(200):
+            for p in publishers:
+                p.publish_one()
+        os.kill(_worker_pid(leader, 1), signal.SIGKILL)
+        for _ in range(200):
+            for p in publishers:
+                p.publish_one()
+        deadline = time.monotonic() + 60
+        while "worker 1 of leader" not in leader.log_text():
+            assert time.monotonic() < deadline, leader.log_text()[-3000:]
+            time.sleep(0.2)
+        assert cluster.leader_name() == leader.name
+        cluster.wait_in_sync(names, timeout=60, caught_up=False)
+        for _ in range(200):
+            for p in publishers:
+                p.publish_one()
+        _kill_whole_node(leader)
+        for _ in range(100):
+            for p in publishers:
+                p.publish_one()
+        cluster.wait_leader(other_than=leader.name)
+        for p in publishers:
+            p.close()
+        for queue, p in zip(queues, publishers, strict=True):
+            got = _drain(cluster.urls(), queue)
+            check_delivery(got, p.confirmed, set(range(p.next)), p.retried)
     finally:
         cluster.close()

@@ -90,9 +90,11 @@ class Follower:
         fsync: bool,
         status: Any = None,
         handshake: float = HANDSHAKE_MIN_SECONDS,
+        workers: int = 1,
     ) -> None:
         self.root = root
         self.node = node
+        self.workers = workers  # this node's --workers: its copy serves as that many
         self.cluster = cluster
         self.leader = leader
         self.epoch = epoch
@@ -140,6 +142,8 @@ class Follower:
                         "keepalive": True,  # it sends them once WELCOME names an interval
                         # ... from the start: while it reads its data dir for MANIFEST too
                         "manifest_keepalive": True,
+                        # a node of workers says how many (absent: one process)
+                        **({"workers": self.workers} if self.workers != 1 else {}),
                     },
                 )
             )

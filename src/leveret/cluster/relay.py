@@ -59,7 +59,7 @@ class WorkerStream:
         self.index = index
         self.writer = writer
         self.local = 0  # this worker's position after its last batch
-        self.granted = -1
+        self.granted = 0  # (nothing written is held by every follower)
         self.closed = False
 
     def send_grant(self, position: int, deadline: float) -> None:
@@ -271,8 +271,7 @@ class Relay:
         """The lease was renewed: every worker's held confirms may use the new deadline."""
         deadline = self.deadline()
         for stream in list(self.streams.values()):
-            if stream.granted >= 0:
-                stream.send_grant(stream.granted, deadline)
+            stream.send_grant(stream.granted, deadline)
 
     def stop(self) -> None:
         """The node stopped leading: no worker releases anything from now on."""

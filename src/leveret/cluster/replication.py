@@ -42,6 +42,13 @@ class ReplicationListenerMixin:
                 reason = f"this is cluster {self.config.cluster_name!r}"
             elif self.role != "leader" or self.tap is None or not getattr(self, "ready", False):
                 reason = "not the leader"
+            elif hello.get("workers", 1) != self.config.workers:
+                # its copy would be served by another layout of stores, which reads
+                # none of this one's (docs/workers.md, where data lives)
+                reason = (
+                    f"this cluster's nodes run --workers {self.config.workers}, "
+                    f"{hello.get('node')} runs --workers {hello.get('workers', 1)}"
+                )
             elif hello.get("epoch") != self.epoch:
                 reason = f"epoch {hello.get('epoch')} is not the leader's {self.epoch}"
                 if (hello.get("epoch") or 0) > self.epoch:

@@ -95,7 +95,9 @@ class WorkerTap(Tap):
             raise ValueError(f"{store_root} is not under the node's data dir {node_root}")
         self.prefix = prefix.replace(os.sep, "/") + "/"
         self.channel = channel
-        self.granted = -1  # this worker's position the node said its followers hold
+        # this worker's position the node said its followers hold (0: nothing written
+        # yet, which they trivially hold, once a deadline came with a grant or renewal)
+        self.granted = 0
         self.deadline = 0.0  # the node's lease deadline (time.monotonic()) with that grant
         self.safe = self._safe_now
         self.on_failed = self._report_failed
