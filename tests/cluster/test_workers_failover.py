@@ -12,6 +12,8 @@ import os
 import signal
 import time
 
+import pika
+import pika.exceptions
 import pytest
 
 from leveret.cluster.local import NodeProcess
@@ -54,7 +56,7 @@ def test_leader_of_workers_sigkilled_loses_no_confirmed_message(cluster_dir: str
         names = {n.name for n in cluster.nodes}
         leader = cluster.wait_leader(timeout=60)
         cluster.wait_in_sync(names, timeout=60)
-        publishers = [PikaPublisher(cluster.urls(), q) for q in queues]
+        publishers = [Publisher(cluster.urls(), q) for q in queues]
         for _ in range(300):
             for p in publishers:
                 p.publish_one()
@@ -95,6 +97,28 @@ def test_leader_of_workers_sigkilled_loses_no_confirmed_message(cluster_dir: str
         cluster.close()
 
 
+class Publisher(PikaPublisher):
+    """PikaPublisher that also rides out a failover or a worker's restart while it
+    opens its channel: the connection may close under it (the leader stepped down or
+    died), and until the queue's owner is back a declare answers 404 (its home node is
+    down, as in RabbitMQ). A publish counts as confirmed only once confirmed."""
+
+    def _open(self) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                super()._open()
+                return
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code != 404 or time.monotonic() > deadline:
+                    raise
+            except (pika.exceptions.AMQPConnectionError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+            self.close()
+            time.sleep(0.2)
+
+
 def _worker_pid(node: NodeProcess, index: int) -> int:
     with open(os.path.join(node.data_dir, "workers-status.json"), encoding="utf-8") as f:
         return json.load(f)["workers"][index]["pid"]
@@ -111,7 +135,7 @@ def test_a_worker_killed_alone_on_the_leader_then_the_leader(cluster_dir: str) -
         names = {n.name for n in cluster.nodes}
         leader = cluster.wait_leader(timeout=60)
         cluster.wait_in_sync(names, timeout=60)
-        publishers = [PikaPublisher(cluster.urls(), q) for q in queues]
+        publishers = [Publisher(cluster.urls(), q) for q in queues]
         for _ in range(200):
             for p in publishers:
                 p.publish_one()
