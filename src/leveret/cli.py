@@ -646,8 +646,8 @@ def _run_workers(config: ServerConfig, log_level: str) -> int:
         )
         return 2
     if config.cluster_etcd:
-        log.error("--workers cannot be combined with --cluster-etcd yet (docs/workers.md)")
-        return 2
+        # One node of the cluster, its workers started while it leads (docs/cluster.md)
+        return run_until_stopped(config, lambda: _serve_cluster_node(config))
     from leveret.workers.serve import WorkersError, serve
 
     try:

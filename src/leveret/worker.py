@@ -35,6 +35,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from leveret.cluster.workertap import Cutter, WorkerTap
 from leveret.config import ServerConfig
 from leveret.workers.affinity import Handoffs
 from leveret.workers.control import event_line, link_kind, link_peer, ping_seq
@@ -51,15 +52,22 @@ async def serve_worker(
     count: int,
     control: socket.socket,
     listen_sockets: list[list[socket.socket]],
+    tap_sock: socket.socket | None = None,
 ) -> int:
-    """Run worker `index` until a signal or the end of its control channel."""
+    """Run worker `index` until a signal or the end of its control channel.
+
+    `tap_sock`: the worker of a leading cluster node; its store's writes are replicated
+    through it (cluster/workertap.py), and its confirms wait for the node's followers."""
     from leveret.launcher import Node
     from leveret.server import gc_tuning
 
     loop = asyncio.get_running_loop()
+    tap = await _cluster_tap(config, tap_sock) if tap_sock is not None else None
     mesh = Mesh(index, count)
     mesh.peer_joined.append(lambda peer: log.info("link to worker %d up", peer))
     node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets)
+    if tap is not None:
+        tap.output_batch = node.output_batch
     # Connections handed over by peers are taken whatever this worker's setting;
     # with affinity on, this worker hands its own over too (workers/affinity.py).
     handoffs = Handoffs(mesh, node.listener.adopt)
@@ -77,6 +85,8 @@ async def serve_worker(
         # the supervisor's memory is the node's too (worker 0's /api/nodes and
         # Prometheus add it)
         node.worker_stats.supervisor = os.getppid()
+    if tap is not None:
+        _cut_from(tap, node)
     gc_tuning.tune()
     control.setblocking(True)
     control.sendall(event_line(ready=[list(a) for a in node.addresses]))
@@ -142,6 +152,32 @@ async def serve_worker(
     return 0
 
 
+async def _cluster_tap(config: ServerConfig, sock: socket.socket) -> WorkerTap:
+    """The store's replication tap, set before the store opens: what its recovery
+    writes is replicated too."""
+    from leveret.store import replica
+
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    node_dir = os.path.dirname(os.path.normpath(config.data_dir))
+    tap = WorkerTap(config.data_dir, node_dir, loop, writer)
+    replica.TAP = tap
+    task = loop.create_task(tap.serve(reader))
+    tap.serving = task  # type: ignore[attr-defined]  # kept: a task nobody holds may go
+    return tap
+
+
+def _cut_from(tap: WorkerTap, node: object) -> None:
+    state = node.durable_state  # type: ignore[attr-defined]
+    if state is None:
+        return
+    tap.cutter = Cutter(
+        flush=lambda: state.messages.flush(0),
+        image=state.definitions.db.serialize,
+        drain=state.messages.committer.drain,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m leveret.worker",
@@ -152,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--listen-fds", required=True, help="JSON: a list of fds per listener")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--tap-fd", type=int, help="a leading cluster node's replication")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
@@ -167,12 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen_sockets = [
         [socket.socket(fileno=fd) for fd in fds] for fds in json.loads(args.listen_fds)
     ]
+    tap_sock = socket.socket(fileno=args.tap_fd) if args.tap_fd is not None else None
     from leveret.cli import run_until_stopped, use_uvloop
 
     use_uvloop(config)
     return run_until_stopped(
         config,
-        lambda: serve_worker(config, args.index, args.count, control, listen_sockets),
+        lambda: serve_worker(config, args.index, args.count, control, listen_sockets, tap_sock),
     )
 
 

@@ -410,16 +410,34 @@ def test_listening_group_binds_every_worker_to_the_port_the_os_picked() -> None:
         group.close()
 
 
-def test_workers_with_a_cluster_are_refused(tmp_path: Path) -> None:
-    out = subprocess.run(
+def test_workers_with_a_cluster_run_a_cluster_node(tmp_path: Path) -> None:
+    """`--workers 2 --cluster-etcd`: one node of the cluster (its workers start once it
+    leads: tests/cluster/test_workers_failover.py); with etcd unreachable it waits for
+    it, and SIGTERM stops it cleanly."""
+    proc = subprocess.Popen(
         server_argv(
             "--port", "0", "--data-dir", str(tmp_path / "d"),
             "--cluster-etcd", "http://127.0.0.1:1", workers=2,
         ),
-        capture_output=True, text=True, timeout=60,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    assert out.returncode == 2
-    assert "--workers cannot be combined with --cluster-etcd" in out.stderr
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "cannot register with etcd yet" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines) + out
+    assert proc.returncode == 0, text
+    assert "cannot register with etcd yet" in text
+    assert "cannot be combined" not in text
 
 
 def test_tls_and_several_listeners_are_served_by_every_worker(workers, tmp_path: Path) -> None:

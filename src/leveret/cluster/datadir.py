@@ -25,7 +25,17 @@ log = logging.getLogger("leveret.cluster")
 DEFINITIONS = "definitions.db"
 SYNCING_MARK = "cluster-syncing"  # present while a snapshot is half applied
 NODE_STATE = "cluster-node.json"  # cluster/nodestate.py: each node's own, never replicated
-_SKIP_NAMES = {DEFINITIONS, DEFINITIONS + "-wal", DEFINITIONS + "-shm", SYNCING_MARK, NODE_STATE}
+# A node of workers' supervisor status (workers/serve.py): each node's own, rewritten
+# outside the store at every change of its workers.
+WORKERS_STATUS = "workers-status.json"
+_SKIP_NAMES = {
+    DEFINITIONS,
+    DEFINITIONS + "-wal",
+    DEFINITIONS + "-shm",
+    SYNCING_MARK,
+    NODE_STATE,
+    WORKERS_STATUS,
+}
 CHUNK = 1 << 20
 # A test hook for disk errors other than a full disk (tests/partitions): while this
 # variable names a file that exists, the follower's writer fails each write, replace
@@ -126,7 +136,9 @@ class Applier:
         self._fds: dict[str, int] = {}
         self._dirty: set[str] = set()
         self._dirs: set[str] = set()
-        self._db: sqlite3.Connection | None = None
+        # One connection per database: a node of workers has one per worker's store
+        # (`worker-<i>/definitions.db`), a one-process node one.
+        self._dbs: dict[str, sqlite3.Connection] = {}
         flag = os.environ.get(EIO_FILE_ENV)
         if flag:
             self._fail_if_flagged(flag)
@@ -225,17 +237,17 @@ class Applier:
         db.execute("COMMIT")
 
     def database(self, rel: str) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(
-                self._full(rel), isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'OFF'}")
-        return self._db
+        db = self._dbs.get(rel)
+        if db is None:
+            db = sqlite3.connect(self._full(rel), isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'OFF'}")
+            self._dbs[rel] = db
+        return db
 
     def sqlite_image(self, rel: str, image: memoryview | bytes) -> None:
         """Replace the database with the leader's image (closing ours first)."""
-        self.close_db()
+        self.close_db(rel)
         full = self._full(rel)
         for suffix in ("-wal", "-shm"):
             try:
@@ -283,10 +295,12 @@ class Applier:
             for rel in list(self._fds)[:-16]:
                 self._close(rel)
 
-    def close_db(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+    def close_db(self, rel: str | None = None) -> None:
+        """Close the connection to database `rel` (every database's, by default)."""
+        for name in [rel] if rel is not None else list(self._dbs):
+            db = self._dbs.pop(name, None)
+            if db is not None:
+                db.close()
 
     def close(self) -> None:
         for rel in list(self._fds):

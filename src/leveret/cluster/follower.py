@@ -90,9 +90,11 @@ class Follower:
         fsync: bool,
         status: Any = None,
         handshake: float = HANDSHAKE_MIN_SECONDS,
+        workers: int = 1,
     ) -> None:
         self.root = root
         self.node = node
+        self.workers = workers  # this node's --workers: its copy serves as that many
         self.cluster = cluster
         self.leader = leader
         self.epoch = epoch
@@ -140,6 +142,8 @@ class Follower:
                         "keepalive": True,  # it sends them once WELCOME names an interval
                         # ... from the start: while it reads its data dir for MANIFEST too
                         "manifest_keepalive": True,
+                        # a node of workers says how many (absent: one process)
+                        **({"workers": self.workers} if self.workers != 1 else {}),
                     },
                 )
             )
@@ -226,7 +230,7 @@ class Follower:
                         acked = await loop.run_in_executor(self._pool, self._apply, done)
                     except (OSError, sqlite3.Error) as exc:
                         raise CopyFailed(f"{exc.__class__.__name__}: {exc}") from exc
-                    if acked is not None:
+                    if acked is not None and acked > self.position:
                         self.position = acked
                         self.streamed = self.streamed or (self.synced and acked > self.synced_at)
                         writer.write(wire.frame(wire.ACK, wire.U64.pack(acked)))
@@ -278,13 +282,19 @@ class Follower:
                 return
 
     def _apply(self, frames: list[tuple[int, bytes]]) -> int | None:
-        """Writer thread: apply frames in order, sync, return the position to ack."""
+        """Writer thread: apply frames in order, sync, return the position to ack.
+
+        The acknowledgement never goes back: a node of workers syncs a follower with a
+        cut per worker (cluster/relay.py), and frames after one worker's cut may carry
+        positions below SNAP_END's, which everything before them already covers."""
         ack = None
         a = self.applier
         for kind, payload in frames:
             view = memoryview(payload)
             if kind == wire.OPS:
-                (ack,) = wire.U64.unpack_from(view, 0)
+                (position,) = wire.U64.unpack_from(view, 0)
+                if ack is None or position > ack:
+                    ack = position
                 a.apply(view[8:])
             elif kind == wire.SNAP_FILE:
                 fresh, rel, offset, data = wire.parse_snap_file(view)
@@ -295,11 +305,13 @@ class Follower:
                 rel, image = wire.parse_snap_sqlite(view)
                 a.sqlite_image(rel, image)
             elif kind == wire.SNAP_END:
-                (ack,) = wire.U64.unpack_from(view, 0)
+                (position,) = wire.U64.unpack_from(view, 0)
                 a.sync()
                 self._clear_syncing()
                 self.synced = True
-                self.synced_at = ack
+                self.synced_at = position
+                if ack is None or position > ack:
+                    ack = position
             elif kind == wire.REFUSE:
                 raise Refused(json.loads(payload).get("reason", "refused"))
         if ack is not None:

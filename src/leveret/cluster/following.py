@@ -95,6 +95,7 @@ class FollowingMixin:
             self.config.fsync != "never",
             self.local_status,
             handshake_timeout(self.ttl),
+            self.config.workers,
         )
         self._follow_task = asyncio.ensure_future(self._run_follower(self.follower))
 

@@ -17,8 +17,15 @@ class LeaseMixin:
     """Part of `ClusterNode` (cluster/node.py), whose state it uses."""
 
     def lease_ok(self) -> bool:
-        margin = 0.05 + 0.1 * self.ttl
-        return not self.lease_lost and time.monotonic() < self.lease_deadline - margin
+        return time.monotonic() < self.confirm_deadline()
+
+    def confirm_deadline(self) -> float:
+        """Until when (time.monotonic()) this node may confirm as leader: the lease's
+        deadline less a margin; 0 once the lease is lost. A node of workers sends it
+        to its workers, which check it themselves (cluster/workertap.py)."""
+        if self.lease_lost:
+            return 0.0
+        return self.lease_deadline - (0.05 + 0.1 * self.ttl)
 
     async def _register(self) -> bool:
         """Take a lease and write this node's keys; False if asked to stop first.
@@ -87,4 +94,6 @@ class LeaseMixin:
                 self._changed.set()
             if self.tap is not None:
                 self.tap.check()
+            if self.relay is not None:
+                self.relay.renewed()  # the workers' held confirms may use the new deadline
             await asyncio.sleep(max(0.05, interval - (time.monotonic() - sent)))

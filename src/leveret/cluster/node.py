@@ -52,6 +52,7 @@ from leveret.cluster.leader import (
 )
 from leveret.cluster.lease import LeaseMixin
 from leveret.cluster.proxy import Proxy
+from leveret.cluster.relay import Relay
 from leveret.cluster.replication import ReplicationListenerMixin
 from leveret.config import ServerConfig
 from leveret.server.unix_path import short_path
@@ -96,6 +97,8 @@ class ClusterNode(
         self.status: dict[str, Any] = {}
         self.server: Any = None
         self.tap: Tap | None = None
+        # A node of workers, leading: their taps' relay into `tap` (cluster/relay.py)
+        self.relay: Relay | None = None
         self.disk_error: str | None = None  # set when a write under the data dir failed
         self._follow_failures = 0  # following attempts that ended before a whole sync
         self._handshake_failures = 0  # handshakes in a row that got no WELCOME
@@ -331,10 +334,13 @@ class ClusterNode(
         self.disk_error = None
         self.tap = tap
         self.links = {}
-        replica.TAP = tap
-        server = Node(self.config, loop=self.loop)
-        server.cluster = self
-        tap.output_batch = server.output_batch
+        if self.config.workers > 1:
+            server = self._workers(tap)
+        else:
+            replica.TAP = tap
+            server = Node(self.config, loop=self.loop)
+            server.cluster = self
+            tap.output_batch = server.output_batch
         self.server = server
         reason = "stopped"
         try:
@@ -351,10 +357,34 @@ class ClusterNode(
             else:
                 await self._step_down(reason)
 
+    def _workers(self, tap: Tap) -> Any:
+        """A node of workers leads with them (cluster/leading.py): their stores'
+        writes reach `tap` through the relay, and their confirms wait for its grants."""
+        from leveret.cluster.leading import LeaderWorkers
+
+        self.relay = Relay(tap, self.confirm_deadline, self._disk_failed, self.config.workers)
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+        return LeaderWorkers(self.config, self.relay, self._worker_restarted, level)
+
+    def _worker_restarted(self, index: int) -> None:
+        """A worker of this leader started again: it may have reported writes that it
+        never made, which the followers hold. Each follower connects again and has its
+        files compared with this node's, as a rejoining node has."""
+        log.warning(
+            "cluster: worker %d of leader %s started again; its followers sync again",
+            index,
+            self.name,
+        )
+        for link in list(self.links.values()):
+            link.close()
+
     async def _while_leading(self) -> str:
         """Lead until something ends it; returns why."""
         last_status = 0.0
         while True:
+            if getattr(self.server, "exited", False):
+                log.error("cluster: %s's workers stopped; stepping down", self.name)
+                return "error"
             if self.stop_event.is_set():
                 if await self._hand_over(None):
                     return "handover"
@@ -436,6 +466,9 @@ class ClusterNode(
         self.tap = None
         if tap is not None:
             tap.stop()
+        if self.relay is not None:
+            self.relay.stop()  # the workers release nothing from now on
+            self.relay = None
         self.links = {}
         self.server = None
         try:
@@ -539,6 +572,9 @@ class ClusterNode(
         self.tap = None
         replica.TAP = None
         tap.stop()
+        if self.relay is not None:
+            self.relay.stop()
+            self.relay = None
         self.links = {}
         self.role = "follower"
         self.leader = None

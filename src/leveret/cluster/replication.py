@@ -42,6 +42,13 @@ class ReplicationListenerMixin:
                 reason = f"this is cluster {self.config.cluster_name!r}"
             elif self.role != "leader" or self.tap is None or not getattr(self, "ready", False):
                 reason = "not the leader"
+            elif hello.get("workers", 1) != self.config.workers:
+                # its copy would be served by another layout of stores, which reads
+                # none of this one's (docs/workers.md, where data lives)
+                reason = (
+                    f"this cluster's nodes run --workers {self.config.workers}, "
+                    f"{hello.get('node')} runs --workers {hello.get('workers', 1)}"
+                )
             elif hello.get("epoch") != self.epoch:
                 reason = f"epoch {hello.get('epoch')} is not the leader's {self.epoch}"
                 if (hello.get("epoch") or 0) > self.epoch:
@@ -109,6 +116,8 @@ class ReplicationListenerMixin:
     ) -> FollowerLink | None:
         """Bring a follower's copy to a point of the stream, then go live from it."""
         tap, server = self.tap, self.server
+        if self.relay is not None and tap is not None:
+            return await self._snapshot_workers(name, theirs, writer)
         if tap is None or server is None or server.durable_state is None:
             return None
         old = self.links.get(name)
@@ -158,6 +167,25 @@ class ReplicationListenerMixin:
         writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(link.snapshot_at)))  # type: ignore[attr-defined]
         link.go_live()
         await writer.drain()
+        return link
+
+    async def _snapshot_workers(
+        self, name: str, theirs: datadir.Manifest, writer: asyncio.StreamWriter
+    ) -> FollowerLink | None:
+        """`_snapshot` for a node of workers: one cut per worker (cluster/relay.py)."""
+        tap, relay = self.tap, self.relay
+        old = self.links.pop(name, None)
+        if old is not None:
+            old.close()
+            if old in tap.links:
+                tap.links.remove(old)
+        link = await relay.sync_follower(name, theirs, writer, self.config.data_dir)
+        if link is None:
+            return None
+        if self.tap is not tap or link.closed:  # stopped leading meanwhile
+            link.close()
+            return None
+        self.links[name] = link
         return link
 
 

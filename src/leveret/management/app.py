@@ -135,7 +135,11 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             await stats.refresh(queue_docs=request.path.startswith("/api/queues"))
     try:
         if replica.TAP is not None and request.method != "GET":
-            return await _replicated(handler, request)
+            response = await _replicated(handler, request)
+            meta = server.broker.meta
+            if meta is not None and response.status < 400:
+                await meta.settled()  # a leading cluster node of workers: every worker
+            return response
         response = _with_columns(request, await handler(request))
         meta = server.broker.meta
         if meta is not None and request.method != "GET":

@@ -65,6 +65,7 @@ from leveret.protocol.constants import (
     QUEUE_UNBIND,
 )
 from leveret.protocol.errors import ChannelError, ConnectionError_
+from leveret.store import replica
 from leveret.workers.link import META, META_APPLIED, Meta, MetaApplied
 from leveret.workers.mesh import Mesh, PeerDown
 
@@ -578,7 +579,7 @@ class Metadata:
             result = self._apply(op)
         finally:
             self.applying = False
-        return self._broadcast(op, result)
+        return _replicated(self._broadcast(op, result))
 
     def _broadcast(self, op: Op, result: Any) -> Any:
         self.seq += 1
@@ -620,7 +621,7 @@ class Metadata:
                 log.exception("applying %r made by worker %d", op[:3], peer)
             finally:
                 self.applying = False
-            return self._broadcast(op, None)
+            return _replicated(self._broadcast(op, None))
         return self._write(op)
 
     def _on_applied(self, peer: int, record: MetaApplied) -> None:
@@ -795,10 +796,27 @@ class Metadata:
             self.applied = seq
             if failed and (self._sync_task is None or self._sync_task.done()):
                 self._sync_task = asyncio.ensure_future(self._sync_logged())
-        try:
-            self.mesh.send(WRITER, MetaApplied(seq))
-        except PeerDown:
-            pass
+        self._send_applied(seq)
+
+    def _send_applied(self, seq: int) -> None:
+        """Tell worker 0 that this worker applied every change up to `seq`. A worker of
+        a leading cluster node says so only once the node's followers hold what that
+        wrote to its definitions (cluster/workertap.py), so that the answer to the
+        change's client (declare-ok, HTTP 201) survives a failover; in change order,
+        as the tap releases its waiters in the order of their positions."""
+
+        def send() -> None:
+            try:
+                self.mesh.send(WRITER, MetaApplied(seq))
+            except PeerDown:
+                pass
+
+        tap = replica.TAP
+        if tap is None:
+            send()
+        else:
+            tap.when_safe(tap.sql_position, send)  # type: ignore[attr-defined]
+            tap.check()  # type: ignore[attr-defined]
 
     # --- applying ops (every worker, the same code) --------------------------------
 
@@ -925,10 +943,7 @@ class Metadata:
         lost = self.reconcile(snapshot)
         self.applied = snapshot["seq"]
         self.in_sync = True
-        try:  # what worker 0 sent before the snapshot is in it: applied
-            self.mesh.send(WRITER, MetaApplied(self.applied))
-        except PeerDown:
-            pass
+        self._send_applied(self.applied)  # what worker 0 sent before the snapshot is in it
         early, self._early = self._early, []
         for seq, body in sorted(early):
             if self.in_sync:
@@ -1260,3 +1275,21 @@ def _log_failure(call: asyncio.Future[Any]) -> None:
         log.warning(
             "a metadata change made here did not reach worker %d: %s", WRITER, call.exception()
         )
+
+
+def _replicated(answer: Any) -> Any:
+    """Worker 0's answer to a change, held on a worker of a leading cluster node until
+    the node's followers hold what worker 0 wrote to its own definitions for it
+    (`replica.NotLeading` once the node stops leading: the change is not to be reported
+    as made). Without a cluster, the answer as it is."""
+    tap: Any = replica.TAP
+    if tap is None:
+        return answer
+    position = tap.sql_position
+
+    async def wait() -> Any:
+        value = await answer if isinstance(answer, asyncio.Future) else answer
+        await tap.wait_safe(position)
+        return value
+
+    return asyncio.ensure_future(wait())

@@ -159,6 +159,9 @@ def decode_config(text: str) -> ServerConfig:
 class Workers:
     """The supervisor's side of the broker: sockets, control channels, readiness."""
 
+    #: SIGTERM and SIGINT stop the workers (a cluster node handles them itself)
+    handle_signals = True
+
     def __init__(self, config: ServerConfig, log_level: str = "info") -> None:
         self.config = config
         self.count = config.workers
@@ -215,12 +218,13 @@ class Workers:
             liveness_timeout=self.config.worker_liveness_timeout,
             ping=self._ping,
         )
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        signals = (signal.SIGTERM, signal.SIGINT) if self.handle_signals else ()
+        for sig in signals:
             loop.add_signal_handler(sig, self._stop)
         try:
             rc = await sup.run()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in signals:
                 loop.remove_signal_handler(sig)
             self.close()
         log.info("Leveret stopped (%d workers)", self.count)
