@@ -226,8 +226,8 @@ def test_auto_with_a_cluster_is_one_process(tmp_path: Path, caplog) -> None:
     with caplog.at_level(logging.INFO, logger="leveret"):
         assert _resolve_workers(args) == 1
     assert (
-        "--workers auto: one process: a cluster node (--cluster-etcd) cannot run workers yet"
-        in (caplog.text)
+        "--workers auto: one process: every node of a cluster (--cluster-etcd) must run the same count; "
+        "give it as --workers N" in (caplog.text)
     )
 
 

@@ -11,8 +11,10 @@ where workers can run:
   rounded down (at least 1): each worker is a busy event loop, and a quota of 2.5
   CPUs with 3 workers would have the kernel throttle all of them; the fraction is
   left to the supervisor and the workers' helper threads;
-- one process (1) where workers are not offered: not Linux, a cluster node
-  (`cluster_etcd`), a single usable CPU;
+- one process (1) where workers are not offered: not Linux, a single usable CPU,
+  and a cluster node (`cluster_etcd`): every node of a cluster must run the same
+  count, which CPUs that differ between machines would not give, so a cluster of
+  workers takes an explicit number;
 - an existing data dir decides before the CPUs do: a broker of workers keeps the
   count its data dir was made with (`workers.json`: each worker's store holds its
   own share of the queues), and a one-process broker's data dir stays one process
@@ -82,7 +84,11 @@ def resolve(
     if not platform.startswith("linux"):
         return Resolution(1, f"one process: workers need Linux, this is {platform}")
     if cluster:
-        return Resolution(1, "one process: a cluster node (--cluster-etcd) cannot run workers yet")
+        return Resolution(
+            1,
+            "one process: every node of a cluster (--cluster-etcd) must run the same count; "
+            "give it as --workers N",
+        )
     layout = read_layout(data_dir)
     recorded = layout.get("workers") if isinstance(layout, dict) else None
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
