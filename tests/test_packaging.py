@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -211,3 +213,68 @@ def test_an_edited_installed_source_runs_as_python_and_the_server_warns(
     assert lines[0][1].startswith(f"hot path: Python fallback (slower) for 1 of {len(MODULES)}")
     assert lines[0][1].endswith(": leveret.server.channel")
     _assert_installed_and_compiled(sdist_venv)  # the source back, the extension runs again
+
+
+def _mapped_extensions(pid: int, site: str) -> set[str]:
+    """The leveret extension modules (.so) under `site` that process `pid` has mapped."""
+    with open(f"/proc/{pid}/maps") as f:
+        paths = {line.split()[-1] for line in f if line.rstrip().endswith(".so")}
+    return {p for p in paths if p.startswith(os.path.join(site, "leveret"))}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers need Linux")
+def test_the_installed_wheel_runs_a_broker_of_workers_compiled(wheel_venv: Venv, tmp_path) -> None:
+    """`leveret server --workers 2` from the installed wheel: every worker process
+    (started as `python -m leveret.worker` by the supervisor) runs the venv's compiled
+    extensions, and a message published on one worker reaches a queue another owns."""
+    import pika
+
+    from leveret.workers.mesh import placement
+
+    log_path = tmp_path / "server.log"
+    data = tmp_path / "data"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [wheel_venv.python, "-m", "leveret", "server", "--workers", "2",
+             "--worker-affinity", "off", "--management-port", "0", "--prometheus-port", "0",
+             "--mqtt-port", "0", "--web-mqtt-port", "0", "--mqtt-tls-port", "0",
+             "--port", "0", "--data-dir", str(data)],
+            stdout=log, stderr=subprocess.STDOUT, env=wheel_venv.env, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        port = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None and port is None:
+            found = re.search(r"listening for AMQP 0-9-1 on [^:\s]+:(\d+)", log_path.read_text())
+            port = int(found.group(1)) if found else None
+            time.sleep(0.1)
+        assert port is not None, log_path.read_text()
+        status = json.loads((data / "workers-status.json").read_text())
+        pids = [w["pid"] for w in status["workers"]]
+        assert len(pids) == 2, status
+        so_files = {p: _mapped_extensions(p, wheel_venv.site) for p in pids}
+        for pid, mapped in so_files.items():
+            # every compiled module of the venv's install, nothing from the checkout
+            assert len(mapped) == len(MODULES), (pid, sorted(mapped))
+
+        # one queue on each worker (placement is a hash of vhost and name), each
+        # published to and read through a connection that lands on either worker
+        params = pika.ConnectionParameters("127.0.0.1", port)
+        names = [f"installed-{i}" for i in range(8)]
+        with pika.BlockingConnection(params) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for name in names:
+                ch.queue_declare(name, durable=True)
+                ch.basic_publish("", name, name.encode())
+        # the queues' owners by placement (what tests/workers checks on the live
+        # broker): both workers own some, so messages cross between them
+        assert {placement("/", name, 2) for name in names} == {0, 1}
+        for name in names:
+            with pika.BlockingConnection(params) as conn:
+                method, _props, body = conn.channel().basic_get(name, auto_ack=True)
+                assert body == name.encode(), (name, method)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, log_path.read_text()
