@@ -37,9 +37,11 @@ dead-lettered message is routed.
 
 In a broker of workers (`vhost.crossing` is set) a due message may go to a queue
 another worker owns. Its record is then kept until every owner confirmed it has
-the message (a WriteBarrier on the remote queues' enqueue); a NACK or a lost
-worker puts it back to be routed again later (a copy may then arrive twice: at
-least once, never lost). And nothing fires while the link to any other worker is
+the message (a WriteBarrier on the remote queues' enqueue; the store `keep`s the
+taken record meanwhile: not compacted away, and back among the pending ones after
+a clean stop); a NACK or a lost worker puts it back to be routed again later (a
+copy may then arrive twice: at least once, never lost). Until confirmed it counts
+in `messages_delayed`. And nothing fires while the link to any other worker is
 down (a restarted worker, before its links are up): such a publish would be
 dropped as one to an unreachable queue.
 """
@@ -186,6 +188,10 @@ class MemoryDelays:
     def done(self, token: Any) -> None:
         """The message taken with `token` was routed."""
 
+    def keep(self, token: Any) -> None:
+        """The message taken with `token` waits for its `done` beyond this loop turn
+        (nothing to keep in RAM: a restart loses it anyway)."""
+
     def paused(self) -> Any:
         return nullcontext()
 
@@ -219,9 +225,10 @@ class DelayedMessages:
         self._timer_at = 0  # ms since the epoch when the timer runs
         # Workers: (message, delay, token) another worker did not confirm, to route again.
         self._retry: list[tuple[Any, int, Any]] = []
+        self._unconfirmed = 0  # workers: routed, waiting for other workers' confirms
 
     def __len__(self) -> int:
-        return len(self.store) + len(self._retry)
+        return len(self.store) + len(self._retry) + self._unconfirmed
 
     def __repr__(self) -> str:
         return f"<DelayedMessages of {self.exchange.describe()}>"
@@ -305,6 +312,9 @@ class DelayedMessages:
         with self.store.paused():
             batch = self.store.take_due(now_ms(), BATCH)
             for message, delay, token in retry + batch:
+                # Its record stays until `_confirmed`, maybe past this loop turn.
+                self.store.keep(token)
+                self._unconfirmed += 1
                 # Not a publisher confirm's barrier: a queue that refuses the message
                 # (x-overflow=reject-publish) drops it, as on one process.
                 barrier = WriteBarrier(self._on_confirmed(message, delay, token))
@@ -328,6 +338,7 @@ class DelayedMessages:
     def _confirmed(self, message: Any, delay: int, token: Any, error: Any) -> None:
         """Every worker a fired message went to has it (`error` None): its record
         goes. Otherwise it is routed again after RETRY_WAIT."""
+        self._unconfirmed -= 1
         if self.closed or self.store.closed:
             return  # the exchange is gone (its messages too), or the broker stops
         if error is None:
