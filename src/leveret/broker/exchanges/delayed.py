@@ -269,7 +269,11 @@ class DelayedMessages:
 
     def fire(self) -> int:
         """Route what is due (at most BATCH; the rest the next loop turn). Returns how
-        many were routed."""
+        many were routed.
+
+        In a broker of workers (`vhost.crossing` is set) it first waits for every
+        link, routes again what other workers did not confirm, and acks a message's
+        record only once each worker it went to confirmed it (`_awaiting`)."""
         self._timer = None
         if self.closed or self.store.closed:
             return 0
@@ -277,60 +281,45 @@ class DelayedMessages:
             self._again(DISK_WAIT)
             return 0
         crossing = getattr(self.vhost, "crossing", None)
+        retry: list[tuple[Any, int, Any]] = []
         if crossing is not None:
-            return self._fire_workers(crossing)
-        routed = 0
-        with self.store.paused():
-            batch = self.store.take_due(now_ms(), BATCH)
-            for message, delay, token in batch:
-                try:
-                    self._route(message, delay)
-                except Exception:
-                    log.exception("a delayed message of %s could not be routed", self.exchange)
-                self.store.done(token)
-                routed += 1
-        if len(batch) == BATCH:
-            self._again(0.0)
-        else:
-            first = self.store.first_due()
-            if first is not None:
-                self._arm(first)
-        return routed
-
-    def _fire_workers(self, crossing: Any) -> int:
-        """`fire` in a broker of workers: wait for every link, and ack a message's
-        record only once each worker it went to confirmed it (`_confirmed`)."""
-        # (Imported here: broker.durability imports the queue types, which import the
-        # exchanges, so a module-level import would be circular.)
-        from leveret.broker.durability import WriteBarrier
-
-        if not crossing.all_linked():
-            self._again(LINK_WAIT)
-            return 0
-        routed = 0
-        retry, self._retry = self._retry, []
-        with self.store.paused():
-            batch = self.store.take_due(now_ms(), BATCH)
-            for message, delay, token in retry + batch:
-                # Its record stays until `_confirmed`, maybe past this loop turn.
-                self.store.keep(token)
-                self._unconfirmed += 1
-                # Not a publisher confirm's barrier: a queue that refuses the message
-                # (x-overflow=reject-publish) drops it, as on one process.
-                barrier = WriteBarrier(self._on_confirmed(message, delay, token))
+            if not crossing.all_linked():
+                self._again(LINK_WAIT)
+                return 0
+            retry, self._retry = self._retry, []
+        store = self.store
+        with store.paused():
+            batch = store.take_due(now_ms(), BATCH)
+            for message, delay, token in retry + batch if retry else batch:
+                barrier = None if crossing is None else self._awaiting(message, delay, token)
                 try:
                     self._route(message, delay, barrier)
                 except Exception:
                     log.exception("a delayed message of %s could not be routed", self.exchange)
-                barrier.seal()
-                routed += 1
+                if barrier is None:
+                    store.done(token)
+                else:
+                    barrier.seal()
         if len(batch) == BATCH:
             self._again(0.0)
         else:
-            first = self.store.first_due()
+            first = store.first_due()
             if first is not None:
                 self._arm(first)
-        return routed
+        return len(retry) + len(batch)
+
+    def _awaiting(self, message: Any, delay: int, token: Any) -> Any:
+        """Workers: the barrier a taken message's routing adds other workers' confirms
+        to; its record stays (maybe past this loop turn) until `_confirmed`."""
+        # (Imported here: broker.durability imports the queue types, which import the
+        # exchanges, so a module-level import would be circular.)
+        from leveret.broker.durability import WriteBarrier
+
+        self.store.keep(token)
+        self._unconfirmed += 1
+        # Not a publisher confirm's barrier: a queue that refuses the message
+        # (x-overflow=reject-publish) drops it, as on one process.
+        return WriteBarrier(self._on_confirmed(message, delay, token))
 
     def _on_confirmed(self, message: Any, delay: int, token: Any) -> Any:
         return lambda error: self._confirmed(message, delay, token, error)
