@@ -466,3 +466,94 @@ def test_a_clean_restart_reads_no_record_and_a_stale_side_file_is_ignored(
     assert [(d, b) for d, b, _t in _pending(store, index)] == want
     assert read == [1, 1]
     store.close()
+
+
+def _kept_while_the_log_rolls(path: Path, keep: bool) -> MessageStore:
+    """60 far-due records; 57 taken and acked, 1 taken and (with `keep`) kept for a
+    later ack, as a broker of workers does while the owner of its queue has not
+    confirmed it; then the log rolls on past the grace window (the segment is worth
+    compacting). Returns the store, still open."""
+    store = MessageStore(str(path), segment_size=SEG)
+    store.open_paged()
+    dq = store.delays
+    index = dq.index("/", "dx")
+    for k in range(60):
+        dq.add(index, FAR + k, b"r", b"b%d" % k, None, False)
+    store.publish(CHURN, b"", b"x" * 1900)  # the ACKs below go to a segment of their own
+    with dq.paused():
+        taken = dq.take(index, FAR + 57, 100)
+        for t in taken[1:]:
+            dq.ack(index, t[3])
+        if keep:
+            dq.keep(index, taken[0][3])
+    for _ in range(40):
+        store.publish(CHURN, b"", b"x" * 400)
+    store.flush()
+    store._kept_token = taken[0][3]  # type: ignore[attr-defined]
+    return store
+
+
+def test_a_kept_message_survives_compaction_and_a_crash(tmp_path: Path) -> None:
+    """A taken message waiting for its ack outside the loop turn (`keep`) keeps its
+    record: compaction leaves its segment, and a crash before the ack brings it back.
+    Without `keep`, compaction copies only the index's records: the taken one is gone
+    (what the one-process exchange may rely on: it acks in the same loop turn)."""
+    store = _kept_while_the_log_rolls(tmp_path / "kept", keep=True)
+    index = store.delays.index("/", "dx")
+    assert [b for _d, b, _t in _pending(store, index)] == [b"b58", b"b59"]
+    _crash(store)
+    store, recovered = _open(tmp_path / "kept")
+    index = recovered[("/", "dx", "delayed")]
+    assert [b for _d, b, _t in _pending(store, index)] == [b"b0", b"b58", b"b59"]
+    store.close()
+
+    store = _kept_while_the_log_rolls(tmp_path / "taken", keep=False)
+    _crash(store)
+    store, recovered = _open(tmp_path / "taken")
+    index = recovered[("/", "dx", "delayed")]
+    assert [b for _d, b, _t in _pending(store, index)] == [b"b58", b"b59"]
+    store.close()
+
+
+def test_a_kept_message_once_acked_lets_its_segment_go(tmp_path: Path) -> None:
+    store = _kept_while_the_log_rolls(tmp_path, keep=True)
+    index = store.delays.index("/", "dx")
+    token = store._kept_token  # type: ignore[attr-defined]
+    segment = token[0] >> 32
+    assert store._log.exists(segment)  # type: ignore[union-attr]
+    store.delays.keep(index, token)  # again: no second pin
+    store.delays.ack(index, token)
+    assert not store.delays._pinned and not any(store.delays._kept.values())
+    for _ in range(10):
+        store.publish(CHURN, b"", b"x" * 400)
+    store.flush()
+    assert not store._log.exists(segment)  # type: ignore[union-attr]  # compacted away
+    _crash(store)
+    store, recovered = _open(tmp_path)
+    index = recovered[("/", "dx", "delayed")]
+    assert [b for _d, b, _t in _pending(store, index)] == [b"b58", b"b59"]
+    store.close()
+
+
+def test_a_clean_stop_puts_kept_messages_back(tmp_path: Path) -> None:
+    """Kept when the broker stops cleanly: the clean-shutdown index lists it again."""
+    store = _kept_while_the_log_rolls(tmp_path, keep=True)
+    store.close()
+    assert (tmp_path / "msgs" / "delays.idx").exists()
+    store, recovered = _open(tmp_path)
+    index = recovered[("/", "dx", "delayed")]
+    assert [b for _d, b, _t in _pending(store, index)] == [b"b0", b"b58", b"b59"]
+    store.close()
+
+
+def test_dropping_the_exchange_frees_its_kept_messages(tmp_path: Path) -> None:
+    store = _kept_while_the_log_rolls(tmp_path, keep=True)
+    token = store._kept_token  # type: ignore[attr-defined]
+    segment = token[0] >> 32
+    store.delays.drop("/", "dx")
+    assert not store.delays._pinned and not store.delays._kept
+    for _ in range(10):
+        store.publish(CHURN, b"", b"x" * 400)
+    store.flush()
+    assert not store._log.exists(segment)  # type: ignore[union-attr]
+    store.close()

@@ -82,3 +82,56 @@ def test_due_messages_wait_for_the_owners_link_and_arrive_once_it_is_up(
             bodies.append(body)
         assert sorted(bodies) == sorted(f"d{i}".encode() for i in range(20))
         conn.close()
+
+
+def kept(w: InProcessWorkers, index: int, exchange: str) -> int:
+    """How many taken records worker `index`'s store keeps for a later ack."""
+
+    def count() -> int:
+        store = w.nodes[index].broker.vhosts["/"].exchanges[exchange].router.pending.store
+        return sum(len(k) for k in store.messages.delays._kept.values())
+
+    return w.call(count)
+
+
+def test_a_fired_message_counts_and_keeps_its_record_until_the_owner_confirms(
+    tmp_path: Path,
+) -> None:
+    """Fired into another worker's queue, a message is not gone from the exchange
+    until the owner's confirm: it counts in messages_delayed, and its record is kept
+    (compaction leaves it, a clean stop puts it back). A link lost meanwhile routes
+    it again once the link is back."""
+    with in_process_workers(2, tmp_path) as w:
+        conn = pika.BlockingConnection(pika.URLParameters(w.url(0)))
+        ch = conn.channel()
+        ch.exchange_declare(
+            "wk-delayed-x",
+            "x-delayed-message",
+            durable=True,
+            arguments={"x-delayed-type": "direct"},
+        )
+        queue = place(w, 1, "wk-delayed-q", durable=True, bind=("wk-delayed-x", "k"))
+        ch.confirm_delivery()
+
+        w.call(w.meshes[1].links[0].pause_reading)  # the owner reads none of it yet
+        props = pika.BasicProperties(delivery_mode=2, headers={"x-delay": 50})
+        for i in range(20):
+            ch.basic_publish("wk-delayed-x", "k", f"d{i}".encode(), props)
+        assert wait_for(lambda: kept(w, 0, "wk-delayed-x") == 20)  # fired, not confirmed
+        assert held(w, 0, "wk-delayed-x") == 20
+        assert ready(w, 1, queue) == 0
+
+        w.call(w.meshes[0].links[1].close)  # lost before the owner confirmed
+        assert wait_for(lambda: w.call(lambda: not w.meshes[0].peers))
+        assert held(w, 0, "wk-delayed-x") == 20 and kept(w, 0, "wk-delayed-x") == 20
+        relink(w, 0, 1)
+        assert wait_for(lambda: held(w, 0, "wk-delayed-x") == 0)
+        assert kept(w, 0, "wk-delayed-x") == 0
+        bodies = set()
+        while True:
+            method, _props, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                break
+            bodies.add(body)
+        assert bodies == {f"d{i}".encode() for i in range(20)}
+        conn.close()

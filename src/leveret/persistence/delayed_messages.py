@@ -135,6 +135,13 @@ class StoredDelays:
         if index is not None:
             self.messages.delays.ack(index, token)
 
+    def keep(self, token: Any) -> None:
+        """The message taken with `token` waits for its `done` beyond this loop turn
+        (a broker of workers: for another worker's confirm): its record stays."""
+        index = self._index
+        if index is not None:
+            self.messages.delays.keep(index, token)
+
     def paused(self) -> Any:
         return self.messages.delays.paused()
 

@@ -26,6 +26,14 @@ the store does not reclaim (`paused`): a compaction started by a routed copy
 rolling the log must not delete a segment whose records are taken but not yet
 routed.
 
+A taken message may have to wait longer for its ACK: in a broker of workers it
+is acked once the worker that owns its queue confirmed it, which may take until
+that worker is back from a restart. The exchange then `keep`s it: until its ACK
+(or the exchange's deletion) its segment is not compacted (compaction finds
+pending records in the index, which no longer holds a taken one, and would drop
+it), and a clean stop puts it back among the pending ones (the clean-shutdown
+index and side file list it, so the restart routes it again: at least once).
+
 A message that is not persistent, or on a non-durable exchange, is a transient
 record: written (so it takes no RAM) but not fsynced, and recovery ignores it.
 """
@@ -84,8 +92,10 @@ SAVED_VERSION = 1
 _SAVED_HEAD = struct.Struct("<4sHBQI")
 _SAVED_QUEUE = struct.Struct("<IQ")
 
-# (due time, header bytes after the due time, body, token for `ack`)
-DueRecord = tuple[int, bytes, bytes, tuple[int, int, int]]
+# A taken message's token for `ack` and `keep`: (position, size, message id, due time)
+Token = tuple[int, int, int, int]
+# (due time, header bytes after the due time, body, token)
+DueRecord = tuple[int, bytes, bytes, Token]
 
 
 def is_delay_key(key: tuple) -> bool:
@@ -104,6 +114,10 @@ class DelayQueues:
         # thread may not have written yet (the loop would wait for its fsync batch).
         self._hot: dict[int, dict[int, tuple[bytes, bytes, int]]] = {}  # by queue id
         self._hot_bytes = 0
+        # Taken messages waiting for their ACK beyond the loop turn (`keep`): queue id
+        # -> position -> (due time, size); and how many each segment holds.
+        self._kept: dict[int, dict[int, tuple[int, int]]] = {}
+        self._pinned: dict[int, int] = {}
 
     def count(self) -> int:
         return sum(len(index) for index in self.by_qid.values())
@@ -163,7 +177,7 @@ class DelayQueues:
                     cold.append(k)
                     continue
                 self._hot_bytes -= sizes[k] & _SIZE_MASK
-                out[k] = (dues[k], item[0], item[1], (poss[k], sizes[k], item[2]))
+                out[k] = (dues[k], item[0], item[1], (poss[k], sizes[k], item[2], dues[k]))
         order = sorted(cold, key=poss.__getitem__)  # one read per stretch of a segment
         n = len(order)
         i = 0
@@ -183,15 +197,19 @@ class DelayQueues:
                 _t, _f, _qid, mid, hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)
                 start = PUB_HEAD + hlen
                 header = bytes(record[DUE_AT + DUE.size : start])
-                out[k] = (dues[k], header, bytes(record[start:]), (poss[k], sizes[k], mid))
+                out[k] = (dues[k], header, bytes(record[start:]), (poss[k], sizes[k], mid, dues[k]))
             i = j
         return [item for item in out if item is not None]
 
-    def ack(self, index: DelayIndex, token: tuple[int, int, int]) -> None:
+    def ack(self, index: DelayIndex, token: Token) -> None:
         """A taken message was routed: its record is no longer needed."""
-        pos, size, mid = token
+        pos, size, mid, _due = token
         store = self.store
         seq = pos >> 32
+        if self._kept:
+            kept = self._kept.get(index.qid)
+            if kept is not None and kept.pop(pos, None) is not None:
+                self._unpin(seq)
         if seq not in store._live:
             return  # its segment is gone (never while `paused`)
         store._live[seq] -= size & _SIZE_MASK
@@ -200,6 +218,37 @@ class DelayQueues:
         if seq != store._active:
             store._candidates.append(seq)
             store._reclaim()
+
+    def keep(self, index: DelayIndex, token: Token) -> None:
+        """A taken message waits for its `ack` beyond this `paused` block: its
+        record must stay (see the module doc). Keeping it again changes nothing."""
+        pos, size, _mid, due = token
+        kept = self._kept.get(index.qid)
+        if kept is None:
+            kept = self._kept[index.qid] = {}
+        if pos in kept:
+            return
+        kept[pos] = (due, size)
+        seq = pos >> 32
+        self._pinned[seq] = self._pinned.get(seq, 0) + 1
+
+    def _unpin(self, seq: int) -> None:
+        left = self._pinned[seq] - 1
+        if left:
+            self._pinned[seq] = left
+        else:
+            del self._pinned[seq]
+
+    def put_back(self) -> None:
+        """A clean stop: every kept message is pending again (in its index), so that
+        the clean-shutdown index and side file list it."""
+        for qid, kept in self._kept.items():
+            index = self.by_qid.get(qid)
+            if index is not None:
+                for pos, (due, size) in kept.items():
+                    index.insert(due, pos, size)
+        self._kept.clear()
+        self._pinned.clear()
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -253,6 +302,10 @@ class DelayQueues:
         self._held[seq] = now + COMPACT_HORIZON_MS / 1000
 
     def held(self, seq: int) -> bool:
+        """Whether compaction leaves `seq` alone for now: it holds a kept message,
+        or most of it is due soon (`hold`)."""
+        if seq in self._pinned:
+            return True
         until = self._held.get(seq)
         if until is None:
             return False
@@ -279,22 +332,31 @@ class DelayQueues:
         """Drop a delay queue's index (the queue id was dropped); the segments touched."""
         self._forget_hot(qid)
         index = self.by_qid.pop(qid, None)
-        if index is None:
-            return set()
+        freed = index.bytes_by_segment() if index is not None else {}
+        for pos, (_due, size) in self._kept.pop(qid, {}).items():  # never to be acked now
+            seq = pos >> 32
+            self._unpin(seq)
+            freed[seq] = freed.get(seq, 0) + (size & _SIZE_MASK)
         live = self.store._live
-        freed = index.bytes_by_segment()
         for seq, nbytes in freed.items():
             if seq in live:
                 live[seq] -= nbytes
-        index.clear()
+        if index is not None:
+            index.clear()
         return set(freed)
 
     def truncate(self, fseq: int, foff: int) -> None:
         """A write failed from (fseq, foff) on: forget messages whose records were
         never written (the store fixes its live bytes itself)."""
+        cut = fseq << 32 | foff
         for qid, index in self.by_qid.items():
-            index.truncate(fseq << 32 | foff)
+            index.truncate(cut)
             self._forget_hot(qid)  # the positions they were read from are gone too
+            kept = self._kept.get(qid)
+            if kept:
+                for pos in [p for p in kept if p >= cut]:
+                    del kept[pos]
+                    self._unpin(pos >> 32)
 
     def restore(self, result: dict[Any, Any], saved: dict[int, Any] | None = None) -> None:
         """After recovery: turn each delay queue's recovered positions (a PagedIndex)

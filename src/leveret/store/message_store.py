@@ -321,6 +321,7 @@ class MessageStore(PagedTails, Compaction):
                     runs.append(item)
             if runs:
                 queues[qid] = runs
+        self.delays.put_back()  # messages taken but not acked yet are pending again
         queues.update(self.delays.export())  # positions only: due times are in the records
         deps = [(seq, t) for seq, targets in self._deps.items() for t in targets]
         sizes = lg.segment_sizes()

@@ -37,9 +37,11 @@ dead-lettered message is routed.
 
 In a broker of workers (`vhost.crossing` is set) a due message may go to a queue
 another worker owns. Its record is then kept until every owner confirmed it has
-the message (a WriteBarrier on the remote queues' enqueue); a NACK or a lost
-worker puts it back to be routed again later (a copy may then arrive twice: at
-least once, never lost). And nothing fires while the link to any other worker is
+the message (a WriteBarrier on the remote queues' enqueue; the store `keep`s the
+taken record meanwhile: not compacted away, and back among the pending ones after
+a clean stop); a NACK or a lost worker puts it back to be routed again later (a
+copy may then arrive twice: at least once, never lost). Until confirmed it counts
+in `messages_delayed`. And nothing fires while the link to any other worker is
 down (a restarted worker, before its links are up): such a publish would be
 dropped as one to an unreachable queue.
 """
@@ -186,6 +188,10 @@ class MemoryDelays:
     def done(self, token: Any) -> None:
         """The message taken with `token` was routed."""
 
+    def keep(self, token: Any) -> None:
+        """The message taken with `token` waits for its `done` beyond this loop turn
+        (nothing to keep in RAM: a restart loses it anyway)."""
+
     def paused(self) -> Any:
         return nullcontext()
 
@@ -219,9 +225,10 @@ class DelayedMessages:
         self._timer_at = 0  # ms since the epoch when the timer runs
         # Workers: (message, delay, token) another worker did not confirm, to route again.
         self._retry: list[tuple[Any, int, Any]] = []
+        self._unconfirmed = 0  # workers: routed, waiting for other workers' confirms
 
     def __len__(self) -> int:
-        return len(self.store) + len(self._retry)
+        return len(self.store) + len(self._retry) + self._unconfirmed
 
     def __repr__(self) -> str:
         return f"<DelayedMessages of {self.exchange.describe()}>"
@@ -262,7 +269,11 @@ class DelayedMessages:
 
     def fire(self) -> int:
         """Route what is due (at most BATCH; the rest the next loop turn). Returns how
-        many were routed."""
+        many were routed.
+
+        In a broker of workers (`vhost.crossing` is set) it first waits for every
+        link, routes again what other workers did not confirm, and acks a message's
+        record only once each worker it went to confirmed it (`_awaiting`)."""
         self._timer = None
         if self.closed or self.store.closed:
             return 0
@@ -270,57 +281,45 @@ class DelayedMessages:
             self._again(DISK_WAIT)
             return 0
         crossing = getattr(self.vhost, "crossing", None)
+        retry: list[tuple[Any, int, Any]] = []
         if crossing is not None:
-            return self._fire_workers(crossing)
-        routed = 0
-        with self.store.paused():
-            batch = self.store.take_due(now_ms(), BATCH)
-            for message, delay, token in batch:
-                try:
-                    self._route(message, delay)
-                except Exception:
-                    log.exception("a delayed message of %s could not be routed", self.exchange)
-                self.store.done(token)
-                routed += 1
-        if len(batch) == BATCH:
-            self._again(0.0)
-        else:
-            first = self.store.first_due()
-            if first is not None:
-                self._arm(first)
-        return routed
-
-    def _fire_workers(self, crossing: Any) -> int:
-        """`fire` in a broker of workers: wait for every link, and ack a message's
-        record only once each worker it went to confirmed it (`_confirmed`)."""
-        # (Imported here: broker.durability imports the queue types, which import the
-        # exchanges, so a module-level import would be circular.)
-        from leveret.broker.durability import WriteBarrier
-
-        if not crossing.all_linked():
-            self._again(LINK_WAIT)
-            return 0
-        routed = 0
-        retry, self._retry = self._retry, []
-        with self.store.paused():
-            batch = self.store.take_due(now_ms(), BATCH)
-            for message, delay, token in retry + batch:
-                # Not a publisher confirm's barrier: a queue that refuses the message
-                # (x-overflow=reject-publish) drops it, as on one process.
-                barrier = WriteBarrier(self._on_confirmed(message, delay, token))
+            if not crossing.all_linked():
+                self._again(LINK_WAIT)
+                return 0
+            retry, self._retry = self._retry, []
+        store = self.store
+        with store.paused():
+            batch = store.take_due(now_ms(), BATCH)
+            for message, delay, token in retry + batch if retry else batch:
+                barrier = None if crossing is None else self._awaiting(message, delay, token)
                 try:
                     self._route(message, delay, barrier)
                 except Exception:
                     log.exception("a delayed message of %s could not be routed", self.exchange)
-                barrier.seal()
-                routed += 1
+                if barrier is None:
+                    store.done(token)
+                else:
+                    barrier.seal()
         if len(batch) == BATCH:
             self._again(0.0)
         else:
-            first = self.store.first_due()
+            first = store.first_due()
             if first is not None:
                 self._arm(first)
-        return routed
+        return len(retry) + len(batch)
+
+    def _awaiting(self, message: Any, delay: int, token: Any) -> Any:
+        """Workers: the barrier a taken message's routing adds other workers' confirms
+        to; its record stays (maybe past this loop turn) until `_confirmed`."""
+        # (Imported here: broker.durability imports the queue types, which import the
+        # exchanges, so a module-level import would be circular.)
+        from leveret.broker.durability import WriteBarrier
+
+        self.store.keep(token)
+        self._unconfirmed += 1
+        # Not a publisher confirm's barrier: a queue that refuses the message
+        # (x-overflow=reject-publish) drops it, as on one process.
+        return WriteBarrier(self._on_confirmed(message, delay, token))
 
     def _on_confirmed(self, message: Any, delay: int, token: Any) -> Any:
         return lambda error: self._confirmed(message, delay, token, error)
@@ -328,6 +327,7 @@ class DelayedMessages:
     def _confirmed(self, message: Any, delay: int, token: Any, error: Any) -> None:
         """Every worker a fired message went to has it (`error` None): its record
         goes. Otherwise it is routed again after RETRY_WAIT."""
+        self._unconfirmed -= 1
         if self.closed or self.store.closed:
             return  # the exchange is gone (its messages too), or the broker stops
         if error is None:
