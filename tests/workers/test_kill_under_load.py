@@ -117,6 +117,7 @@ class Load:
             except LOST:
                 return
             try:
+                self.doing[f"wk-kill-pub-{pub}"] = "channel.open-ok, confirm.select-ok"
                 ch = conn.channel()
                 ch.confirm_delivery()
                 while not self.stop.is_set():
@@ -152,7 +153,9 @@ class Load:
             except LOST:
                 return
             try:
+                self.doing[f"wk-kill-sub-{queue}"] = "channel.open-ok"
                 ch = conn.channel()
+                self.doing[f"wk-kill-sub-{queue}"] = "basic.qos-ok"
                 ch.basic_qos(prefetch_count=20)
 
                 def on_message(ch, method, props, body) -> None:
@@ -162,6 +165,7 @@ class Load:
                         self.progress[key] = self.progress.get(key, 0) + 1
                     ch.basic_ack(method.delivery_tag)
 
+                self.doing[f"wk-kill-sub-{queue}"] = "basic.consume-ok"
                 ch.basic_consume(queue, on_message)
                 self.doing[f"wk-kill-sub-{queue}"] = "deliveries"
                 while not self.stop.is_set():
