@@ -30,12 +30,6 @@ from workers.test_worker_procs import Workers, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
-#: Seen failing in some runs (a client stopping after a restart with quorum queues,
-#: affinity off; one undiagnosed failure without them): docs/workers.md.
-QUORUM_STALL = pytest.mark.xfail(
-    reason="seen failing in some runs after a restart (docs/workers.md)",
-    strict=False,
-)
 FANOUT = "wk-kill-fan"
 #: errors of a connection the broker lost or closed: the client reconnects
 LOST = (pika.exceptions.AMQPError, OSError)
@@ -270,10 +264,7 @@ def _close(conn: pika.BlockingConnection) -> None:
 @pytest.mark.parametrize("affinity", ["on", "off"])
 @pytest.mark.parametrize(
     "kinds",
-    [
-        pytest.param(("classic", "stream"), marks=QUORUM_STALL),
-        pytest.param(("classic", "quorum", "stream"), marks=QUORUM_STALL),
-    ],
+    [("classic", "stream"), ("classic", "quorum", "stream")],
     ids=["classic-stream", "with-quorum"],
 )
 def test_sigkill_of_a_worker_under_confirmed_publishing_loses_nothing(
