@@ -25,22 +25,13 @@ import pika
 import pika.exceptions
 import pytest
 
-from leveret.workers.mesh import placement
-from workers.test_worker_procs import Workers, wait_for
+from workers.procs import Workers, name_on, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
 FANOUT = "wk-kill-fan"
 #: errors of a connection the broker lost or closed: the client reconnects
 LOST = (pika.exceptions.AMQPError, OSError)
-
-
-def name_on(owner: int, prefix: str, count: int = 2) -> str:
-    for i in range(10_000):
-        name = f"{prefix}-{i}"
-        if placement("/", name, count) == owner:
-            return name
-    raise AssertionError(f"no name from {prefix!r} for worker {owner}")
 
 
 class Load:
