@@ -1,7 +1,6 @@
 """`leveret server --workers N` as a subprocess, for the tests that run real worker
-processes (test_worker_procs, test_affinity, test_kill_under_load): the broker and
-its log, its workers' status file and ctl sockets, the fixture that starts and
-kills them, and queue names placed on a chosen worker."""
+processes: the broker and its log, its workers' status file and ctl sockets, the
+fixture that starts and kills them, and queue names placed on a chosen worker."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ import pytest
 
 from leveret.workers.sockets import listening_group
 from serverproc import server_argv
-from workers.procs import Workers as Workers  # test_metadata imports it from here  # noqa: PLC0414
 from workers.procs import alive, wait_for
 from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 
