@@ -26,12 +26,10 @@ from leveret.protocol.frames import body_frames
 from leveret.protocol.methods import encode_publish
 from leveret.protocol.properties import EMPTY_PROPERTIES, content_header_frame
 from leveret.protocol.states import OPEN
-from leveret.workers.mesh import placement
 from rawamqp import RawClient, content_frames, method_frame
 from serverproc import server_argv
-
-from .test_worker_procs import Workers, wait_for
-from .test_worker_procs import workers as workers  # the fixture  # noqa: PLC0414
+from workers.procs import Workers, name_on, wait_for
+from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
@@ -42,15 +40,6 @@ def linked(broker: Workers) -> Workers:
     wait_for(lambda: "worker 0 leveret.workers: link to worker 1 up" in broker.text())
     wait_for(lambda: "worker 1 leveret.workers: link to worker 0 up" in broker.text())
     return broker
-
-
-def owned_by(worker: int, prefix: str, count: int = 2) -> str:
-    """A queue name that worker `worker` owns by placement."""
-    for n in range(1000):
-        name = f"{prefix}-{n}"
-        if placement("/", name, count) == worker:
-            return name
-    raise AssertionError("no name found")
 
 
 def on_worker(broker: Workers, name: str) -> int | None:
@@ -73,7 +62,7 @@ def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothi
     workers,
 ) -> None:
     broker = linked(workers(2).wait_listening())
-    queue = owned_by(1, "wk-affinity-q")
+    queue = name_on(1, "wk-affinity-q")
     conn = broker.connect_to(0, "mover")
     name = conn_name(conn)
     # Several channels with state before the switch: confirm mode, qos, a plain one.
@@ -135,7 +124,7 @@ def test_a_connection_moves_to_the_worker_of_its_queue_and_its_client_sees_nothi
 
 def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None:
     broker = linked(workers(2).wait_listening())
-    queue = owned_by(1, "wk-affinity-p")
+    queue = name_on(1, "wk-affinity-p")
     setup = broker.connect_to(1, "setup")
     setup.channel().queue_declare(queue)
     for attempt in range(64):  # heartbeats on, and a frame_max smaller than the body
@@ -176,8 +165,8 @@ def test_a_publish_to_the_default_exchange_moves_its_connection(workers) -> None
 
 def test_a_connection_that_consumes_first_stays_where_it_is(workers) -> None:
     broker = linked(workers(2).wait_listening())
-    local = owned_by(0, "wk-affinity-l")
-    remote = owned_by(1, "wk-affinity-r")
+    local = name_on(0, "wk-affinity-l")
+    remote = name_on(1, "wk-affinity-r")
     conn = broker.connect_to(0, "consumer")
     name = conn_name(conn)
     ch = conn.channel()
@@ -194,7 +183,7 @@ def test_a_connection_that_consumes_first_stays_where_it_is(workers) -> None:
 
 def test_affinity_off_keeps_every_connection_on_its_worker(workers) -> None:
     broker = linked(workers(2, "--worker-affinity", "off").wait_listening())
-    queue = owned_by(1, "wk-affinity-off")
+    queue = name_on(1, "wk-affinity-off")
     conn = broker.connect_to(0, "stayer")
     name = conn_name(conn)
     conn.channel().queue_declare(queue)
@@ -223,7 +212,7 @@ def test_a_tls_connection_is_not_handed_over(workers, tmp_path: Path) -> None:
     )
     assert tls is not None
     context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
-    queues = {w: owned_by(w, "wk-affinity-tls") for w in range(2)}
+    queues = {w: name_on(w, "wk-affinity-tls") for w in range(2)}
     conns = []
     for n in range(8):  # some land on each worker; none moves
         conn = pika.BlockingConnection(
@@ -254,7 +243,7 @@ def test_the_receiving_worker_killed_during_a_handoff(workers) -> None:
     the client sees its connection close, reconnects, and finds every message it had
     confirmed."""
     broker = linked(workers(2).wait_listening())
-    queue = owned_by(1, "wk-affinity-k")
+    queue = name_on(1, "wk-affinity-k")
     first = broker.connect()
     ch = first.channel()
     ch.confirm_delivery()
@@ -345,7 +334,7 @@ def test_methods_pipelined_behind_the_deciding_one_move_with_it(workers) -> None
     declare, consume, publishes, half a frame): what the first worker read and had
     not handled is handled on the second, in order."""
     broker = linked(workers(2).wait_listening())
-    queue = owned_by(1, "wk-affinity-pipe")
+    queue = name_on(1, "wk-affinity-pipe")
     for _attempt in range(64):
         client = RawClient("127.0.0.1", broker.port, timeout=30)
         client.handshake()
@@ -492,7 +481,7 @@ def test_a_handoff_that_cannot_be_sent_leaves_the_connection_serving_here(
             return handoffs
 
         handoffs = asyncio.run_coroutine_threadsafe(arm(), broker.loop).result(10)
-        queue = owned_by(1, "wk-affinity-fail")
+        queue = name_on(1, "wk-affinity-fail")
         conn = pika.BlockingConnection(pika.URLParameters(broker.url))
         ch = conn.channel()
         ch.confirm_delivery()

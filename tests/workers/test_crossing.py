@@ -396,6 +396,54 @@ def test_publisher_pauses_while_the_link_is_full(workers) -> None:
     conn.close()
 
 
+def test_publisher_paused_by_a_full_link_goes_on_when_the_owner_comes_back(workers) -> None:
+    """The owner goes away (SIGKILL) while the link to it is full and a publisher waits
+    for it: the publisher is released, its publishes meanwhile fail (nothing waits
+    for a link that is gone), and once the owner's new link is up (its restart) the
+    same connection's publishes are confirmed again."""
+    w = workers
+    q_refill = place(w, 1, "refill")
+    link = w.meshes[0].links[1]
+    peer = w.meshes[1].links[0]
+
+    def squeeze() -> None:
+        link.high_water = 64 << 10
+        link.transport.set_write_buffer_limits(high=64 << 10, low=16 << 10)
+        peer.pause_reading()  # the owner stops taking records
+
+    w.call(squeeze)
+    conn = connect(w, 0)
+
+    def publish() -> None:  # blocks while the broker does not read it
+        ch = conn.channel()
+        for _ in range(3000):
+            ch.basic_publish("", q_refill, b"x" * 1000)
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+
+    def paused() -> bool:
+        return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
+
+    assert wait_for(lambda: w.call(paused))
+    w.call(peer.transport.abort)  # worker 1 dies: its end goes without a word
+    assert wait_for(lambda: w.call(lambda: 1 not in w.meshes[0].peers))
+
+    async def relink() -> None:  # what the supervisor does for the restarted worker
+        mine, theirs = records.socket_pair()
+        await w.meshes[0].connect(1, mine)
+        await w.meshes[1].connect(0, theirs)
+
+    w.run(relink())
+    publisher.join(30)
+    assert not publisher.is_alive(), "the publisher stays paused"
+    assert wait_for(lambda: not w.call(paused))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", q_refill, b"after", PERSISTENT)  # NackError if not confirmed
+    conn.close()
+
+
 def test_publisher_pauses_while_the_owners_queue_is_behind(workers) -> None:
     """As on one process (FLOW_LIMIT): a queue far behind its consumers pauses the
     publishers into it, those of other workers too, until it drains."""

@@ -4,7 +4,8 @@ Publishers with confirms send persistent messages to durable classic, quorum and
 stream queues placed on both workers (by `placement`), and one publishes to a fanout
 exchange bound to a classic queue on each worker, so its messages cross workers;
 consumers ack on the classic queues; with `--worker-affinity off` every client may
-cross workers. Each round SIGKILLs one worker (each in turn);
+cross workers, and a consumer whose queue's worker is killed gets basic.cancel and
+consumes again, as a RabbitMQ client does when a queue's node goes down. Each round SIGKILLs one worker (each in turn);
 the supervisor restarts it, every client reconnects and carries on. At the end every
 queue is drained, and every message the broker confirmed must be there or have been
 consumed: none lost, and a publisher's messages keep their order in each queue
@@ -24,28 +25,13 @@ import pika
 import pika.exceptions
 import pytest
 
-from leveret.workers.mesh import placement
-from workers.test_worker_procs import Workers, wait_for
+from workers.procs import Workers, name_on, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
-#: Seen failing in some runs (a client stopping after a restart with quorum queues,
-#: affinity off; one undiagnosed failure without them): docs/workers.md.
-QUORUM_STALL = pytest.mark.xfail(
-    reason="seen failing in some runs after a restart (docs/workers.md)",
-    strict=False,
-)
 FANOUT = "wk-kill-fan"
 #: errors of a connection the broker lost or closed: the client reconnects
 LOST = (pika.exceptions.AMQPError, OSError)
-
-
-def name_on(owner: int, prefix: str, count: int = 2) -> str:
-    for i in range(10_000):
-        name = f"{prefix}-{i}"
-        if placement("/", name, count) == owner:
-            return name
-    raise AssertionError(f"no name from {prefix!r} for worker {owner}")
 
 
 class Load:
@@ -63,9 +49,12 @@ class Load:
         self.in_doubt = 0  # publishes whose confirm never came (connection lost)
         self.nacked: dict[str, int] = {}  # publisher -> nacks and unroutable returns
         self.reconnects = 0
+        self.cancels = 0  # basic.cancel from the broker: the queue's worker went down
+        self.doing: dict[str, str] = {}  # client -> what it waits for now (diagnostics)
         self.threads: list[threading.Thread] = []
 
     def connect(self, name: str) -> pika.BlockingConnection:
+        self.doing[name] = "connecting"
         while True:
             try:
                 return self.broker.connect(name)
@@ -113,12 +102,14 @@ class Load:
             except LOST:
                 return
             try:
+                self.doing[f"wk-kill-pub-{pub}"] = "channel.open-ok, confirm.select-ok"
                 ch = conn.channel()
                 ch.confirm_delivery()
                 while not self.stop.is_set():
                     seq += 1
                     msg_id = f"{pub}:{seq}"
                     props.message_id = msg_id
+                    self.doing[f"wk-kill-pub-{pub}"] = f"confirm of {msg_id}"
                     try:
                         ch.basic_publish(exchange, key, msg_id.encode(), props, mandatory=True)
                     except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
@@ -147,7 +138,9 @@ class Load:
             except LOST:
                 return
             try:
+                self.doing[f"wk-kill-sub-{queue}"] = "channel.open-ok"
                 ch = conn.channel()
+                self.doing[f"wk-kill-sub-{queue}"] = "basic.qos-ok"
                 ch.basic_qos(prefetch_count=20)
 
                 def on_message(ch, method, props, body) -> None:
@@ -157,11 +150,19 @@ class Load:
                         self.progress[key] = self.progress.get(key, 0) + 1
                     ch.basic_ack(method.delivery_tag)
 
+                self.doing[f"wk-kill-sub-{queue}"] = "basic.consume-ok"
                 ch.basic_consume(queue, on_message)
+                self.doing[f"wk-kill-sub-{queue}"] = "deliveries"
                 while not self.stop.is_set():
                     conn.process_data_events(time_limit=0.2)
+                    if not ch.consumer_tags:
+                        # basic.cancel from the broker (the queue's worker went down, as
+                        # RabbitMQ cancels when a queue's node goes): consume again.
+                        with self.lock:
+                            self.cancels += 1
+                        break
             except LOST:
-                pass
+                time.sleep(0.05)  # a consume of a queue whose worker is down: 404
             finally:
                 _close(conn)
 
@@ -169,6 +170,15 @@ class Load:
         """every client made `by` more confirms / deliveries than in `since`"""
         with self.lock:
             return all(n >= since.get(k, 0) + by for k, n in self.progress.items())
+
+    def stalled(self, since: dict[str, int], by: int = 20) -> dict[str, str]:
+        """The clients that did not move on: what they count and wait for."""
+        with self.lock:
+            return {
+                k: f"{since.get(k, 0)} -> {n}, waiting for {self.doing.get(_client(k), '?')}"
+                for k, n in self.progress.items()
+                if n < since.get(k, 0) + by
+            }
 
     def halt(self) -> None:
         self.stop.set()
@@ -211,6 +221,28 @@ class Load:
         self.seen[name].extend(got)
 
 
+def _client(key: str) -> str:
+    """The connection name of the client that counts under `key` in `progress`."""
+    return f"wk-kill-{key}" if key.startswith("sub-") else f"wk-kill-pub-{key}"
+
+
+def stall_report(broker: Workers, load: Load, since: dict[str, int], victim: int) -> str:
+    """What a failed wait shows: the clients that stopped, where each connection is,
+    the workers' status file and the end of the broker's log."""
+    lines = [f"after SIGKILL of worker {victim}, stalled: {load.stalled(since)}"]
+    for worker in (0, 1):
+        try:
+            lines.append(f"worker {worker} connections: {sorted(broker.connection_names(worker))}")
+        except Exception as exc:  # a worker that does not answer is a finding too
+            lines.append(f"worker {worker} connections: no answer ({exc!r})")
+    try:
+        lines.append(f"status: {broker.status()}")
+    except (OSError, ValueError) as exc:
+        lines.append(f"status: unreadable ({exc!r})")
+    lines.append("log:\n" + "\n".join(broker.text().splitlines()[-60:]))
+    return "\n".join(lines)
+
+
 def _close(conn: pika.BlockingConnection) -> None:
     try:
         if conn.is_open:
@@ -223,10 +255,7 @@ def _close(conn: pika.BlockingConnection) -> None:
 @pytest.mark.parametrize("affinity", ["on", "off"])
 @pytest.mark.parametrize(
     "kinds",
-    [
-        pytest.param(("classic", "stream"), marks=QUORUM_STALL),
-        pytest.param(("classic", "quorum", "stream"), marks=QUORUM_STALL),
-    ],
+    [("classic", "stream"), ("classic", "quorum", "stream")],
     ids=["classic-stream", "with-quorum"],
 )
 def test_sigkill_of_a_worker_under_confirmed_publishing_loses_nothing(
@@ -259,7 +288,12 @@ def test_sigkill_of_a_worker_under_confirmed_publishing_loses_nothing(
                 """every publisher and consumer carries on after the restart"""
                 return load.moved_on(since)
 
-            wait_for(moved_on, timeout=90)
+            try:
+                wait_for(moved_on, timeout=90)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\n{stall_report(broker, load, since, victim)}"
+                ) from None
         load.halt()
         load.drain()
     finally:
@@ -275,7 +309,7 @@ def test_sigkill_of_a_worker_under_confirmed_publishing_loses_nothing(
     total = sum(len(ids) for ids in load.confirmed.values())
     print(
         f"affinity={affinity} rounds={soak_rounds} confirmed={total} nacked={sorted(load.nacked.items())} "
-        f"in_doubt={load.in_doubt} reconnects={load.reconnects} "
+        f"in_doubt={load.in_doubt} reconnects={load.reconnects} cancels={load.cancels} "
         f"lost={sum(len(v) for v in lost.values())}"
     )
     assert lost == {}, {

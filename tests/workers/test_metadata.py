@@ -612,7 +612,7 @@ def test_metadata_across_worker_processes(tmp_path: Path) -> None:
     import os
     import signal
 
-    from tests.workers.test_worker_procs import Workers, wait_for
+    from tests.workers.procs import Workers, wait_for
 
     # Affinity off: each connection stays on the worker it is tested on (with it on,
     # the one on worker 1 would move to worker 0, which owns the first queue it names).

@@ -24,7 +24,7 @@ from tests.compat.prometheus.allowed import ALLOWED
 from tests.compat.prometheus.replay import differences, recording
 from tests.compat.prometheus.scrape import scrape
 from tests.workers.inprocess import in_process_workers
-from tests.workers.test_worker_procs import Workers, wait_for
+from tests.workers.procs import Workers, wait_for
 
 from leveret.ctl import call
 from leveret.workers.mesh import placement

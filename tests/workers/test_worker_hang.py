@@ -14,9 +14,8 @@ import pika.exceptions
 import pytest
 
 from leveret.workers.mesh import placement
-
-from .test_worker_procs import _alive, wait_for
-from .test_worker_procs import workers as workers  # the fixture  # noqa: PLC0414
+from workers.procs import alive, wait_for
+from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
@@ -76,7 +75,7 @@ def test_a_stopped_worker_is_killed_restarted_and_keeps_its_durable_messages(wor
 
         again = wait_for(restarted)
     finally:
-        if _alive(hung["pid"]):
+        if alive(hung["pid"]):
             os.kill(hung["pid"], signal.SIGKILL)
         meta.join(60)
     assert declared == [made]  # completed without the hung worker

@@ -17,8 +17,7 @@ import pytest
 from leveret.cli import _resolve_workers, build_parser
 from leveret.workers.count import AUTO, cgroup_cpu_limit, parse, resolve, usable_cpus
 from serverproc import QUIET_PORTS, server_argv
-
-from .test_worker_procs import Workers, wait_for
+from workers.procs import Workers, wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="workers and affinity masks: Linux"

@@ -199,8 +199,12 @@ class Crossing:
         return len(mesh.peers) == mesh.count - 1
 
     def writable(self, worker: int) -> bool:
+        """Whether publishers to `worker`'s queues go on. A link that is gone holds
+        nothing back (what is sent to it fails at once), whatever it said last: one
+        that was full when its peer died never drains, and a publisher paused for it
+        would wait past the new link's coming up."""
         link = self.mesh.links.get(worker)
-        return link is None or link.writable
+        return link is None or link.writable or link.closed
 
     def wait_writable(self, queue: RemoteQueue) -> None:
         blocked = self._blocked.get(queue.worker)
@@ -543,6 +547,8 @@ class Crossing:
         link = self.mesh.links.get(peer)
         if link is not None:
             link.on_writable = lambda writable: self._link_writable(peer, writable)
+            # Publishers paused for the link this one replaces: the new one takes them.
+            self._link_writable(peer, link.writable)
 
     def _peer_lost(self, peer: int) -> None:
         error = PeerDown(peer)

@@ -102,17 +102,37 @@ class Mesh:
             raise ValueError(f"worker {self.index} cannot link to worker {peer}")
         old = self.links.get(peer)
         if old is not None and not old.closed:
+            # The peer restarted before this worker saw its old link break: what
+            # waited on that link fails now, as for a link that broke.
+            del self.links[peer]
             old.close()
+            self._lost(peer, None)
         link: Link | None = None
+        # What the peer wrote before this end was opened (a live worker writes to a
+        # restarted one before it links) can arrive before `open_link` returns; it
+        # is handled once the link is this peer's, so that its answers (replies,
+        # confirms) have a link to go on.
+        early: list[Record] | None = []
+
+        def on_records(records: list[Record]) -> None:
+            if early is not None:
+                early.extend(records)
+            else:
+                self._records(peer, records)
 
         def lost(exc: BaseException | None) -> None:
-            if self.links.get(peer) is link:
+            if link is not None and self.links.get(peer) is link:
                 self._lost(peer, exc)
 
-        link = await open_link(sock, lambda records: self._records(peer, records), on_lost=lost)
+        link = await open_link(sock, on_records, on_lost=lost)
         self.links[peer] = link
         for tell in list(self.peer_joined):
             tell(peer)
+        held, early = early, None
+        if held:
+            self._records(peer, held)
+        if link.closed and self.links.get(peer) is link:
+            self._lost(peer, link.error)  # it broke before it was this peer's
         return link
 
     def _lost(self, peer: int, exc: BaseException | None) -> None:
