@@ -298,6 +298,46 @@ class FollowerLink:
 MANIFEST_SECONDS = 60.0
 
 
+async def send_files(
+    loop: asyncio.AbstractEventLoop,
+    writer: asyncio.StreamWriter,
+    root: str,
+    sends: Sequence[Any],
+    link: FollowerLink,
+) -> bool:
+    """A sync's file transfers (`datadir` transfers: path, start, fresh) to a joining
+    follower, chunk by chunk read off the loop (a file gone since the manifest ends its
+    transfer); False once `link` closed meanwhile. The leader's listener and a node
+    of workers' relay both sync this way."""
+    for transfer in sends:
+        offset = transfer.start
+        fresh = transfer.fresh
+        path = os.path.join(root, transfer.path)
+        while True:
+            chunk = await loop.run_in_executor(None, _read_at, path, offset)
+            if chunk is None:
+                break
+            if chunk or fresh:
+                writer.write(wire.snap_file(transfer.path, offset, chunk, fresh))
+                await writer.drain()
+            fresh = False
+            if len(chunk) < datadir.CHUNK:
+                break
+            offset += len(chunk)
+        if link.closed:
+            return False
+    return True
+
+
+def _read_at(path: str, offset: int) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(datadir.CHUNK)
+    except FileNotFoundError:
+        return None
+
+
 async def read_manifest(
     reader: asyncio.StreamReader, interval: float, beating: bool
 ) -> tuple[int, bytes | bytearray]:

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 
 from leveret.cluster import datadir, wire
-from leveret.cluster.leader import FollowerLink, Tap
+from leveret.cluster.leader import FollowerLink, Tap, send_files
 from leveret.cluster.workertap import (
     W_CUT,
     W_DRAINED,
@@ -243,25 +242,10 @@ class Relay:
             writer.write(wire.frame(wire.SNAP_DELETE, rel.encode()))
         for rel, image in cut.images:
             writer.write(wire.snap_sqlite(rel, image))
-        for transfer in sends:
-            offset = transfer.start
-            fresh = transfer.fresh
-            path = os.path.join(root, transfer.path)
-            while True:
-                chunk = await loop.run_in_executor(None, _read_at, path, offset)
-                if chunk is None:
-                    break
-                if chunk or fresh:
-                    writer.write(wire.snap_file(transfer.path, offset, chunk, fresh))
-                    await writer.drain()
-                fresh = False
-                if len(chunk) < datadir.CHUNK:
-                    break
-                offset += len(chunk)
-            if link.closed:
-                if link in self.tap.links:
-                    self.tap.links.remove(link)
-                return None
+        if not await send_files(loop, writer, root, sends, link):
+            if link in self.tap.links:
+                self.tap.links.remove(link)
+            return None
         writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(cut.snapshot_at)))
         link.go_live()
         await writer.drain()
@@ -279,12 +263,3 @@ class Relay:
             stream.closed = True
             if not stream.writer.is_closing():
                 stream.writer.write(wire.frame(W_STOP))
-
-
-def _read_at(path: str, offset: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(datadir.CHUNK)
-    except FileNotFoundError:
-        return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 
 from leveret.cluster import datadir, wire
@@ -18,6 +17,7 @@ from leveret.cluster.leader import (
     keepalive,
     keepalive_interval,
     read_manifest,
+    send_files,
 )
 
 log = logging.getLogger("leveret.cluster")
@@ -147,23 +147,8 @@ class ReplicationListenerMixin:
         for rel in deletes:
             writer.write(wire.frame(wire.SNAP_DELETE, rel.encode()))
         writer.write(wire.snap_sqlite(datadir.DEFINITIONS, image))
-        for transfer in sends:
-            offset = transfer.start
-            fresh = transfer.fresh
-            path = os.path.join(root, transfer.path)
-            while True:
-                chunk = await self.loop.run_in_executor(None, _read_at, path, offset)
-                if chunk is None:
-                    break
-                if chunk or fresh:
-                    writer.write(wire.snap_file(transfer.path, offset, chunk, fresh))
-                    await writer.drain()
-                fresh = False
-                if len(chunk) < datadir.CHUNK:
-                    break
-                offset += len(chunk)
-            if link.closed:
-                return None
+        if not await send_files(self.loop, writer, root, sends, link):
+            return None
         writer.write(wire.frame(wire.SNAP_END, wire.U64.pack(link.snapshot_at)))  # type: ignore[attr-defined]
         link.go_live()
         await writer.drain()
@@ -187,12 +172,3 @@ class ReplicationListenerMixin:
             return None
         self.links[name] = link
         return link
-
-
-def _read_at(path: str, offset: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(datadir.CHUNK)
-    except FileNotFoundError:
-        return None
