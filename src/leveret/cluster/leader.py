@@ -173,17 +173,23 @@ class Tap:
 
     # ---- on the loop --------------------------------------------------------------------
 
-    def ship(self) -> None:
-        """Send what the store reported since the last ship, as one OPS frame."""
+    def take(self) -> tuple[bytes, int] | None:
+        """What the store reported since the last ship and the position it reaches
+        (None if nothing), taken from the writer thread's buffer."""
         with self._lock:
             self._armed = False
             if not self._buf:
-                return
+                return None
             data = b"".join(self._buf)
             self._buf = []
-            position = self.position
-        if not self.links:
+            return data, self.position
+
+    def ship(self) -> None:
+        """Send what the store reported since the last ship, as one OPS frame."""
+        taken = self.take()
+        if taken is None or not self.links:
             return
+        data, position = taken
         frame = wire.frame(wire.OPS, wire.U64.pack(position) + data)
         for link in self.links:
             link.send_ops(frame, position)

@@ -115,13 +115,10 @@ class WorkerTap(Tap):
 
     def ship(self) -> None:
         """Send what the store reported since the last ship to the node, as one frame."""
-        with self._lock:
-            self._armed = False
-            if not self._buf:
-                return
-            data = b"".join(self._buf)
-            self._buf = []
-            position = self.position
+        taken = self.take()
+        if taken is None:
+            return
+        data, position = taken
         if not self.stopped and not self.channel.is_closing():
             self.channel.write(wire.frame(W_OPS, wire.U64.pack(position) + data))
 
