@@ -238,6 +238,11 @@ class Metadata:
         setattr(target, name, change)
         return original
 
+    async def wait_synced(self) -> None:
+        """Return once this worker follows worker 0 (at once on worker 0): a worker
+        waits for it before it serves clients (leveret.worker)."""
+        await self._synced_event.wait()
+
     async def settled(self) -> None:
         """Return once every change sent so far is applied by every live worker."""
         waiting = [done for _peers, done, _result in self._waiting.values()]
