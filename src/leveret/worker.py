@@ -64,23 +64,25 @@ class Starting:
         self._handoffs: list[tuple[Any, int, socket.socket]] = []
         self._sent: dict[str, Any] | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._watch_sync()
+        if node.metadata is not None:
+            node.metadata.sync_watchers.append(self.report)
+        # The first report: a worker restarted while no other runs has no link to wait for.
+        self.report()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _watch_sync(self) -> None:
+    def synced(self) -> bool:
+        """Worker 0: every worker it is linked to took its snapshot. Another: it
+        follows worker 0's metadata."""
         meta = self.node.metadata
-        if meta is None or self.serving:
-            return
-
-        async def synced() -> None:
-            await meta.wait_synced()
-            self.report()
-
-        self._spawn(synced())
+        if meta is None:
+            return True
+        if self.mesh.index == 0:
+            return set(self.pairs) <= meta.synced
+        return bool(meta.in_sync)
 
     def connected(self, task: asyncio.Task, peer: int, pair: int) -> None:
         if task.cancelled() or task.exception() is not None:
@@ -92,18 +94,15 @@ class Starting:
 
     def lost(self, peer: int) -> None:
         self.pairs.pop(peer, None)
-        if peer == 0:
-            self._watch_sync()  # the next sync with a restarted worker 0
         self.report()
 
     def report(self) -> None:
         """Tell the supervisor this worker's links and sync, when they changed."""
         if self.serving:
             return
-        meta = self.node.metadata
         event = {
             "linked": {str(p): n for p, n in sorted(self.pairs.items())},
-            "synced": meta is None or bool(meta.in_sync),
+            "synced": self.synced(),
         }
         if event == self._sent:
             return

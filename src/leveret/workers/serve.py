@@ -354,11 +354,12 @@ class Workers:
 
     def _linked(self, index: int) -> bool:
         """Whether worker `index` runs the live link to every other worker that runs
-        (or starts) and follows worker 0's metadata."""
+        (or starts) and is in sync: it follows worker 0's metadata, or, worker 0,
+        every worker it is linked to took its snapshot."""
         report = self.links.get(index)
         if report is None or index not in self.members:
             return False
-        if index != 0 and not report.get("synced"):
+        if not report.get("synced"):
             return False
         have = report.get("linked") or {}
         return all(
