@@ -7,11 +7,15 @@ Started by the supervisor (`workers/serve.py`) as
 
 with its settings, a pickled `ServerConfig` made for it (its own store dir, its
 ports), in `LEVERET_WORKER_CONFIG`. It builds `launcher.Node(config, loop,
-mesh=Mesh(I, N))` on the listening sockets it was passed (one list per listener),
-starts it, tells the supervisor it is ready, then links to the other workers as the
-supervisor hands it their socket pairs on the control channel (`control.py`): the
-first ones, and a new one whenever a peer restarts (`Mesh.connect` replaces the
-link and fires `peer_joined`).
+mesh=Mesh(I, N), wait_to_serve=True)` on the listening sockets it was passed (one
+list per listener), starts it without accepting, tells the supervisor it is up once
+its stored messages are back, then links to the other workers as the supervisor
+hands it their socket pairs on the control channel (`control.py`): the first ones,
+and a new one whenever a peer restarts (`Mesh.connect` replaces the link and fires
+`peer_joined`). It reports its links and its sync with worker 0 (`Starting`), and
+accepts clients when the supervisor says so: at a start of the whole broker, once
+every worker is linked to every other and in sync; after a restart of this worker
+alone, once it is.
 
 It sits beside `launcher.py`, not in `workers/`: it builds a node, and the workers
 package is below the launcher (the launcher gives each node its `Mesh`).

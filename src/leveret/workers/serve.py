@@ -15,8 +15,12 @@ socket per worker on each (`sockets.listening_group`), and runs the workers unde
   memory budgets; the management API, Prometheus, MQTT, the definitions file and
   the static shovels on worker 0 only.
 
-Once every worker said it accepts, this process logs the "Leveret listening for
-AMQP" lines a one-process broker logs. SIGTERM or SIGINT stop every worker (each
+Each worker reports when it is up (its stored messages back), then its links (by
+the pair numbers made here) and its sync with worker 0; this process tells it to
+accept clients (`_serve_when_linked`): at the broker's start all workers at once,
+when every one is linked to every other and in sync, and later a restarted worker
+once it is. Once every worker said it accepts, this process logs the "Leveret
+listening for AMQP" lines a one-process broker logs. SIGTERM or SIGINT stop every worker (each
 closes its clients with 320 CONNECTION_FORCED) and return 0; a worker that exits
 before it ever served stops the others and makes the exit status non-zero.
 
