@@ -64,6 +64,7 @@ class Node:
         loop: asyncio.AbstractEventLoop | None = None,
         mesh: Mesh | None = None,
         listen_sockets: list[list[socket.socket]] | None = None,
+        wait_to_serve: bool = False,
     ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
@@ -98,6 +99,14 @@ class Node:
         # wait for it.
         self.recovery: asyncio.Task[None] | None = None
         self._cancel_recovery = threading.Event()
+        self._messages_back = False
+        # A worker of a broker made of several, started by its supervisor: it accepts
+        # no client, and holds the operations of those MQTT brings, as while it
+        # recovers, until `serve()` (once every worker is recovered, linked to every
+        # other and in sync with worker 0). None: it serves once it listens.
+        self.serving: asyncio.Future[None] | None = (
+            self.loop.create_future() if wait_to_serve else None
+        )
 
     # --- what the handle reads of the listener ----------------------------------------
 
@@ -144,6 +153,9 @@ class Node:
             if self.recovering:
                 await self._recover()  # the import must see (and may refuse) recovered queues
             self.load_definitions(self.config.load_definitions)
+        if self.serving is not None:
+            self.listener.recovering = True  # the gate, until serve()
+            self.listener.accepting = False
         await self.listener.start()
         await self._start_mqtt()
         if self.mesh is not None:
@@ -193,7 +205,7 @@ class Node:
                 None if stats is None else stats.ctl_operations(),
             )
             await self.control.start()
-        if self.recovering:
+        if self.durable_state is not None and self.recovering and not self._messages_back:
             self.recovery = self.loop.create_task(self._recover())
         self.links = self.broker.links = links  # shovels, federation
         if self.mesh is None or self.mesh.index == 0:
@@ -283,12 +295,27 @@ class Node:
             log.info("recovery stopped by the shutdown; the next start reads the log again")
             return
         state.restore_messages(self.broker, stored)
+        self._messages_back = True
+        if self.serving is None or self.serving.done():
+            self.listener.recovery_done()
+
+    async def serve(self) -> None:
+        """A node made with `wait_to_serve`: accept clients now, and run the operations
+        held meanwhile (its stored messages are back: the caller waited for them)."""
+        assert self.serving is not None, "serve() is for a node made with wait_to_serve"
+        if self.serving.done():
+            return
+        await self.listener.start_serving()
+        self.serving.set_result(None)
         self.listener.recovery_done()
 
     async def wait_recovered(self) -> None:
-        """Return once stored messages are back (at once when there was nothing to do)."""
+        """Return once stored messages are back (at once when there was nothing to do)
+        and, for a node made with `wait_to_serve`, once it serves."""
         if self.recovery is not None:
             await asyncio.shield(self.recovery)
+        if self.serving is not None:
+            await asyncio.shield(self.serving)
 
     def load_definitions(self, path: str) -> None:
         """Import a RabbitMQ definitions file at boot; InvalidValue names the file and problem."""

@@ -7,11 +7,15 @@ Started by the supervisor (`workers/serve.py`) as
 
 with its settings, a pickled `ServerConfig` made for it (its own store dir, its
 ports), in `LEVERET_WORKER_CONFIG`. It builds `launcher.Node(config, loop,
-mesh=Mesh(I, N))` on the listening sockets it was passed (one list per listener),
-starts it, tells the supervisor it is ready, then links to the other workers as the
-supervisor hands it their socket pairs on the control channel (`control.py`): the
-first ones, and a new one whenever a peer restarts (`Mesh.connect` replaces the
-link and fires `peer_joined`).
+mesh=Mesh(I, N), wait_to_serve=True)` on the listening sockets it was passed (one
+list per listener), starts it without accepting, tells the supervisor it is up once
+its stored messages are back, then links to the other workers as the supervisor
+hands it their socket pairs on the control channel (`control.py`): the first ones,
+and a new one whenever a peer restarts (`Mesh.connect` replaces the link and fires
+`peer_joined`). It reports its links and its sync with worker 0 (`Starting`), and
+accepts clients when the supervisor says so: at a start of the whole broker, once
+every worker is linked to every other and in sync; after a restart of this worker
+alone, once it is.
 
 It sits beside `launcher.py`, not in `workers/`: it builds a node, and the workers
 package is below the launcher (the launcher gives each node its `Mesh`).
@@ -34,16 +38,113 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from leveret.cluster.workertap import Cutter, WorkerTap
 from leveret.config import ServerConfig
 from leveret.workers.affinity import Handoffs
-from leveret.workers.control import event_line, link_kind, link_peer, ping_seq
+from leveret.workers.control import event_line, is_serve, link_kind, link_pair, link_peer, ping_seq
 from leveret.workers.handoff import receive_connections
 from leveret.workers.mesh import Mesh
 from leveret.workers.serve import CONFIG_ENV, decode_config
 
 log = logging.getLogger("leveret.workers")
+
+
+class Starting:
+    """A worker between its recovery and its first client: reports its links and its
+    sync with worker 0 to the supervisor, which answers `serve` once every worker
+    it waits for is linked to every other and in sync; then it accepts.
+
+    Handoff channels (connections other workers move here) are attached only then:
+    what they carry waits in them, as new connections wait in the backlog."""
+
+    def __init__(self, node: Any, mesh: Mesh, control: socket.socket) -> None:
+        self.node = node
+        self.mesh = mesh
+        self.control = control
+        self.pairs: dict[int, int] = {}  # peer -> the supervisor's number of the live link
+        self.serving = False
+        self._handoffs: list[tuple[Any, int, socket.socket]] = []
+        self._sent: dict[str, Any] | None = None
+        self._tasks: set[asyncio.Task] = set()
+        if node.metadata is not None:
+            node.metadata.sync_watchers.append(self.report)
+        # The first report: a worker restarted while no other runs has no link to wait for.
+        self.report()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def synced(self) -> bool:
+        """Worker 0: every worker it is linked to took its snapshot. Another: it
+        follows worker 0's metadata."""
+        meta = self.node.metadata
+        if meta is None:
+            return True
+        if self.mesh.index == 0:
+            return set(self.pairs) <= meta.synced
+        return bool(meta.in_sync)
+
+    def connected(self, task: asyncio.Task, peer: int, pair: int) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if not task.cancelled():
+                log.error("link to worker %d could not start: %s", peer, task.exception())
+            return
+        self.pairs[peer] = pair
+        self.report()
+
+    def lost(self, peer: int) -> None:
+        self.pairs.pop(peer, None)
+        self.report()
+
+    def report(self) -> None:
+        """Tell the supervisor this worker's links and sync, when they changed."""
+        if self.serving:
+            return
+        event = {
+            "linked": {str(p): n for p, n in sorted(self.pairs.items())},
+            "synced": self.synced(),
+        }
+        if event == self._sent:
+            return
+        self._sent = event
+        self.tell(event)
+
+    def tell(self, event: dict[str, Any]) -> None:
+        try:
+            self.control.sendall(event_line(**event))
+        except OSError as exc:  # the supervisor is gone: the control channel's end stops us
+            log.warning("cannot tell the supervisor %s: %s", sorted(event), exc)
+
+    def handoff(self, handoffs: Handoffs, peer: int, sock: socket.socket) -> None:
+        if self.serving:
+            handoffs.attach(peer, sock)
+        else:
+            self._handoffs.append((handoffs, peer, sock))
+
+    def serve(self) -> None:
+        if self.serving:
+            return
+        self.serving = True
+
+        async def serve() -> None:
+            await self.node.serve()
+            pending, self._handoffs = self._handoffs, []
+            for handoffs, peer, sock in pending:
+                handoffs.attach(peer, sock)
+            self.tell({"ready": [list(a) for a in self.node.addresses]})
+
+        self._spawn(serve())
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for _handoffs, _peer, sock in self._handoffs:
+            sock.close()
+        self._handoffs = []
 
 
 async def serve_worker(
@@ -65,7 +166,7 @@ async def serve_worker(
     tap = await _cluster_tap(config, tap_sock) if tap_sock is not None else None
     mesh = Mesh(index, count)
     mesh.peer_joined.append(lambda peer: log.info("link to worker %d up", peer))
-    node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets)
+    node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets, wait_to_serve=True)
     if tap is not None:
         tap.output_batch = node.output_batch
     # Connections handed over by peers are taken whatever this worker's setting;
@@ -76,10 +177,12 @@ async def serve_worker(
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # Ready (and linked to the others) once its stored messages are back: a link's
-    # records (publishes, acks, consumes) reach the queues directly, not through a
-    # client connection that waits for recovery, and would otherwise go into queues
-    # ahead of their recovered messages. Clients it accepts meanwhile wait.
+    # Linked to the others once its stored messages are back: a link's records
+    # (publishes, acks, consumes) reach the queues directly, not through a client
+    # connection that waits for recovery, and would otherwise go into queues ahead
+    # of their recovered messages. It accepts no client until the supervisor says
+    # so (`serve` below): the kernel keeps new connections in the listening
+    # sockets' backlog meanwhile.
     await node.start(wait_for_recovery=True)
     if node.worker_stats is not None:
         # the supervisor's memory is the node's too (worker 0's /api/nodes and
@@ -89,7 +192,9 @@ async def serve_worker(
         _cut_from(tap, node)
     gc_tuning.tune()
     control.setblocking(True)
-    control.sendall(event_line(ready=[list(a) for a in node.addresses]))
+    control.sendall(event_line(started=True))
+    starting = Starting(node, mesh, control)
+    mesh.peer_lost.append(starting.lost)
 
     links: set[asyncio.Task] = set()
 
@@ -97,21 +202,26 @@ async def serve_worker(
         try:
             peer = link_peer(state)
             kind = link_kind(state)
+            pair = link_pair(state)
         except ValueError as exc:
             log.error("bad link from the supervisor: %s", exc)
             sock.close()
             return
         if kind == "handoff":
-            handoffs.attach(peer, sock)
+            starting.handoff(handoffs, peer, sock)
             return
         task = loop.create_task(mesh.connect(peer, sock))
         links.add(task)
         task.add_done_callback(links.discard)
+        task.add_done_callback(lambda t: starting.connected(t, peer, pair))
 
     def pinged(note: bytes) -> None:
         # Answered here, from the event loop: a loop that is stuck answers nothing,
         # and the supervisor kills it once the liveness timeout passes (liveness.py).
         try:
+            if is_serve(note):
+                starting.serve()
+                return
             seq = ping_seq(note)
         except ValueError as exc:
             log.error("bad note from the supervisor: %s", exc)
@@ -146,6 +256,7 @@ async def serve_worker(
     await asyncio.gather(channel, stopping, return_exceptions=True)
     log.info("shutting down: closing %d connection(s)", len(node.connections))
     await node.stop()
+    starting.close()
     handoffs.close()
     mesh.close()
     control.close()

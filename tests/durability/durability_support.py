@@ -38,6 +38,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def answers_amqp(port: int, timeout: float) -> bool:
+    """Whether an AMQP server answers on `port`: its first frame after the protocol
+    header is a method frame (connection.start). A bare TCP connect is not enough:
+    while nothing listens on a port of the ephemeral range, a connect to it may be
+    given that very port as its source and reach itself."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        return sock.recv(1) == b"\x01"
+
+
 def rss_kb(pid: int, field: str = "VmRSS") -> int:
     """VmRSS (or VmHWM, the peak) of a process from /proc, in KiB (0 if it is gone)."""
     try:
@@ -124,11 +134,12 @@ class Broker:
         return self.proc
 
     def start(self, timeout: float = START_TIMEOUT, recovered: bool = True) -> Broker:
-        """Start and wait until the port accepts connections, and (with `recovered`)
+        """Start and wait until the broker answers on its port, and (with `recovered`)
         until the log says the stored messages are back.
 
         The broker listens before that: clients' operations made meanwhile wait for
-        the recovery, as do the management API and leveret ctl. Tests that check the
+        the recovery, as do the management API and leveret ctl (a broker of workers
+        answers only once every worker recovered and linked to the others). Tests that check the
         log right after a start need the second wait; tests of the wait pass False."""
         proc = self.spawn()
         deadline = time.monotonic() + timeout
@@ -136,8 +147,9 @@ class Broker:
             if proc.poll() is not None:
                 pytest.fail(f"broker exited early with {proc.returncode}:\n{self.run_log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                if answers_amqp(self.port, min(5.0, max(0.5, deadline - time.monotonic()))):
                     break
+                raise ConnectionError("not the broker's answer")
             except OSError:
                 if time.monotonic() > deadline:
                     self.kill()

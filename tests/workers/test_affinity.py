@@ -256,10 +256,12 @@ def test_the_receiving_worker_killed_during_a_handoff(workers) -> None:
     moving = mover.channel()
     pid = broker.status()["workers"][1]["pid"]
     os.kill(pid, signal.SIGSTOP)
+    # `first` may have been handed to worker 1 too: wait for the mover's handoff
+    handed_before = broker.text().count("handed to worker 1")
 
     def kill_once_handed() -> None:
         try:
-            wait_for(lambda: "handed to worker 1" in broker.text())
+            wait_for(lambda: broker.text().count("handed to worker 1") > handed_before)
         finally:
             os.kill(pid, signal.SIGKILL)
 

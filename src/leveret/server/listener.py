@@ -57,6 +57,7 @@ class Server:
         self.port = config.port
         # (host, port) actually bound, one per listener (ports resolved when 0)
         self.addresses: list[tuple[str, int]] = []
+        self._listeners: list[Listener] = []  # those on sockets made elsewhere, as bound
         # After a restart the node listens first and reads its stored messages back
         # (leveret.launcher); meanwhile connections hold client operations here.
         self.recovering = False
@@ -65,6 +66,11 @@ class Server:
         # connections go to the worker of their queues. None: every connection stays.
         self.handoffs: Any = None  # leveret.workers.affinity.Handoffs
         self._adopting: set[asyncio.Task] = set()
+        # False: `start` prepares the listeners on sockets made elsewhere without
+        # accepting; `start_serving` accepts. Until then the kernel keeps new
+        # connections in the sockets' backlog (a worker of a broker of several that
+        # waits for the others: leveret.worker).
+        self.accepting = True
 
     async def start(self) -> None:
         """Start the resource alarms, then listen on every configured address."""
@@ -114,20 +120,39 @@ class Server:
         listener: Listener,
         socks: list[socket.socket],
     ) -> None:
-        """Accept on listening sockets made elsewhere (one per address of the listener).
+        """Accept on listening sockets made elsewhere (one per address of the listener),
+        now or, when not `accepting`, from `start_serving`.
 
         Logged as "accepting", not "listening": the process that made the sockets says
         when the broker listens, once all of its workers accept."""
         port = listener.port
         for sock in socks:
-            server = await self.loop.create_server(factory, sock=sock, backlog=1024)
+            server = await self.loop.create_server(
+                factory, sock=sock, backlog=1024, start_serving=self.accepting
+            )
             self._servers.append(server)
             port = sock.getsockname()[1]
         self.addresses.append((listener.host, port))
+        self._listeners.append(Listener(listener.host, port, listener.kind))
+        if self.accepting:
+            self._log_accepting(self._listeners[-1])
+
+    async def start_serving(self) -> None:
+        """Accept on the listeners `start` prepared without accepting."""
+        if self.accepting:
+            return
+        self.accepting = True
+        for server in self._servers:
+            await server.start_serving()
+        for listener in self._listeners:
+            self._log_accepting(listener)
+
+    @staticmethod
+    def _log_accepting(listener: Listener) -> None:
         log.info(
             "accepting AMQP 0-9-1%s on %s",
             " over TLS" if listener.kind == "amqps" else "",
-            Listener(listener.host, port, listener.kind),
+            listener,
         )
 
     def adopt(self, sock: socket.socket, state: bytes) -> None:

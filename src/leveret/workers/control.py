@@ -3,18 +3,26 @@
 An AF_UNIX stream socket pair, made by the supervisor at each start of the worker;
 the worker gets its end as a passed descriptor. Each direction has its own use:
 
-- supervisor -> worker: the worker's end of a mesh socket pair, with the index of
-  the peer at the other end (`handoff.send_connection`, the descriptor by
-  SCM_RIGHTS, the state `{"peer": N, "kind": "link"}` as JSON). Every link reaches
-  a worker this way, the first ones and those made when a peer restarts, so a
-  worker has one path for both: `mesh.connect(peer, sock)` (which replaces a link
-  to that peer). The handoff channel with each peer (`"kind": "handoff"`, the pair
-  client connections move on to the worker of their queues) comes the same way.
-  Liveness pings come on it too, as notes (`handoff.send_note`, no descriptor):
-  `{"ping": N}`, which the worker answers from its event loop (`liveness.py`).
-- worker -> supervisor: events, one JSON object per line: `{"ready": [[host,
-  port], ...]}` once the worker listens (the addresses it accepts on), and
-  `{"pong": N}` for each ping.
+- supervisor -> worker, in the handoff framing (`handoff.py`):
+  - the worker's end of a mesh socket pair, with the index of the peer at the
+    other end and the pair's number (`handoff.send_connection`, the descriptor by
+    SCM_RIGHTS, the state `{"peer": N, "kind": "link", "pair": P}` as JSON). Every
+    link reaches a worker this way, the first ones and those made when a peer
+    restarts, so a worker has one path for both: `mesh.connect(peer, sock)` (which
+    replaces a link to that peer). The handoff channel with each peer (`"kind":
+    "handoff"`, the pair client connections move on to the worker of their queues)
+    comes the same way.
+  - notes (`handoff.send_note`, no descriptor): liveness pings, `{"ping": N}`,
+    which the worker answers from its event loop (`liveness.py`), and `{"serve":
+    true}`: accept clients now (`send_serve`).
+- worker -> supervisor: events, one JSON object per line:
+  - `{"started": true}` once its store is open and its stored messages are back
+    (it accepts no client yet);
+  - `{"linked": {"J": P, ...}, "synced": bool}` each time its links (peer J over
+    pair P) or its sync with worker 0 change, until it serves: the supervisor tells
+    it to serve once it is linked to every other worker and in sync;
+  - `{"ready": [[host, port], ...]}` once it accepts (the addresses it accepts on);
+  - `{"pong": N}` for each ping.
 
 The channel also tells each side that the other is gone: the supervisor sees the
 worker's end close when it exits, and a worker whose supervisor died reads the end
@@ -34,11 +42,24 @@ from leveret.workers.handoff import send_connection, send_note
 MAX_LINE = 1 << 20
 
 
-def send_link(channel: socket.socket, peer: int, sock: socket.socket, kind: str = "link") -> None:
+def send_link(
+    channel: socket.socket, peer: int, sock: socket.socket, kind: str = "link", pair: int = 0
+) -> None:
     """Give the worker at the other end of `channel` its end `sock` of the link to
     worker `peer` (the caller then closes its copy of `sock`). `kind` is "link" (the
-    mesh's) or "handoff" (the pair client connections move on, workers/affinity.py)."""
-    send_connection(channel, sock, json.dumps({"peer": peer, "kind": kind}).encode())
+    mesh's) or "handoff" (the pair client connections move on, workers/affinity.py);
+    `pair` numbers the pair, so that the worker's reports name the link they mean."""
+    state = {"peer": peer, "kind": kind, "pair": pair}
+    send_connection(channel, sock, json.dumps(state).encode())
+
+
+def link_pair(state: bytes) -> int:
+    """The number the supervisor gave a link's socket pair (0 when it gave none)."""
+    doc = json.loads(state)
+    pair = doc.get("pair", 0) if isinstance(doc, dict) else 0
+    if not isinstance(pair, int) or isinstance(pair, bool):
+        raise ValueError(f"a link handoff with a bad pair number: {state!r}")
+    return pair
 
 
 def link_kind(state: bytes) -> str:
@@ -64,6 +85,19 @@ def send_ping(channel: socket.socket, seq: int) -> bool:
     waiting: False when its buffer is full (a worker that does not read is found
     by the pings it does not answer)."""
     return send_note(channel, json.dumps({"ping": seq}).encode())
+
+
+def send_serve(channel: socket.socket) -> None:
+    """Tell the worker at the other end of `channel` to accept clients (OSError when
+    it cannot be told: the worker is exiting)."""
+    if not send_note(channel, json.dumps({"serve": True}).encode()):
+        raise BlockingIOError("the worker's control channel is full")
+
+
+def is_serve(note: bytes) -> bool:
+    """Whether a note is the supervisor's `serve`."""
+    doc = json.loads(note)
+    return isinstance(doc, dict) and doc.get("serve") is True
 
 
 def ping_seq(note: bytes) -> int:

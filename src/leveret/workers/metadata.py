@@ -161,6 +161,9 @@ class Metadata:
         #: starts, or while worker 0 restarts) before it fails with `writer_down`
         self.writer_wait = WRITER_WAIT
         self._ready = asyncio.Event()  # started: the broker's definitions are back
+        #: told () when this follower is in sync with worker 0, or on worker 0 when a
+        #: worker synced with it (a starting worker waits for it: leveret.worker)
+        self.sync_watchers: list[Callable[[], None]] = []
         # the connections of this worker, by number, and the stand-ins of other
         # workers' connections that own exclusive queues (with how many they own)
         # (from the clock: a restarted worker's connections get new numbers, not those
@@ -952,6 +955,8 @@ class Metadata:
         for vhost_name, name in lost:  # ours, but gone with our restart
             self.model_change(("queue.deleted", vhost_name, name))
         log.info("worker %d in sync with worker %d at change %d", self.index, WRITER, self.applied)
+        for tell in list(self.sync_watchers):
+            tell()
 
     def _claims(self) -> list[tuple[Any, ...]]:
         """This worker's queues that only its memory holds (transient or exclusive),
@@ -1016,6 +1021,8 @@ class Metadata:
                 log.exception("worker %d's queue '%s' could not be taken", peer, name)
         snapshot = self.snapshot()
         self.synced.add(peer)
+        for tell in list(self.sync_watchers):
+            tell()
         return snapshot
 
     def snapshot(self) -> dict[str, Any]:

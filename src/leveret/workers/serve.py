@@ -15,8 +15,12 @@ socket per worker on each (`sockets.listening_group`), and runs the workers unde
   memory budgets; the management API, Prometheus, MQTT, the definitions file and
   the static shovels on worker 0 only.
 
-Once every worker said it accepts, this process logs the "Leveret listening for
-AMQP" lines a one-process broker logs. SIGTERM or SIGINT stop every worker (each
+Each worker reports when it is up (its stored messages back), then its links (by
+the pair numbers made here) and its sync with worker 0; this process tells it to
+accept clients (`_serve_when_linked`): at the broker's start all workers at once,
+when every one is linked to every other and in sync, and later a restarted worker
+once it is. Once every worker said it accepts, this process logs the "Leveret
+listening for AMQP" lines a one-process broker logs. SIGTERM or SIGINT stop every worker (each
 closes its clients with 320 CONNECTION_FORCED) and return 0; a worker that exits
 before it ever served stops the others and makes the exit status non-zero.
 
@@ -41,7 +45,7 @@ import socket
 import sys
 
 from leveret.config import Listener, ServerConfig
-from leveret.workers.control import EventReader, send_link, send_ping
+from leveret.workers.control import EventReader, send_link, send_ping, send_serve
 from leveret.workers.sockets import ListeningGroup, listening_group, mesh_pair
 from leveret.workers.supervisor import Supervisor
 
@@ -171,6 +175,14 @@ class Workers:
         self.controls: dict[int, socket.socket] = {}  # this process's end, per worker
         self._child_ends: dict[int, socket.socket] = {}  # closed once the worker runs
         self.members: set[int] = set()  # workers started or starting, that get links
+        # Each socket pair between two workers has a number (the latest per pair of
+        # workers is the live one), and each worker reports the numbers of the links
+        # it runs and whether it is in sync with worker 0 (`_linked`).
+        self.pairs: dict[frozenset[int], int] = {}
+        self._next_pair = 0
+        self.links: dict[int, dict] = {}  # worker -> its last report, this start
+        self.told: set[int] = set()  # workers told to serve, this start
+        self.serving = False  # the broker serves: every worker was told once
         self.announced = False
         self.supervisor: Supervisor | None = None
 
@@ -256,22 +268,24 @@ class Workers:
     def on_start(self, index: int) -> None:
         """Before worker `index` starts: its control channel, and a link to each
         other worker that runs (its end sent to that worker now, ours queued on the
-        new channel, read by the worker once it serves)."""
+        new channel, read by the worker once its stored messages are back)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.controls[index] = ours
         self._child_ends[index] = theirs
         for peer in sorted(self.members):
             # The mesh's link, then the handoff channel (workers/affinity.py): a pair
             # of its own, so a connection's descriptor never waits behind messages.
+            self._next_pair += 1
+            pair = self.pairs[frozenset((index, peer))] = self._next_pair
             for kind in ("link", "handoff"):
                 a, b = mesh_pair()
                 try:
                     try:
-                        send_link(self.controls[peer], index, a, kind)
+                        send_link(self.controls[peer], index, a, kind, pair)
                     except OSError as exc:  # that worker is exiting; its restart links again
                         log.info("no new %s for worker %d: %s", kind, peer, exc)
                         break
-                    send_link(ours, peer, b, kind)
+                    send_link(ours, peer, b, kind, pair)
                 finally:
                     a.close()
                     b.close()
@@ -286,6 +300,8 @@ class Workers:
 
     def on_exit(self, index: int, status: int | None) -> None:
         self.members.discard(index)
+        self.links.pop(index, None)
+        self.told.discard(index)
         ours = self.controls.pop(index, None)
         if ours is not None:
             asyncio.get_running_loop().remove_reader(ours.fileno())
@@ -319,6 +335,11 @@ class Workers:
         if isinstance(pong, int) and not isinstance(pong, bool):
             sup.alive(index, pong)
             return
+        if "started" in event:
+            sup.started(index)
+        if "linked" in event:
+            self.links[index] = event
+            self._serve_when_linked()
         if "ready" not in event:
             return
         sup.ready(index)
@@ -334,6 +355,50 @@ class Workers:
                     Listener(group.host, group.port, group.kind),
                 )
             log.info("Leveret started with %d workers", self.count)
+
+    def _linked(self, index: int) -> bool:
+        """Whether worker `index` runs the live link to every other worker that runs
+        (or starts) and is in sync: it follows worker 0's metadata, or, worker 0,
+        every worker it is linked to took its snapshot."""
+        report = self.links.get(index)
+        if report is None or index not in self.members:
+            return False
+        if not report.get("synced"):
+            return False
+        have = report.get("linked") or {}
+        return all(
+            have.get(str(peer)) == self.pairs.get(frozenset((index, peer)))
+            for peer in self.members
+            if peer != index
+        )
+
+    def _serve_when_linked(self) -> None:
+        """Tell workers to accept clients. At the broker's start, all of them at once,
+        once every worker is up, linked to every other and in sync: until then a
+        client could find a queue of a worker not linked yet "down". Later (a worker
+        restarted while the others serve) each one once it is linked and in sync."""
+        if not self.serving:
+            if len(self.members) < self.count or not all(
+                self._linked(i) for i in range(self.count)
+            ):
+                return
+            self.serving = True
+            log.info("every worker is linked to every other and in sync: serving")
+            waiting = range(self.count)
+        else:
+            waiting = [i for i in sorted(self.members) if i not in self.told and self._linked(i)]
+        for index in waiting:
+            if index in self.told:
+                continue
+            channel = self.controls.get(index)
+            if channel is None:
+                continue
+            try:
+                send_serve(channel)
+            except OSError as exc:  # it is exiting: its restart is told again
+                log.info("cannot tell worker %d to serve: %s", index, exc)
+                continue
+            self.told.add(index)
 
     def close(self) -> None:
         for group in self.groups:

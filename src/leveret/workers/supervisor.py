@@ -25,12 +25,15 @@ every worker the way `leveret server` stops (each closes its connections with
   queue for the next one instead of being reset;
 - tell its owner about each worker's life (`on_start(i)` just before a start, to
   make what the new process gets; `on_spawned(i)` once it runs, or failed to;
-  `on_exit(i, status)`; `worker_env(i)`, more environment for it), and, with `require_ready`, treat a worker that exits before
-  it ever said it was ready (`ready(i)`) as a broker that cannot start: the others
-  are stopped and `run()` returns that worker's exit status (1 if it had none);
+  `on_exit(i, status)`; `worker_env(i)`, more environment for it), and, with
+  `require_ready`, treat a worker that exits before it ever said it was up
+  (`started(i)`, or `ready(i)`: it serves) as a broker that cannot start: the
+  others are stopped and `run()` returns that worker's exit status (1 if it had
+  none);
 - with `liveness_timeout` (seconds, 0 = off) and `ping(i, n)` (send ping `n` to
   worker `i`; its answer comes back as `alive(i, n)`), find a worker that hangs
-  without exiting: each worker that said it is ready is pinged, and one that answers
+  without exiting: each worker that said it is up is pinged (one that waits to
+  serve too: a hang there would keep the broker from serving), and one that answers
   nothing for the timeout is logged and SIGKILLed, then restarted as any worker that
   dies (`liveness.py` has the rule and why).
 
@@ -74,6 +77,7 @@ class WorkerStatus:
     ready: bool = False  # this start said it serves (Supervisor.ready)
     ever_ready: bool = False
     hangs: int = 0  # times it answered no ping for the liveness timeout and was killed
+    ever_started: bool = False  # some start said it is up, serving or not (Supervisor.started)
 
 
 class Supervisor:
@@ -140,12 +144,22 @@ class Supervisor:
         """Each worker's pid and state, by index."""
         return list(self.workers)
 
+    def started(self, index: int) -> None:
+        """Worker `index` (its current process) is up, not serving yet: an exit now is
+        a crash to restart from, not a start that cannot succeed (`require_ready`),
+        and from now on it answers liveness pings."""
+        worker = self.workers[index]
+        if worker.state == "running" and not worker.ever_started:
+            worker.ever_started = True
+        if worker.state == "running" and self.liveness is not None:
+            self.liveness.ready(index, time.monotonic())
+
     def ready(self, index: int) -> None:
         """Worker `index` (its current process) serves: noted in its status."""
         worker = self.workers[index]
         if worker.state == "running" and not worker.ready:
-            worker.ready = worker.ever_ready = True
-            if self.liveness is not None:
+            worker.ready = worker.ever_ready = worker.ever_started = True
+            if self.liveness is not None and index not in self.liveness.watches:
                 self.liveness.ready(index, time.monotonic())
             self._write_status()
 
@@ -243,7 +257,7 @@ class Supervisor:
                 log.info("worker %d stopped (%s)", index, _describe(rc))
                 self._write_status()
                 return
-            if self.require_ready and not worker.ever_ready:
+            if self.require_ready and not worker.ever_started:
                 # It never served: a port, the data dir or the configuration is wrong,
                 # and restarting would only repeat the error it logged.
                 worker.state = "failed"
