@@ -22,7 +22,7 @@ import pika.exceptions
 import pytest
 
 from leveret.workers.mesh import placement
-from workers.test_worker_procs import Workers, _alive, wait_for
+from workers.procs import Workers, alive, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
@@ -65,7 +65,7 @@ def kill_every_process(broker: Workers) -> None:
     broker.proc.kill()
     broker.proc.wait()
     for pid in pids:
-        wait_for(lambda pid=pid: not _alive(pid))
+        wait_for(lambda pid=pid: not alive(pid))
 
 
 def test_clients_connecting_through_a_whole_broker_restart_never_see_another_worker_down(
