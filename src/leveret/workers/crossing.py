@@ -49,6 +49,7 @@ from pamqp import commands as cmd
 
 from leveret.broker.consumer import Consumer
 from leveret.broker.errors import ModelError
+from leveret.broker.queues import QUEUE_CLASSES
 from leveret.broker.queues.base import QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -76,6 +77,12 @@ log = logging.getLogger("leveret.workers")
 
 #: NACK flag: the queue refused the message (x-overflow=reject-publish), nothing failed
 REFUSED = 1
+
+#: queue types whose queues take a transient message without a write to the store
+#: (not `persists_all`): the owner confirms such a message as soon as it enqueued it
+_KEEPS_TRANSIENT_IN_MEMORY = frozenset(
+    name for name, cls in QUEUE_CLASSES.items() if not cls.persists_all
+)
 
 
 class QueueRefused(Exception):
@@ -149,7 +156,14 @@ class Crossing:
         if link.writer.publish_more(message, vhost, queue.name):
             return  # one record per owner: the fan-out's earlier queue opened it
         seq = 0
-        if barrier is not None:
+        if barrier is not None and not (
+            type(barrier) is FailureReporter
+            and not message.persistent
+            and queue.queue_type in _KEEPS_TRANSIENT_IN_MEMORY
+        ):
+            # (A plain publish's barrier only reports a store's failure, and the
+            # owner stores a transient message in such a queue nowhere: a CONFIRM
+            # of it would tell nobody anything, so none is asked for.)
             self._seq += 1
             seq = self._seq
             waiting = self._confirms.get(peer)
