@@ -525,37 +525,58 @@ class LinkReader:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Record]:
         """The whole records `data` completes, in order. Raises `LinkError` for bytes
-        that are not records (the stream is then unusable)."""
+        that are not records (the stream is then unusable).
+
+        The records are cut from one bytes object by slicing (a record's content is
+        one copy); PUBLISH and DELIVER, one or two per message, are decoded here
+        rather than through `_decode`."""
         buf = self._buffer
-        buf += data
+        if buf:
+            buf += data
+            data = bytes(buf)
+            buf.clear()
+        elif type(data) is not bytes:
+            data = bytes(data)
         out: list[Record] = []
         pos = 0
-        end = len(buf)
-        view = memoryview(buf)
+        end = len(data)
         try:
-            while end - pos >= HEADER.size:
-                size, kind = HEADER.unpack_from(buf, pos)
+            while end - pos >= 5:  # HEADER.size
+                size, kind = HEADER.unpack_from(data, pos)
                 if size > MAX_PAYLOAD:
                     raise LinkError(f"record length {size} is over {MAX_PAYLOAD}")
                 if kind not in KIND_NAMES:
                     raise LinkError(f"unknown record kind {kind}")
-                start = pos + HEADER.size
+                start = pos + 5
                 if end - start < size:
                     break
                 pos = start + size
-                if kind == DELIVER and size >= _DELIVER.size:
-                    # The commonest record, decoded here rather than through
-                    # _decode: a consumer's stream of deliveries is one per message.
-                    ref, delivery, flags = _DELIVER.unpack_from(buf, start)
-                    out.append(
-                        Deliver(ref, delivery, flags, bytes(view[start + _DELIVER.size : pos]))
-                    )
-                else:
-                    out.append(_decode(kind, view[start:pos]))
-        finally:
-            view.release()
-        if pos:
-            del buf[:pos]
+                if kind == DELIVER and size >= 17:  # _DELIVER.size
+                    ref, delivery, flags = _DELIVER.unpack_from(data, start)
+                    out.append(Deliver(ref, delivery, flags, data[start + 17 : pos]))
+                    continue
+                if kind == PUBLISH and size >= 11:
+                    # The names (vhost, queues) of a publisher's records repeat: those
+                    # decoded before are found by their bytes (_DECODED); new ones go
+                    # through _decode, which checks and caches them.
+                    vlen = data[start + 8]
+                    q = start + 11 + vlen
+                    if q <= pos:
+                        for _ in range(_U16.unpack_from(data, q - 2)[0]):
+                            if q >= pos:
+                                break
+                            q += 1 + data[q]
+                        known = _DECODED.get(data[start + 8 : q]) if q <= pos else None
+                        if known is not None:
+                            vhost, names, offset = known
+                            seq = _SEQ.unpack_from(data, start)[0]
+                            out.append(Publish(seq, vhost, names, data[start + offset : pos]))
+                            continue
+                out.append(_decode(kind, memoryview(data)[start:pos]))
+        except struct.error as exc:
+            raise LinkError(f"malformed record: {exc}") from exc
+        if pos < end:
+            buf += memoryview(data)[pos:]
         self.records += len(out)
         return out
 
