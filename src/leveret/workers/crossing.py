@@ -178,10 +178,12 @@ class Crossing:
         if not waiting:
             return
         if settle.kind == records.CONFIRM:
-            for seq in settle.ids():
-                item = waiting.pop(seq, None)
-                if item is not None:
-                    item[0](None)
+            pop = waiting.pop
+            for first, count in settle.runs:
+                for seq in range(first, first + count):
+                    item = pop(seq, None)
+                    if item is not None:
+                        item[0](None)
             return
         refused = settle.flags & REFUSED
         for seq in settle.ids():

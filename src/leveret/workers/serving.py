@@ -318,11 +318,25 @@ class Serving:
         return taken
 
     def _on_ack(self, peer: int, record: records.Settle) -> None:
+        """Acks, one per delivery of a consumer's stream: `_settled`'s bookkeeping and
+        the queue's settle in one pass over the record's runs."""
+        out = self._out.get(peer)
+        if not out:
+            return
+        pop = out.pop
         touched = set()
-        for queue, entry, _consumer in self._settled(peer, record):
-            queue.stats.ack += 1
-            queue.settle(entry)
-            touched.add(queue)
+        for first, count in record.runs:
+            for delivery in range(first, first + count):
+                item = pop(delivery, None)
+                if item is None:
+                    continue  # requeued already (its consumer's channel closed) or stale
+                queue, entry, consumer = item
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    consumer.channel.unacked_count -= 1
+                queue.stats.ack += 1
+                queue.settle(entry)
+                touched.add(queue)
         _redispatch(touched)
 
     def _on_reject(self, peer: int, record: records.Settle) -> None:
