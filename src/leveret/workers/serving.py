@@ -203,9 +203,15 @@ class Serving:
             return
         assert vhost is not None
         message = decode(record.message)
-        if not seq or not (
-            message.persistent or (vhost.persisting and any(q.persists_all for q in queues))
-        ):
+        stored = message.persistent
+        if seq and not stored and vhost.persisting:
+            # (A loop, not any() over a generator: asked for every confirmed transient
+            # message, and `persisting` counts the other workers' queues too.)
+            for queue in queues:
+                if queue.persists_all:
+                    stored = True
+                    break
+        if not seq or not stored:
             # As a local publish: no barrier for a transient message (it is the queue's
             # once enqueued), so no object a message to make here either.
             refused = False
