@@ -95,14 +95,6 @@ def _quiet(barrier: Any) -> bool:
     return type(barrier) is FailureReporter
 
 
-def _kind(barrier: Any) -> bool | None:
-    """True: a publisher confirm's barrier (the channel's partial of
-    _confirm_written); False: a tx.commit's; None: a plain publish's (_quiet)."""
-    if _quiet(barrier):
-        return None
-    return type(getattr(barrier, "on_done", None)) is partial
-
-
 def _ignore(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # retrieved: a cancel nobody waits for may fail quietly
@@ -156,21 +148,26 @@ class Crossing:
         if link.writer.publish_more(message, vhost, queue.name):
             return  # one record per owner: the fan-out's earlier queue opened it
         seq = 0
-        if barrier is not None and not (
-            type(barrier) is FailureReporter
-            and not message.persistent
-            and queue.queue_type in _KEEPS_TRANSIENT_IN_MEMORY
-        ):
-            # (A plain publish's barrier only reports a store's failure, and the
-            # owner stores a transient message in such a queue nowhere: a CONFIRM
-            # of it would tell nobody anything, so none is asked for.)
-            self._seq += 1
-            seq = self._seq
-            waiting = self._confirms.get(peer)
-            if waiting is None:
-                waiting = self._confirms[peer] = {}
-            # A confirm's barrier calls the channel's _confirm_written for its number.
-            waiting[seq] = (barrier.add(), _kind(barrier))
+        if barrier is not None:
+            quiet = type(barrier) is FailureReporter  # (_quiet, inline)
+            if not (
+                quiet and not message.persistent and queue.queue_type in _KEEPS_TRANSIENT_IN_MEMORY
+            ):
+                # (A plain publish's barrier only reports a store's failure, and the
+                # owner stores a transient message in such a queue nowhere: a CONFIRM
+                # of it would tell nobody anything, so none is asked for.)
+                self._seq += 1
+                seq = self._seq
+                waiting = self._confirms.get(peer)
+                if waiting is None:
+                    waiting = self._confirms[peer] = {}
+                # With the barrier's kind: True, a publisher confirm's (its callback is
+                # the channel's partial of _confirm_written for the number); False, a
+                # tx.commit's; None, a plain publish's (_quiet).
+                waiting[seq] = (
+                    barrier.add(),
+                    None if quiet else type(getattr(barrier, "on_done", None)) is partial,
+                )
         link.publish_open(message, seq, vhost, queue.name, encode(message))
 
     def _on_confirm(self, peer: int, settle: records.Settle) -> None:

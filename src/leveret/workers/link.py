@@ -339,7 +339,13 @@ class LinkWriter:
     def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
         """Queue a PUBLISH of `message` (whose identity is `token`) that
         `publish_more` may add queues to while it is the last record."""
-        self.close_open()
+        o = self._open_publish
+        if o is not None:  # the previous message's: queued as bytes now
+            self._open_publish = None
+            self.pending -= len(o[4])
+            self.publish(o[1], o[2], o[3], o[4])
+        elif self._open_settle is not None:
+            self.close_open()
         self._open_publish = [token, seq, vhost, [queue], message]
         self.pending += len(message)
 
@@ -692,28 +698,32 @@ class Link(asyncio.Protocol):
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish(seq, vhost, queues, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
         """Queue a DELIVER without making a `Deliver` object."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.deliver(ref, delivery, flags, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
         """Queue a PUBLISH that `writer.publish_more` may still add queues to."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish_open(token, seq, vhost, queue, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
         """Settle one id; the ids of a loop turn join into runs of one record."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.settle_open(kind, ref, ident, flags)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def _schedule(self) -> None:
         if self.writer.pending >= self.batch_limit:
