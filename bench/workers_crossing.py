@@ -19,13 +19,15 @@ The figure is this process's CPU time (user + system, both workers together,
 in it; the clients' CPU is theirs (other processes). Each figure is the median of
 `--runs` runs, the scenarios taking turns within each round. On one loop the two
 workers share a core, so the rate is not what two worker processes give; the CPU
-per message is what crossing costs.
+per message is what crossing costs. The process runs the garbage collector with a
+worker process's thresholds (server/gc_tuning.py; `--default-gc`: CPython's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import os
@@ -228,12 +230,23 @@ def main() -> int:
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--confirm", type=int, default=0)
     p.add_argument("--prefetch", type=int, default=500)
+    p.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's garbage-collector thresholds (a worker process tunes them)",
+    )
     a = p.parse_args()
 
     import leveret
+    from leveret.server import gc_tuning
     from workers.inprocess import in_process_workers
     from workers.placing import place
 
+    # The garbage collector's settings of a worker process (leveret/worker.py): a
+    # crossing message makes short-lived objects, which the default gen-0 threshold
+    # of 700 would make this process collect far more often than a worker does.
+    if not a.default_gc:
+        gc_tuning.tune()
     results: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) if a.persistent else None
@@ -252,7 +265,7 @@ def main() -> int:
         f"confirm {a.confirm or 'off'}, prefetch {a.prefetch}"
     )
     print(f"# {shape}; {os.cpu_count()} CPUs; loadavg {os.getloadavg()[0]:.2f}")
-    print(f"# compiled: {len(leveret.build_info()['compiled'])} modules")
+    print(f"# compiled: {len(leveret.build_info()['compiled'])} modules; gc {gc.get_threshold()}")
     print("| scenario | broker CPU µs/msg (median) | range | msgs/s (median) |")
     print("|---|---:|---|---:|")
     summary = {}

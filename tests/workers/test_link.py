@@ -111,6 +111,16 @@ def test_bytes_that_are_not_records_are_an_error(data: bytes, message: str) -> N
         LinkReader().feed(data)
 
 
+def test_a_publish_cut_inside_names_seen_before_is_an_error() -> None:
+    """The reader finds a publisher's names by their bytes once it has decoded them:
+    a later record whose names run past its end is still an error."""
+    reader = LinkReader()
+    assert reader.feed(encode([Publish(1, "/", ["q1"], b"x")])) == [Publish(1, "/", ["q1"], b"x")]
+    payload = struct.pack(">QB", 2, 1) + b"/\x00\x01\x02q"  # the name's last byte is gone
+    with pytest.raises(LinkError, match="publish"):
+        reader.feed(struct.pack(">IB", len(payload), link.PUBLISH) + payload)
+
+
 # -- two processes ----------------------------------------------------------------------
 
 N_PUBLISHES = 20_000

@@ -49,6 +49,7 @@ from pamqp import commands as cmd
 
 from leveret.broker.consumer import Consumer
 from leveret.broker.errors import ModelError
+from leveret.broker.queues import QUEUE_CLASSES
 from leveret.broker.queues.base import QueueEntry
 from leveret.protocol import methods as wire
 from leveret.protocol.constants import (
@@ -77,6 +78,12 @@ log = logging.getLogger("leveret.workers")
 #: NACK flag: the queue refused the message (x-overflow=reject-publish), nothing failed
 REFUSED = 1
 
+#: queue types whose queues take a transient message without a write to the store
+#: (not `persists_all`): the owner confirms such a message as soon as it enqueued it
+_KEEPS_TRANSIENT_IN_MEMORY = frozenset(
+    name for name, cls in QUEUE_CLASSES.items() if not cls.persists_all
+)
+
 
 class QueueRefused(Exception):
     """The owner's queue turned a message away (x-overflow=reject-publish)."""
@@ -86,14 +93,6 @@ def _quiet(barrier: Any) -> bool:
     """A plain publish's barrier (no confirm, no transaction): it only reports disk
     failures, and a message the owner refused or never got is no failure there."""
     return type(barrier) is FailureReporter
-
-
-def _kind(barrier: Any) -> bool | None:
-    """True: a publisher confirm's barrier (the channel's partial of
-    _confirm_written); False: a tx.commit's; None: a plain publish's (_quiet)."""
-    if _quiet(barrier):
-        return None
-    return type(getattr(barrier, "on_done", None)) is partial
 
 
 def _ignore(fut: asyncio.Future[Any]) -> None:
@@ -150,13 +149,25 @@ class Crossing:
             return  # one record per owner: the fan-out's earlier queue opened it
         seq = 0
         if barrier is not None:
-            self._seq += 1
-            seq = self._seq
-            waiting = self._confirms.get(peer)
-            if waiting is None:
-                waiting = self._confirms[peer] = {}
-            # A confirm's barrier calls the channel's _confirm_written for its number.
-            waiting[seq] = (barrier.add(), _kind(barrier))
+            quiet = type(barrier) is FailureReporter  # (_quiet, inline)
+            if not (
+                quiet and not message.persistent and queue.queue_type in _KEEPS_TRANSIENT_IN_MEMORY
+            ):
+                # (A plain publish's barrier only reports a store's failure, and the
+                # owner stores a transient message in such a queue nowhere: a CONFIRM
+                # of it would tell nobody anything, so none is asked for.)
+                self._seq += 1
+                seq = self._seq
+                waiting = self._confirms.get(peer)
+                if waiting is None:
+                    waiting = self._confirms[peer] = {}
+                # With the barrier's kind: True, a publisher confirm's (its callback is
+                # the channel's partial of _confirm_written for the number); False, a
+                # tx.commit's; None, a plain publish's (_quiet).
+                waiting[seq] = (
+                    barrier.add(),
+                    None if quiet else type(getattr(barrier, "on_done", None)) is partial,
+                )
         link.publish_open(message, seq, vhost, queue.name, encode(message))
 
     def _on_confirm(self, peer: int, settle: records.Settle) -> None:
@@ -164,10 +175,12 @@ class Crossing:
         if not waiting:
             return
         if settle.kind == records.CONFIRM:
-            for seq in settle.ids():
-                item = waiting.pop(seq, None)
-                if item is not None:
-                    item[0](None)
+            pop = waiting.pop
+            for first, count in settle.runs:
+                for seq in range(first, first + count):
+                    item = pop(seq, None)
+                    if item is not None:
+                        item[0](None)
             return
         refused = settle.flags & REFUSED
         for seq in settle.ids():

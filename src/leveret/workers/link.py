@@ -291,6 +291,7 @@ def _short(text: str, what: str) -> bytes:
 
 
 _HEAD_SEQ = struct.Struct(">IBQ")  # a PUBLISH record's header and sequence number
+_HEAD_DELIVER = struct.Struct(">IBQQB")  # a DELIVER record's header and fixed fields
 #: the encoded vhost and queue names of PUBLISH records, by (vhost, *queues)
 _NAMES: dict[tuple[str, ...], bytes] = {}
 
@@ -338,7 +339,13 @@ class LinkWriter:
     def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
         """Queue a PUBLISH of `message` (whose identity is `token`) that
         `publish_more` may add queues to while it is the last record."""
-        self.close_open()
+        o = self._open_publish
+        if o is not None:  # the previous message's: queued as bytes now
+            self._open_publish = None
+            self.pending -= len(o[4])
+            self.publish(o[1], o[2], o[3], o[4])
+        elif self._open_settle is not None:
+            self.close_open()
         self._open_publish = [token, seq, vhost, [queue], message]
         self.pending += len(message)
 
@@ -414,8 +421,16 @@ class LinkWriter:
         self.add(Settle(kind, ref, runs, flags))
 
     def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
-        """Queue a DELIVER record (the hot path: no record object is made)."""
-        self._add(DELIVER, _DELIVER.pack(ref, delivery, flags), message)
+        """Queue a DELIVER record (the hot path: no record object is made, and the
+        record's header and fixed fields are packed in one call)."""
+        if self._open_publish is not None or self._open_settle is not None:
+            self.close_open()
+        size = _DELIVER.size + len(message)
+        if size > MAX_PAYLOAD:
+            raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+        self._chunks += (_HEAD_DELIVER.pack(size, DELIVER, ref, delivery, flags), message)
+        self.pending += HEADER.size + size
+        self.records += 1
 
     def add(self, record: Record) -> None:
         """Queue any record."""
@@ -516,29 +531,58 @@ class LinkReader:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Record]:
         """The whole records `data` completes, in order. Raises `LinkError` for bytes
-        that are not records (the stream is then unusable)."""
+        that are not records (the stream is then unusable).
+
+        The records are cut from one bytes object by slicing (a record's content is
+        one copy); PUBLISH and DELIVER, one or two per message, are decoded here
+        rather than through `_decode`."""
         buf = self._buffer
-        buf += data
+        if buf:
+            buf += data
+            data = bytes(buf)
+            buf.clear()
+        elif type(data) is not bytes:
+            data = bytes(data)
         out: list[Record] = []
         pos = 0
-        end = len(buf)
-        view = memoryview(buf)
+        end = len(data)
         try:
-            while end - pos >= HEADER.size:
-                size, kind = HEADER.unpack_from(buf, pos)
+            while end - pos >= 5:  # HEADER.size
+                size, kind = HEADER.unpack_from(data, pos)
                 if size > MAX_PAYLOAD:
                     raise LinkError(f"record length {size} is over {MAX_PAYLOAD}")
                 if kind not in KIND_NAMES:
                     raise LinkError(f"unknown record kind {kind}")
-                start = pos + HEADER.size
+                start = pos + 5
                 if end - start < size:
                     break
-                out.append(_decode(kind, view[start : start + size]))
                 pos = start + size
-        finally:
-            view.release()
-        if pos:
-            del buf[:pos]
+                if kind == DELIVER and size >= 17:  # _DELIVER.size
+                    ref, delivery, flags = _DELIVER.unpack_from(data, start)
+                    out.append(Deliver(ref, delivery, flags, data[start + 17 : pos]))
+                    continue
+                if kind == PUBLISH and size >= 11:
+                    # The names (vhost, queues) of a publisher's records repeat: those
+                    # decoded before are found by their bytes (_DECODED); new ones go
+                    # through _decode, which checks and caches them.
+                    vlen = data[start + 8]
+                    q = start + 11 + vlen
+                    if q <= pos:
+                        for _ in range(_U16.unpack_from(data, q - 2)[0]):
+                            if q >= pos:
+                                break
+                            q += 1 + data[q]
+                        known = _DECODED.get(data[start + 8 : q]) if q <= pos else None
+                        if known is not None:
+                            vhost, names, offset = known
+                            seq = _SEQ.unpack_from(data, start)[0]
+                            out.append(Publish(seq, vhost, names, data[start + offset : pos]))
+                            continue
+                out.append(_decode(kind, memoryview(data)[start:pos]))
+        except struct.error as exc:
+            raise LinkError(f"malformed record: {exc}") from exc
+        if pos < end:
+            buf += memoryview(data)[pos:]
         self.records += len(out)
         return out
 
@@ -654,28 +698,32 @@ class Link(asyncio.Protocol):
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish(seq, vhost, queues, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def deliver(self, ref: int, delivery: int, flags: int, message: bytes) -> None:
         """Queue a DELIVER without making a `Deliver` object."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.deliver(ref, delivery, flags, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def publish_open(self, token: object, seq: int, vhost: str, queue: str, message: bytes) -> None:
         """Queue a PUBLISH that `writer.publish_more` may still add queues to."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.publish_open(token, seq, vhost, queue, message)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def settle_open(self, kind: int, ref: int, ident: int, flags: int = 0) -> None:
         """Settle one id; the ids of a loop turn join into runs of one record."""
         if self.closed:
             raise ConnectionResetError("worker link closed")
         self.writer.settle_open(kind, ref, ident, flags)
-        self._schedule()
+        if not self._flush_scheduled or self.writer.pending >= self.batch_limit:
+            self._schedule()  # (else a flush is due at the turn's end already)
 
     def _schedule(self) -> None:
         if self.writer.pending >= self.batch_limit:

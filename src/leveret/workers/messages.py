@@ -68,15 +68,25 @@ def encode(message: Message, body: bytes | None = None) -> bytes:
     return data
 
 
+#: (exchange, routing key) by their bytes as basic.deliver carries them: a stream of
+#: messages mostly repeats a few, and the cached bytes are shared by their messages
+_ROUTES: dict[bytes, tuple[bytes, str, str]] = {}
+
+
 def decode(data: bytes) -> Message:
     """The `Message` of record bytes made by `encode`."""
     flags = data[0]
     n = data[1]
     m = data[2 + n]
     p = 3 + n + m
-    exchange_and_key = data[1:p]
-    exchange = data[2 : 2 + n].decode()
-    routing_key = data[3 + n : p].decode()
+    route = _ROUTES.get(data[1:p])
+    if route is None:
+        exchange_and_key = data[1:p]
+        route = (exchange_and_key, data[2 : 2 + n].decode(), data[3 + n : p].decode())
+        if len(_ROUTES) > 4096:
+            _ROUTES.clear()  # many routes once: keep the cache small, not complete
+        _ROUTES[exchange_and_key] = route
+    exchange_and_key, exchange, routing_key = route
     keys = None
     if flags & KEYS:
         (count,) = _U16.unpack_from(data, p)

@@ -52,13 +52,16 @@ log = logging.getLogger("leveret.workers")
 
 class LinkedChannel:
     """The channel of a consumer whose client is on another worker
-    (broker.ports.DeliveryChannel): deliveries become DELIVER records."""
+    (broker.ports.DeliveryChannel): deliveries become DELIVER records.
+
+    `deliverable` is a plain attribute, read by the queue's dispatch for every
+    delivery; a consumer of a channel with a global prefetch is a `CreditChannel`."""
 
     __slots__ = (
         "serving",
         "peer",
         "ref",
-        "_deliverable",
+        "deliverable",
         "global_prefetch",
         "unacked_count",
         "credit_out",
@@ -66,28 +69,38 @@ class LinkedChannel:
         "asked",
     )
 
-    def __init__(
-        self, serving: Serving, peer: int, ref: int, global_prefetch: int, credit: bool = False
-    ) -> None:
+    def __init__(self, serving: Serving, peer: int, ref: int, global_prefetch: int) -> None:
         self.serving = serving
         self.peer = peer
         self.ref = ref
         self.unacked_count = 0
         self.credit_out = 0
         self.asked = False
-        if credit:
-            # The client's channel has basic.qos global=true: its worker keeps the
-            # window across all the channel's consumers and grants this one credit
-            # (CREDIT n: n more deliveries) from what is left of it.
-            self.credit: int | None = 0
-            self.deliverable = False
-            self.global_prefetch = 0
-        else:
-            self.credit = None
-            self.deliverable = True
-            self.global_prefetch = global_prefetch
+        self.credit: int | None = None
+        self.deliverable = True
+        self.global_prefetch = global_prefetch
 
-    @property
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        self.serving.deliver(self, consumer, queue, entry)
+
+    def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue was deleted: the consumer's worker tells its client."""
+        self.serving.cancelled(self, consumer)
+
+
+class CreditChannel(LinkedChannel):
+    """A `LinkedChannel` whose client's channel has basic.qos global=true: its worker
+    keeps the window across all the channel's consumers and grants this one credit
+    (CREDIT n: n more deliveries) from what is left of it."""
+
+    __slots__ = ("_deliverable",)
+
+    def __init__(self, serving: Serving, peer: int, ref: int) -> None:
+        super().__init__(serving, peer, ref, 0)
+        self.credit = 0
+        self.deliverable = False
+
+    @property  # type: ignore[override]
     def deliverable(self) -> bool:
         """Whether the consumer takes a delivery now. A credit-granted consumer without
         credit that the queue offers one asks its channel's worker for credit, once."""
@@ -101,13 +114,6 @@ class LinkedChannel:
     @deliverable.setter
     def deliverable(self, value: bool) -> None:
         self._deliverable = value
-
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
-        self.serving.deliver(self, consumer, queue, entry)
-
-    def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
-        """The queue was deleted: the consumer's worker tells its client."""
-        self.serving.cancelled(self, consumer)
 
 
 class _PeerPublishers:
@@ -197,9 +203,15 @@ class Serving:
             return
         assert vhost is not None
         message = decode(record.message)
-        if not seq or not (
-            message.persistent or (vhost.persisting and any(q.persists_all for q in queues))
-        ):
+        stored = message.persistent
+        if seq and not stored and vhost.persisting:
+            # (A loop, not any() over a generator: asked for every confirmed transient
+            # message, and `persisting` counts the other workers' queues too.)
+            for queue in queues:
+                if queue.persists_all:
+                    stored = True
+                    break
+        if not seq or not stored:
             # As a local publish: no barrier for a transient message (it is the queue's
             # once enqueued), so no object a message to make here either.
             refused = False
@@ -312,11 +324,25 @@ class Serving:
         return taken
 
     def _on_ack(self, peer: int, record: records.Settle) -> None:
+        """Acks, one per delivery of a consumer's stream: `_settled`'s bookkeeping and
+        the queue's settle in one pass over the record's runs."""
+        out = self._out.get(peer)
+        if not out:
+            return
+        pop = out.pop
         touched = set()
-        for queue, entry, _consumer in self._settled(peer, record):
-            queue.stats.ack += 1
-            queue.settle(entry)
-            touched.add(queue)
+        for first, count in record.runs:
+            for delivery in range(first, first + count):
+                item = pop(delivery, None)
+                if item is None:
+                    continue  # requeued already (its consumer's channel closed) or stale
+                queue, entry, consumer = item
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    consumer.channel.unacked_count -= 1
+                queue.stats.ack += 1
+                queue.settle(entry)
+                touched.add(queue)
         _redispatch(touched)
 
     def _on_reject(self, peer: int, record: records.Settle) -> None:
@@ -383,7 +409,11 @@ class Serving:
         exclusive, priority = check_consume(
             queue, exclusive, arguments, prefetch, global_prefetch, no_ack
         )
-        channel = LinkedChannel(self, peer, ref, global_prefetch, credit and not no_ack)
+        channel = (
+            CreditChannel(self, peer, ref)
+            if credit and not no_ack
+            else LinkedChannel(self, peer, ref, global_prefetch)
+        )
         consumer = Consumer(tag, channel, queue, no_ack, exclusive, prefetch, priority, arguments)
         queue.add_consumer(consumer)
         self._consumers[(peer, ref)] = consumer
