@@ -1,9 +1,10 @@
 """A leader of workers answers a definition change only once its followers hold it:
-three real nodes of `--workers 2` on a real etcd; queues of both workers deleted
-(delete-ok), a queue of worker 1 declared over AMQP (declare-ok) and one over the
-management API of the leader's worker 0 (201) while no follower runs: none is
-answered until a follower is back and holds it. Then the whole leader is SIGKILLed at
-once: on the new leader the deleted queues are gone and the declared ones are there."""
+three real nodes of `--workers 2` on a real etcd. While no follower runs, queues of
+both workers are deleted over AMQP, a queue of worker 1 is declared over AMQP and one
+over the management API of the leader's worker 0, and one is deleted there: none is
+answered (delete-ok, declare-ok, 201, 204) until a follower is back and holds it.
+Then the whole leader is SIGKILLed at once: on the new leader the deleted queues are
+gone and the declared ones are there."""
 
 from __future__ import annotations
 
@@ -49,12 +50,13 @@ def _exists(urls: list[str], queue: str, deadline: float = 60.0) -> bool:
         time.sleep(0.3)
 
 
-def _put_queue(port: int, name: str) -> int:
-    """PUT a durable queue through the management API; the HTTP status."""
+def _queue_request(port: int, method: str, name: str) -> int:
+    """PUT (a durable queue) or DELETE a queue through the management API; the HTTP
+    status."""
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/api/queues/%2F/{name}",
-        data=json.dumps({"durable": True}).encode(),
-        method="PUT",
+        data=json.dumps({"durable": True}).encode() if method == "PUT" else None,
+        method=method,
         headers={
             "Content-Type": "application/json",
             "Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=",  # guest:guest
@@ -71,6 +73,7 @@ def test_answers_of_a_leader_of_workers_wait_for_its_followers(cluster_dir: str)
     deleted = [on[0][0], on[1][0]]  # one queue of each worker
     declared = on[1][1]  # declared over AMQP
     put = on[1][2]  # declared over the management API of worker 0
+    removed = on[1][3]  # deleted over the management API of worker 0
     cluster = Cluster(cluster_dir, extra=("--workers", str(WORKERS)), management=True)
     try:
         names = {n.name for n in cluster.nodes}
@@ -81,6 +84,7 @@ def test_answers_of_a_leader_of_workers_wait_for_its_followers(cluster_dir: str)
         for queue in deleted:
             ch.queue_declare(queue, durable=True)
             ch.basic_publish("", queue, b"x")
+        ch.queue_declare(removed, durable=True)
         conn.close()
         cluster.wait_in_sync(names, timeout=60)
         followers = [n for n in cluster.nodes if n is not leader]
@@ -90,7 +94,10 @@ def test_answers_of_a_leader_of_workers_wait_for_its_followers(cluster_dir: str)
         changes = [
             *(threading.Thread(target=_delete, args=(leader.url, q, answers)) for q in deleted),
             threading.Thread(target=_declare, args=(leader.url, declared, answers)),
-            threading.Thread(target=_put, args=(leader.management_port, put, answers)),
+            threading.Thread(target=_http, args=(leader.management_port, "PUT", put, answers)),
+            threading.Thread(
+                target=_http, args=(leader.management_port, "DELETE", removed, answers)
+            ),
         ]
         for thread in changes:
             thread.start()
@@ -106,6 +113,7 @@ def test_answers_of_a_leader_of_workers_wait_for_its_followers(cluster_dir: str)
             deleted[1]: ("delete-ok", 1),
             declared: "declare-ok",
             put: 201,
+            removed: 204,
         }, cluster.logs()[-5000:]
         _kill_whole_node(leader)  # at once, right after the answers
         new = cluster.wait_leader(other_than=leader.name, timeout=60)
@@ -114,6 +122,7 @@ def test_answers_of_a_leader_of_workers_wait_for_its_followers(cluster_dir: str)
             assert not _exists([new.url], queue), f"{queue} was deleted (delete-ok) before"
         assert _exists([new.url], declared), "declare-ok'd before the kill"
         assert _exists([new.url], put), "201 from the management API before the kill"
+        assert not _exists([new.url], removed), "204 from the management API before the kill"
     finally:
         cluster.close()
 
@@ -138,14 +147,14 @@ def _declare(url: str, queue: str, answers: dict[str, object]) -> None:
         answers[queue] = exc
 
 
-def _put(port: int, queue: str, answers: dict[str, object]) -> None:
+def _http(port: int, method: str, queue: str, answers: dict[str, object]) -> None:
     try:
-        answers[queue] = _put_queue(port, queue)
+        answers[queue] = _queue_request(port, method, queue)
     except Exception as exc:  # noqa: BLE001 - the test's assertion shows it
         answers[queue] = exc
 
 
 def _names(worker: int) -> list[str]:
-    """Three queue names that workers place on `worker`."""
+    """Four queue names that workers place on `worker`."""
     names = (f"wk-hold-{i}" for i in range(1000))
-    return [n for n in names if placement("/", n, WORKERS) == worker][:3]
+    return [n for n in names if placement("/", n, WORKERS) == worker][:4]
