@@ -158,6 +158,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._out_large = False  # a large body is queued: flush with writelines
         self._hold = 0  # a cluster leader's output waits for this stream position
         self._hold_waiting = False
+        # ... and for these changes (hold_output_until); `_hold` is -1 while only they hold
+        self._held_changes: list[asyncio.Future[Any]] = []
         self._sizer = ReadSizer()
         self._read_buffer = server.read_buffer
         # server/busy_wait.py: None unless --busy-wait-us; each read arms it
@@ -669,9 +671,27 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if tap is not None and tap.sql_position != mark:
             self._hold = tap.sql_position
 
+    def hold_output_until(self, change: asyncio.Future[Any]) -> None:
+        """A worker of a leading cluster node: what this connection writes from now on
+        (the answer a metadata change writes as it is applied here, delete-ok, and all
+        output after it, in order) leaves only once `change` is done, which it is once
+        the node's followers hold every worker's write for it."""
+        self._held_changes.append(change)
+        if not self._hold:
+            self._hold = -1
+        change.add_done_callback(self._held_change_done)
+
+    def _held_change_done(self, change: asyncio.Future[Any]) -> None:
+        if change in self._held_changes:
+            self._held_changes.remove(change)
+        if not self._held_changes and self.state != "closed":
+            self._flush()
+
     def _hold_for_followers(self) -> bool:
+        if self._held_changes:
+            return True  # `_held_change_done` flushes
         tap = replica.TAP
-        if tap is None or tap.reached(self._hold):  # type: ignore[attr-defined]
+        if tap is None or self._hold < 0 or tap.reached(self._hold):  # type: ignore[attr-defined]
             self._hold = 0
             return False
         if not self._hold_waiting:

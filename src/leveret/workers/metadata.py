@@ -539,9 +539,21 @@ class Metadata:
         # The worker of the client sends delete-ok as it applies the change, before
         # the basic.cancel of the queue's consumers (py-amqp wants that order).
         answer = None if m.nowait else (ch.number, messages)
-        done = self.submit(("queue.delete", queue.vhost.name, queue.name, ref, answer))
-        if isinstance(done, Awaitable):
-            await done
+        held: asyncio.Future[None] | None = None
+        if replica.TAP is not None:
+            # A leading cluster node: delete-ok (written as the change is applied on
+            # this worker, before the cancels of the queue's consumers) and all output
+            # after it leave once the followers hold every worker's deletion, as a
+            # declare-ok does, so a queue deleted just before a failover stays deleted.
+            held = asyncio.get_running_loop().create_future()
+            ch.conn.hold_output_until(held)
+        try:
+            done = self.submit(("queue.delete", queue.vhost.name, queue.name, ref, answer))
+            if isinstance(done, Awaitable):
+                await done
+        finally:
+            if held is not None:
+                held.set_result(None)
 
     # --- the writer -----------------------------------------------------------------
 
