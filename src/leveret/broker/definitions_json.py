@@ -19,6 +19,7 @@ from leveret.auth.users import Permission, TopicPermission, check_user_limits, p
 from leveret.broker.errors import InvalidValue, ModelError, NotFound
 from leveret.broker.global_parameters import check_value
 from leveret.broker.policies import Policy
+from leveret.protocol.fieldtable import Long
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -200,6 +201,20 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+def json_arguments(value: Any) -> Any:
+    """A binding's arguments from JSON with the field types RabbitMQ gives them: every
+    integer a long (RabbitMQ 3.10.8: only an unbind with the value as a long removes a
+    binding the management API made). A binding's types are part of its
+    identity, so this decides which unbind removes it, before and after a restart."""
+    if isinstance(value, dict):
+        return {k: json_arguments(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_arguments(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return Long(value)
+    return value
 
 
 def _default_algorithm(doc: dict[str, Any]) -> str:
@@ -490,4 +505,4 @@ def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = No
                 raise NotFound(f"no queue '{item['destination']}' in vhost '{target.name}'")
         else:
             dest = target.get_exchange(item["destination"])
-        target.bind(source, dest, item.get("routing_key", ""), arguments)
+        target.bind(source, dest, item.get("routing_key", ""), json_arguments(arguments))
