@@ -259,3 +259,47 @@ def test_the_management_api_shows_the_same_arguments_after_a_restart(brokers):
     assert before[0]["x-double"] == 0.1 and before[0]["x-table"]["a"] == [1, "s", 2.5]
     broker.restart()
     assert shown() == before
+
+
+def _headers_bindings(broker: Any) -> list[dict[str, Any]]:
+    return management_request(broker, "GET", "bindings/%2F/e/hx/q/bq")[1]
+
+
+def test_a_management_api_binding_is_a_long_one_across_a_restart(brokers):
+    """RabbitMQ 3.10.8 gives a JSON integer in a binding's arguments the type long: an
+    unbind with it as a signedint or a byte leaves the binding, one with a long removes
+    it. Bindings that differ only in an integer's type have their own properties_key,
+    and a DELETE by it removes that one only. A restart keeps the types."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    assert _bind_headers(broker.port, {"x-match": "any", "n": SignedInt(7)})[-1] == (
+        "Queue.BindOk",
+        None,
+    )
+    status, _ = management_request(
+        broker, "POST", "bindings/%2F/e/hx/q/bq", {"arguments": {"x-match": "any", "n": 7}}
+    )
+    assert status == 201
+    listed = _headers_bindings(broker)
+    assert [b["arguments"] for b in listed] == [{"x-match": "any", "n": 7}] * 2
+    assert len({b["properties_key"] for b in listed}) == 2
+    broker.restart()
+    assert _headers_bindings(broker) == listed
+    for kind in (SignedInt, Byte):
+        _unbind(broker.port, {"x-match": "any", "n": kind(7)})
+    assert len(_headers_bindings(broker)) == 1  # the signedint one is gone, not the long
+    assert _unbind(broker.port, {"x-match": "any", "n": Long(7)}) == [("Queue.UnbindOk", None)]
+    assert _headers_bindings(broker) == []
+
+    # Two bindings made over AMQP: a DELETE by one's properties_key leaves the other.
+    for kind in (SignedInt, Long):
+        _bind_headers(broker.port, {"x-match": "any", "n": kind(7)})
+    first, second = _headers_bindings(broker)
+    status, _ = management_request(
+        broker, "DELETE", f"bindings/%2F/e/hx/q/bq/{first['properties_key']}"
+    )
+    assert status == 204
+    assert _headers_bindings(broker) == [second]
+    broker.restart()
+    assert _headers_bindings(broker) == [second]
