@@ -303,3 +303,31 @@ def test_a_management_api_binding_is_a_long_one_across_a_restart(brokers):
     assert _headers_bindings(broker) == [second]
     broker.restart()
     assert _headers_bindings(broker) == [second]
+
+
+def test_an_imported_binding_is_a_long_one(brokers):
+    """Definitions give a binding's JSON integers RabbitMQ's type, long, as the
+    management API does: only an unbind with a long removes the imported binding."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    assert _bind_headers(broker.port, {"x-match": "any", "n": SignedInt(7)})[-1] == (
+        "Queue.BindOk",
+        None,
+    )
+    binding = {
+        "source": "hx",
+        "vhost": "/",
+        "destination": "bq",
+        "destination_type": "queue",
+        "routing_key": "",
+        "arguments": {"x-match": "any", "n": 7},
+    }
+    status, _ = management_request(broker, "POST", "definitions", {"bindings": [binding]})
+    assert status in (200, 201, 204)
+    assert len(_headers_bindings(broker)) == 2  # the signedint one and the imported long
+    broker.restart()
+    _unbind(broker.port, {"x-match": "any", "n": SignedInt(7)})
+    assert [b["arguments"] for b in _headers_bindings(broker)] == [{"x-match": "any", "n": 7}]
+    assert _unbind(broker.port, {"x-match": "any", "n": Long(7)}) == [("Queue.UnbindOk", None)]
+    assert _headers_bindings(broker) == []
