@@ -10,6 +10,7 @@ setting) and bad password hashes, naming the place: `users[2].tags`.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -197,10 +198,24 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "replace")
+        return utf8_safe(bytes(value))
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+def utf8_safe(raw: bytes) -> str:
+    """A longstr or byte array as RabbitMQ's management API shows it: its text when it
+    is UTF-8, else `Not UTF-8, base64 is: ` and its base64, a newline after each whole
+    76 characters (recorded: tests/compat/http, queues.get.arguments_not_utf8)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(raw).decode()
+        full = len(encoded) - len(encoded) % 76
+        # each whole line of 76 ends in a newline, the last one too
+        lines = "".join(encoded[i : i + 76] + "\n" for i in range(0, full, 76))
+        return "Not UTF-8, base64 is: " + lines + encoded[full:]
 
 
 def json_arguments(value: Any) -> Any:
