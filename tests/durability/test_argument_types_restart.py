@@ -4,8 +4,8 @@ RabbitMQ's refusal of a redeclaration that leaves an argument out names the type
 was declared with (tests/compat/amqp/scenarios_argtypes.py, recorded from RabbitMQ);
 a restart cannot be recorded from RabbitMQ, so these check that Leveret answers the
 same steps the same after a restart as before it, and before it as RabbitMQ did.
-A binding stored by the format before (pamqp's smallest integer types) is still
-found by an unbind after the upgrade.
+A binding stored by the format before (pamqp's smallest integer types) is found
+after the upgrade by an unbind that sends those types.
 """
 
 from __future__ import annotations
@@ -178,10 +178,12 @@ def _format_versions(data_dir: Path) -> list[str]:
     return out
 
 
-def test_a_binding_kept_in_format_1_is_unbound_after_the_upgrade(brokers):
-    """The binding was made with `n` a signedint; format 1 kept it as a byte. After
-    the upgrade an unbind with the signedint removes it from the store too: after
-    another restart the exchange is unused."""
+def test_a_binding_kept_in_format_1_is_unbound_with_the_smallest_type(brokers):
+    """The binding was made with `n` a signedint; format 1 kept it as a byte (pamqp's
+    smallest integer type), and a binding's types are its identity. After the upgrade
+    an unbind with the signedint finds nothing (the stored binding stays: the exchange
+    is still used after another restart); one with the byte, the type the row holds,
+    removes it from the store too."""
     arguments = {"x-match": "any", "n": SignedInt(7)}
     broker = brokers.start()
     assert _bind_headers(broker.port, arguments)[-1] == ("Queue.BindOk", None)
@@ -193,6 +195,12 @@ def test_a_binding_kept_in_format_1_is_unbound_after_the_upgrade(brokers):
     broker.start()
     assert set(_format_versions(broker.data_dir)) == {"2"}
     assert _unbind(broker.port, arguments) == [("Queue.UnbindOk", None)]
+    assert_exit_ok(broker)
+    assert _binding_rows(broker.data_dir) == rows
+    broker.start()
+    assert _delete_if_unused(broker.port) != [("Exchange.DeleteOk", None)]
+    smallest = {"x-match": "any", "n": Byte(7)}
+    assert _unbind(broker.port, smallest) == [("Queue.UnbindOk", None)]
     assert_exit_ok(broker)
     assert _binding_rows(broker.data_dir) == [[] for _ in rows]
     broker.start()
@@ -251,3 +259,75 @@ def test_the_management_api_shows_the_same_arguments_after_a_restart(brokers):
     assert before[0]["x-double"] == 0.1 and before[0]["x-table"]["a"] == [1, "s", 2.5]
     broker.restart()
     assert shown() == before
+
+
+def _headers_bindings(broker: Any) -> list[dict[str, Any]]:
+    return management_request(broker, "GET", "bindings/%2F/e/hx/q/bq")[1]
+
+
+def test_a_management_api_binding_is_a_long_one_across_a_restart(brokers):
+    """RabbitMQ 3.10.8 gives a JSON integer in a binding's arguments the type long: an
+    unbind with it as a signedint or a byte leaves the binding, one with a long removes
+    it. Bindings that differ only in an integer's type have their own properties_key,
+    and a DELETE by it removes that one only. A restart keeps the types."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    assert _bind_headers(broker.port, {"x-match": "any", "n": SignedInt(7)})[-1] == (
+        "Queue.BindOk",
+        None,
+    )
+    status, _ = management_request(
+        broker, "POST", "bindings/%2F/e/hx/q/bq", {"arguments": {"x-match": "any", "n": 7}}
+    )
+    assert status == 201
+    listed = _headers_bindings(broker)
+    assert [b["arguments"] for b in listed] == [{"x-match": "any", "n": 7}] * 2
+    assert len({b["properties_key"] for b in listed}) == 2
+    broker.restart()
+    assert _headers_bindings(broker) == listed
+    for kind in (SignedInt, Byte):
+        _unbind(broker.port, {"x-match": "any", "n": kind(7)})
+    assert len(_headers_bindings(broker)) == 1  # the signedint one is gone, not the long
+    assert _unbind(broker.port, {"x-match": "any", "n": Long(7)}) == [("Queue.UnbindOk", None)]
+    assert _headers_bindings(broker) == []
+
+    # Two bindings made over AMQP: a DELETE by one's properties_key leaves the other.
+    for kind in (SignedInt, Long):
+        _bind_headers(broker.port, {"x-match": "any", "n": kind(7)})
+    first, second = _headers_bindings(broker)
+    status, _ = management_request(
+        broker, "DELETE", f"bindings/%2F/e/hx/q/bq/{first['properties_key']}"
+    )
+    assert status == 204
+    assert _headers_bindings(broker) == [second]
+    broker.restart()
+    assert _headers_bindings(broker) == [second]
+
+
+def test_an_imported_binding_is_a_long_one(brokers):
+    """Definitions give a binding's JSON integers RabbitMQ's type, long, as the
+    management API does: only an unbind with a long removes the imported binding."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    assert _bind_headers(broker.port, {"x-match": "any", "n": SignedInt(7)})[-1] == (
+        "Queue.BindOk",
+        None,
+    )
+    binding = {
+        "source": "hx",
+        "vhost": "/",
+        "destination": "bq",
+        "destination_type": "queue",
+        "routing_key": "",
+        "arguments": {"x-match": "any", "n": 7},
+    }
+    status, _ = management_request(broker, "POST", "definitions", {"bindings": [binding]})
+    assert status in (200, 201, 204)
+    assert len(_headers_bindings(broker)) == 2  # the signedint one and the imported long
+    broker.restart()
+    _unbind(broker.port, {"x-match": "any", "n": SignedInt(7)})
+    assert [b["arguments"] for b in _headers_bindings(broker)] == [{"x-match": "any", "n": 7}]
+    assert _unbind(broker.port, {"x-match": "any", "n": Long(7)}) == [("Queue.UnbindOk", None)]
+    assert _headers_bindings(broker) == []

@@ -8,6 +8,7 @@ RabbitMQ's in tests/compat/plugins.
 from __future__ import annotations
 
 import time
+from urllib.parse import urlparse
 
 from links_support import api, count, drain, leveret, wait_for
 
@@ -281,3 +282,55 @@ def test_definitions_carry_upstreams_sets_and_shovels():
         status, body = api(b.api, "POST", "/api/definitions", bad)
         assert status == 400 and 'Key \\"src-uri\\" not found' not in body["reason"]
         assert 'Key "src-uri" not found in x' in body["reason"]
+
+
+def _typed_binding(url: str, bind: bool, arguments: dict) -> None:
+    """queue.bind (or unbind) of eu to orders with the arguments' own wire types (the
+    blocking client would send 7 as a byte whatever its type)."""
+    from pamqp import commands as C
+
+    from compat.amqp.scenarios_argtypes import typed
+    from rawamqp import RawClient
+
+    raw = RawClient("127.0.0.1", urlparse(url).port, timeout=30)
+    raw.handshake()
+    raw.open_channel(1)
+    cls, ok = (C.Queue.Bind, C.Queue.BindOk) if bind else (C.Queue.Unbind, C.Queue.UnbindOk)
+    raw.send_method(1, typed(cls, queue="eu", exchange="orders", routing_key="eu.#",
+                             arguments=arguments))  # fmt: skip
+    raw.wait_for(ok, channel=1)
+    raw.close()
+
+
+def _upstream_eu_bindings(broker) -> int:
+    rows = api(broker.api, "GET", "/api/bindings/%2F")[1]
+    return sum(b["source"] == "orders" and b["routing_key"] == "eu.#" for b in rows)
+
+
+def test_bindings_that_differ_only_in_an_integer_type_are_made_upstream_as_sent():
+    """Local bindings whose arguments differ only in an integer's wire type are
+    separate bindings. The link's client sends a signedint and a byte alike (the
+    smallest type) and a long as a long: two upstream bindings, the byte one kept
+    until both local bindings that make it go."""
+    from leveret.protocol.fieldtable import Byte, Long, SignedInt
+
+    with leveret() as up, leveret() as down:
+        declare(up.url, exchanges=[("orders", "topic")])
+        declare(down.url, exchanges=[("orders", "topic")], queues=["eu"])
+        for n in (SignedInt(7), Byte(7), Long(7)):
+            _typed_binding(down.url, True, {"n": n})
+        upstream(down.api, "origin", {"uri": up.url})
+        policy(down.api, "^orders$", {"federation-upstream": "origin"})
+        wait_running(down.api)
+        wait_for(lambda: _upstream_eu_bindings(up) == 2, what="the bindings upstream")
+        _typed_binding(down.url, False, {"n": SignedInt(7)})
+        # link changes are made in order: once a later binding is upstream, so is this
+        declare(down.url, queues=["us"], bindings=[("us", "orders", "us.*")])
+        wait_for(lambda: _upstream_keys(up) == {"eu.#", "us.*"}, what="the later binding")
+        assert _upstream_eu_bindings(up) == 2
+        _typed_binding(down.url, False, {"n": Byte(7)})
+        wait_for(lambda: _upstream_eu_bindings(up) == 1, what="the byte binding to go")
+        send(up.url, "orders", "eu.fr", b"still bound")
+        wait_for(lambda: count(down.url, "eu") == 1, what="the message for the long binding")
+        _typed_binding(down.url, False, {"n": Long(7)})
+        wait_for(lambda: _upstream_keys(up) == {"us.*"}, what="the last unbinding upstream")

@@ -10,6 +10,7 @@ setting) and bad password hashes, naming the place: `users[2].tags`.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from leveret.auth.users import Permission, TopicPermission, check_user_limits, p
 from leveret.broker.errors import InvalidValue, ModelError, NotFound
 from leveret.broker.global_parameters import check_value
 from leveret.broker.policies import Policy
+from leveret.protocol.fieldtable import Long
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -196,10 +198,38 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "replace")
+        return utf8_safe(bytes(value))
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+def utf8_safe(raw: bytes) -> str:
+    """A longstr or byte array as RabbitMQ's management API shows it: its text when it
+    is UTF-8, else `Not UTF-8, base64 is: ` and its base64, a newline after each whole
+    76 characters (recorded: tests/compat/http, queues.get.arguments_not_utf8)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(raw).decode()
+        full = len(encoded) - len(encoded) % 76
+        # each whole line of 76 ends in a newline, the last one too
+        lines = "".join(encoded[i : i + 76] + "\n" for i in range(0, full, 76))
+        return "Not UTF-8, base64 is: " + lines + encoded[full:]
+
+
+def json_arguments(value: Any) -> Any:
+    """A binding's arguments from JSON with the field types RabbitMQ gives them: every
+    integer a long (RabbitMQ 3.10.8: only an unbind with the value as a long removes a
+    binding the management API made). A binding's types are part of its
+    identity, so this decides which unbind removes it, before and after a restart."""
+    if isinstance(value, dict):
+        return {k: json_arguments(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_arguments(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return Long(value)
+    return value
 
 
 def _default_algorithm(doc: dict[str, Any]) -> str:
@@ -490,4 +520,4 @@ def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = No
                 raise NotFound(f"no queue '{item['destination']}' in vhost '{target.name}'")
         else:
             dest = target.get_exchange(item["destination"])
-        target.bind(source, dest, item.get("routing_key", ""), arguments)
+        target.bind(source, dest, item.get("routing_key", ""), json_arguments(arguments))

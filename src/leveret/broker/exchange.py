@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
 from leveret.broker.exchanges import EXCHANGE_TYPES, ExchangeType
 from leveret.broker.stats import MessageStats
+from leveret.protocol.fieldtable import encode_decoded_value, join_table
 
 
 def arguments_key(arguments: dict[str, Any]) -> str:
-    """A hashable, order-independent identity for a binding's arguments table."""
-    return repr(sorted(arguments.items())) if arguments else ""
+    """A hashable identity for a binding's arguments table: the table encoded with each
+    value's wire type (protocol.fieldtable's typed numbers), its keys sorted. RabbitMQ
+    keys a binding by its arguments with their types, so 7 sent as a signedint and 7
+    sent as a long make two bindings, and an unbind removes only the one whose types
+    match. A plain int (one that was never on the wire) counts as the signedint it is
+    stored as."""
+    if not arguments:
+        return ""
+    try:
+        raw = join_table({k: encode_decoded_value(arguments[k]) for k in sorted(arguments)})
+    except (TypeError, ValueError, OverflowError, struct.error):
+        return repr(sorted(arguments.items()))  # a value no field table can hold
+    return raw.decode("latin-1")
 
 
 @dataclass(eq=False)

@@ -51,8 +51,8 @@ class ExchangeLink(FederationLink):
         self._channel: Channel | None = None
         self._internal: str | None = None
         self._queue: str | None = None
-        # (routing key, arguments key) → the downstream destinations bound with them
-        self._bindings: dict[tuple[str, str], set[Any]] = defaultdict(set)
+        # upstream binding (_key) → the local bindings that make it (_local)
+        self._bindings: dict[tuple[str, bytes], set[Any]] = defaultdict(set)
         self._upstream_vhost = "/"
         self._upstream_cluster: str | None = None
         self._accepting = False
@@ -202,7 +202,7 @@ class ExchangeLink(FederationLink):
         key = _key(binding)
         dests = self._bindings[key]
         first = not dests
-        dests.add(binding.destination)
+        dests.add(_local(binding))
         if not first and BOUND_FROM not in binding.arguments:
             return
         arguments = self._bound_from(binding.arguments)
@@ -217,7 +217,7 @@ class ExchangeLink(FederationLink):
         dests = self._bindings.get(key)
         if not dests:
             return
-        dests.discard(binding.destination)
+        dests.discard(_local(binding))
         if dests and BOUND_FROM not in binding.arguments:
             return
         self._bindings.pop(key, None)
@@ -299,10 +299,23 @@ class ExchangeLink(FederationLink):
             await _quietly_close(conn)
 
 
-def _key(binding: Any) -> tuple[str, str]:
+def _key(binding: Any) -> tuple[str, bytes]:
+    """The upstream binding a local one makes: its arguments as the link's client sends
+    them (protocol.methods.unchecked keeps a long's and a short's type, gives other
+    integers the smallest type), so local bindings that differ only in a signedint
+    against a byte (two bindings here, as in RabbitMQ) make one upstream binding, kept
+    until the last of them goes, while a long makes its own."""
+    from leveret.protocol.methods import _table_keeping_long_and_short
+
+    return (binding.routing_key, _table_keeping_long_and_short(binding.arguments))
+
+
+def _local(binding: Any) -> tuple[Any, str]:
+    """One local binding among those that share an upstream one: its destination and its
+    arguments with their types."""
     from leveret.broker.exchange import arguments_key
 
-    return (binding.routing_key, arguments_key(binding.arguments))
+    return (binding.destination, arguments_key(binding.arguments))
 
 
 def _text(value: Any) -> Any:

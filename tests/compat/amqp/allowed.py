@@ -119,15 +119,4 @@ ALLOWED: list[Allowed] = [
     ),
     # the basic.gets after the first two unbinds: RabbitMQ still routes to the binding
     # left; Leveret's one binding went with the first unbind
-    *(
-        Allowed(
-            "argtypes.binding_arguments_other_integer_type",
-            "*",
-            f"steps.{n}.*",
-            "differences.md#amqp-binding-argument-types",
-            "a known gap: bindings whose arguments differ only in an integer's wire type "
-            "are one binding (RabbitMQ keeps two)",
-        )
-        for n in (9, 12)
-    ),
 ]

@@ -2007,12 +2007,36 @@ def exchange_parity() -> list[Case]:
     return cases
 
 
+#: byte arrays (and one in a table, one in an array) a queue is declared with over AMQP:
+#: UTF-8 or not, short, one base64 line exactly (57 bytes), more than one line
+NOT_UTF8_ARGUMENTS: dict[str, Any] = {
+    "x-bin": b"\x00\xff",
+    "x-utf8": b"ab",
+    "x-empty": b"",
+    "x-one-line": b"\xff" * 57,
+    "x-lines": b"\xfe" * 120,
+    "x-table": {"t": b"\xff", "u": b"ok"},
+    "x-array": [b"\xfe", "s"],
+}
+
+
 def queue_parity() -> list[Case]:
     """What `{}` and string booleans declare; the properties a get shows; access refused
     to a get (and in which order RabbitMQ checks the request)."""
     q = f"/api/queues/{V}"
     gone = [Req("DELETE", f"{q}/q-new")]
     cases = [
+        Case(
+            "queues.get.arguments_not_utf8",
+            "GET",
+            f"{q}/q-new",
+            query={"columns": "name,arguments"},
+            setup=[Req("AMQP_DECLARE", "q-new", NOT_UTF8_ARGUMENTS)],
+            cleanup=gone,
+            writes=True,
+        ),
+    ]
+    cases += [
         Case(
             f"queues.put.{suffix}.then_get",
             "GET",

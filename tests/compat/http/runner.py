@@ -395,6 +395,15 @@ class Target:
             time.sleep(0.2)
         raise RuntimeError(f"the connection of {user} is not listed")
 
+    def declare_queue(self, name: str, arguments: dict[str, Any]) -> None:
+        """Queue `name` in VHOST declared over AMQP, for arguments JSON cannot give
+        (pika sends `bytes` as a byte array, 'x')."""
+        base = self.amqp_url.split("@", 1)[1].rsplit("/", 1)[0]
+        params = pika.URLParameters(f"amqp://guest:guest@{base}/{VHOST}")
+        params.heartbeat = 0
+        with pika.BlockingConnection(params) as conn:
+            conn.channel().queue_declare(name, arguments=arguments)
+
     def wait_for(self, path: str, want: Any, timeout: float = 30.0) -> None:
         """Poll GET `path` until its list has items and each has `want`'s values (with
         `$count`: at least that many of them have): a shovel that runs, connections
@@ -416,6 +425,8 @@ class Target:
         for req in case.setup:
             if req.method == "AMQP":
                 self.open_connection(req.user)
+            elif req.method == "AMQP_DECLARE":
+                self.declare_queue(req.path, req.body)
             elif req.method == "WAIT":
                 self.wait_for(req.path, req.body)
             else:

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from leveret.broker import definitions_json
 from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
+from leveret.broker.exchange import arguments_key
 from leveret.broker.policies import _lower, winner
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
@@ -516,8 +517,10 @@ def _quote_key(routing_key: str) -> str:
 def _arguments_hash(arguments: dict[str, Any]) -> str:
     """Names a binding's arguments in its properties key. RabbitMQ hashes the Erlang
     term (erlang:phash2); this hash differs, so a key with arguments is Leveret's own
-    (listings give it, and fetching by it works)."""
-    digest = hashlib.sha1(repr(sorted(arguments.items())).encode()).digest()
+    (listings give it, and fetching by it works). It hashes the binding's identity, wire
+    types included, so two bindings that differ only in an integer's type (RabbitMQ
+    keeps both) have two keys, as in RabbitMQ."""
+    digest = hashlib.sha1(arguments_key(arguments).encode("latin-1")).digest()
     return base64.urlsafe_b64encode(digest[:8]).decode().rstrip("=")
 
 
@@ -641,7 +644,7 @@ async def post_binding(request: web.Request) -> web.Response:
     key = body.get("routing_key", "")
     if isinstance(key, int | float) and not isinstance(key, bool):
         key = str(key)  # RabbitMQ takes a number as its text
-    arguments = _object(body, "arguments")
+    arguments = definitions_json.json_arguments(_object(body, "arguments"))
     if not isinstance(key, str):
         raise InvalidValue(f"routing_key must be a string, got {json.dumps(key)}")
     guard = _permission_guard(request, vhost)
