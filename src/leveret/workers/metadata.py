@@ -463,7 +463,8 @@ class Metadata:
                 item["destination"],
                 item["destination_type"] == "queue",
                 item.get("routing_key", ""),
-                arguments,
+                # a binding's JSON integers are longs, as one process imports them
+                definitions_json.json_arguments(arguments),
                 None,
             )
         self.submit(op)
