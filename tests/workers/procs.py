@@ -117,6 +117,19 @@ class Workers:
             return {}
 
 
+def kill_and_wait(broker: Workers, victim: int) -> None:
+    """SIGKILL worker `victim` and wait until the supervisor's replacement serves."""
+    before = broker.status()["workers"][victim]
+    os.kill(before["pid"], signal.SIGKILL)
+
+    def back() -> bool:
+        """the killed worker serves again"""
+        w = broker.status()["workers"][victim]
+        return w["pid"] != before["pid"] and w["ready"]
+
+    wait_for(back)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

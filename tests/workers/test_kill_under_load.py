@@ -14,8 +14,6 @@ consumed: none lost, and a publisher's messages keep their order in each queue
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 import time
@@ -25,7 +23,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from workers.procs import Workers, name_on, wait_for
+from workers.procs import Workers, kill_and_wait, name_on, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
 
@@ -272,15 +270,7 @@ def test_sigkill_of_a_worker_under_confirmed_publishing_loses_nothing(
         wait_for(lambda: len(load.progress) == len(load.threads) and load.moved_on({}))
         for round_ in range(soak_rounds):
             victim = round_ % 2
-            before = broker.status()["workers"][victim]
-            os.kill(before["pid"], signal.SIGKILL)
-
-            def back(victim=victim, pid=before["pid"]):
-                """the killed worker serves again"""
-                w = broker.status()["workers"][victim]
-                return w["pid"] != pid and w["ready"]
-
-            wait_for(back)
+            kill_and_wait(broker, victim)
             with load.lock:
                 since = dict(load.progress)
 

@@ -23,7 +23,7 @@ import pytest
 
 from leveret.workers.sockets import listening_group
 from serverproc import server_argv
-from workers.procs import alive, wait_for
+from workers.procs import alive, kill_and_wait, wait_for
 from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
@@ -435,16 +435,7 @@ def test_workers_killed_in_turn_while_clients_connect(workers, soak_rounds: int)
     thread.start()
     try:
         for round_ in range(soak_rounds):
-            victim = round_ % 2
-            before = broker.status()["workers"][victim]
-            os.kill(before["pid"], signal.SIGKILL)
-
-            def back(victim=victim, pid=before["pid"]):
-                """the killed worker serves again"""
-                w = broker.status()["workers"][victim]
-                return w["pid"] != pid and w["ready"]
-
-            wait_for(back)
+            kill_and_wait(broker, round_ % 2)
             start = served[0]
             wait_for(lambda start=start: served[0] > start + 4)
     finally:
