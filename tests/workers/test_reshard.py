@@ -16,6 +16,7 @@ after, with nothing lost or doubled.
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import subprocess
@@ -187,6 +188,14 @@ def drain(broker: Broker, delayed: bool) -> dict[str, list]:
     return out
 
 
+def cluster_name(broker: Broker) -> str:
+    conn = broker.connect("rs-name")
+    try:
+        return conn._impl.server_properties["cluster_name"]
+    finally:
+        conn.close()
+
+
 def reshard(data: Path, count: int) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "leveret", "reshard", "--data-dir", str(data), "--workers", str(count)],
@@ -242,6 +251,7 @@ def test_names_spread_over_the_workers() -> None:
     assert any(placement("/", n, 2) != placement("/", n, 3) for n in names)
 
 
+@pytest.mark.timeout(300)  # three brokers started and drained, on a loaded machine too
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (2, 1), (1, 2)])
 def test_reshard_keeps_every_message(made, tmp_path: Path, old: int, new: int) -> None:
     data = tmp_path / "data"
@@ -249,10 +259,12 @@ def test_reshard_keeps_every_message(made, tmp_path: Path, old: int, new: int) -
     control = copy(data, tmp_path / "control")
     out = reshard(data, new)
     assert "re-sharded from" in out and "12 delayed messages" in out, out
-    expected = drain(made(old, control), delayed=True)
+    before = made(old, control)
+    expected = drain(before, delayed=True)
     check_control(expected, delayed=True)
     broker = made(new, data)
     assert drain(broker, delayed=True) == expected
+    assert cluster_name(broker) == cluster_name(before)  # the broker keeps its name
     layout = data / "workers.json"
     if new == 1:
         assert not layout.exists() and (data / "definitions.db").exists()
@@ -290,7 +302,7 @@ seen = []
 def step(name):
     seen.append(name)
     print(name, flush=True)
-    if at != "-" and name.startswith(at):
+    if name == at:
         os.kill(os.getpid(), signal.SIGKILL)
 reshard(sys.argv[1], int(sys.argv[3]), step=step)
 """
@@ -304,31 +316,32 @@ def killed_at(data: Path, at: str, count: int) -> list[str]:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == (0 if at == "-" else -9), done.stderr
-    return done.stdout.split()
+    return done.stdout.splitlines()
 
 
-def _kill_points(steps: list[str], every: bool) -> list[str]:
-    if every:
-        return steps
-    # Before the switch (mid-copy, staged), the switch, and each phase after it.
-    keep = ("queue-", "staged", "manifest", "retired-", "retired", "placed-", "layout")
-    points: list[str] = []
-    for prefix in keep:
-        match = next((s for s in steps if s.startswith(prefix) and s not in points), None)
-        if match is not None:
-            points.append(match)
-    return points
+def _kill_points(steps: list[str], rounds: int | None) -> list[str]:
+    if rounds is not None:
+        seed = random.randrange(1 << 30)
+        print(f"kill points drawn with seed {seed}")
+        return random.Random(seed).sample(steps, min(rounds, len(steps)))
+    # Before the switch (mid-copy, staged), the switch, and within and after each
+    # phase of the roll-forward.
+    first = ("queue-", "retired-", "placed-")
+    points = [next(s for s in steps if s.startswith(prefix)) for prefix in first]
+    points += ["staged", "manifest", "retired", "layout"]
+    assert set(points) <= set(steps), steps
+    return sorted(points, key=steps.index)
 
 
-def _kill_rounds(made, tmp_path: Path, every: bool) -> None:
+def _kill_rounds(made, tmp_path: Path, rounds: int | None) -> None:
     origin = tmp_path / "origin"
     fill(made(2, origin), delayed=False)
     expected = drain(made(2, copy(origin, tmp_path / "control")), delayed=False)
     check_control(expected, delayed=False)
     steps = killed_at(copy(origin, tmp_path / "dry"), "-", 3)
-    assert "manifest" in steps and "done" in steps, steps
+    assert "manifest" in steps and steps[-1] == "done", steps
     switch = steps.index("manifest")
-    for n, at in enumerate(_kill_points(steps, every)):
+    for n, at in enumerate(_kill_points(steps, rounds)):
         data = copy(origin, tmp_path / f"kill-{n}")
         killed_at(data, at, 3)
         decided = steps.index(at) >= switch
@@ -342,10 +355,51 @@ def _kill_rounds(made, tmp_path: Path, every: bool) -> None:
         assert not (data / "reshard.new").exists() and not (data / "reshard.old").exists()
 
 
+@pytest.mark.timeout(600)  # seven kills, each data dir started and drained
 def test_sigkill_of_the_reshard_loses_nothing(made, tmp_path: Path) -> None:
-    _kill_rounds(made, tmp_path, every=False)
+    _kill_rounds(made, tmp_path, None)
 
 
-@pytest.mark.slow
-def test_sigkill_at_every_step_of_the_reshard(made, tmp_path: Path) -> None:
-    _kill_rounds(made, tmp_path, every=True)
+@pytest.mark.soak
+def test_sigkill_of_the_reshard_at_random_steps(made, tmp_path: Path, soak_rounds: int) -> None:
+    _kill_rounds(made, tmp_path, soak_rounds)
+
+
+def test_reshard_refusals_name_the_problem(tmp_path: Path) -> None:
+    """Data dirs it must not touch: each refused with the reason, nothing changed."""
+    import fcntl
+
+    from leveret.workers.reshard import reshard as run
+    from leveret.workers.serve import WorkersError
+
+    def refused(data: Path, count: int = 3) -> str:
+        with pytest.raises(WorkersError) as caught:
+            run(str(data), count)
+        return str(caught.value)
+
+    assert "does not exist" in refused(tmp_path / "nowhere")
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "cluster-node.json").write_text("{}")
+    assert "is a cluster node's" in refused(node)
+    short = tmp_path / "short"
+    (short / "worker-0").mkdir(parents=True)
+    (short / "worker-1").mkdir()
+    (short / "workers.json").write_text(json.dumps({"workers": 3}))
+    assert "lacks worker-2/ of its 3 workers" in refused(short, 2)
+    (short / "workers.json").write_text(json.dumps({"workers": "x"}))
+    assert "names no worker count" in refused(short, 2)
+    (short / "reshard.json").write_text("{not json")
+    assert "reshard.json cannot be read" in refused(short, 2)
+    (short / "reshard.json").unlink()
+    with open(short / "reshard.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert f"another re-shard of {short} is running" in refused(short, 2)
+    done = subprocess.run(
+        [sys.executable, "-m", "leveret", "reshard", "--data-dir", str(node), "--workers", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "leveret reshard: the data dir" in done.stderr, done.stderr
+    assert sorted(p.name for p in short.iterdir()) == [
+        "reshard.lock", "worker-0", "worker-1", "workers.json",
+    ]  # fmt: skip

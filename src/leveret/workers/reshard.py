@@ -48,8 +48,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.delay_queue import is_delay_key
+from leveret.store.errors import StoreError
 from leveret.store.files import fsync_dir, write_atomic
 from leveret.store.message_store import MessageStore
 from leveret.workers.mesh import placement
@@ -198,9 +200,22 @@ def _owners(defs_path: str, old: int, new: int) -> dict[tuple[str, str], tuple[i
     return owners
 
 
-def _copy_definitions(source: str, target: str, owners: dict, index: int, new: int) -> None:
+def _stored_cluster_name(data_dir: str) -> str | None:
+    """The name a one-process broker made on its first start and keeps in its catalog."""
+    store = DefinitionStore(os.path.join(data_dir, "definitions.db"))
+    try:
+        record = (CatalogStore(store.db).load() or {}).get("cluster", {}).get("name")
+    finally:
+        store.close()
+    return record.get("name") if isinstance(record, dict) else None
+
+
+def _copy_definitions(
+    source: str, target: str, owners: dict, index: int, new: int, cluster_name: str
+) -> None:
     """Worker 0's definitions (catalog included) into a new store, each queue's owner
-    set for the store of new worker `index`."""
+    set for the store of new worker `index`. A one-process store keeps the broker's
+    name in its catalog (a broker of workers, in `workers.json`)."""
     os.makedirs(target, exist_ok=True)
     src = sqlite3.connect(os.path.join(source, "definitions.db"))
     dst = sqlite3.connect(os.path.join(target, "definitions.db"))
@@ -213,6 +228,8 @@ def _copy_definitions(source: str, target: str, owners: dict, index: int, new: i
     try:
         for (vhost, name), (_was, now) in owners.items():
             store.set_queue_worker(vhost, name, None if new == 1 or now == index else now)
+        if new == 1:
+            CatalogStore(store.db).put("cluster", "name", {"name": cluster_name})
     finally:
         store.close()
 
@@ -239,7 +256,9 @@ def _open(directory: str) -> tuple[MessageStore, dict]:
     return store, store.open_paged()
 
 
-def _build(data_dir: str, old: int, new: int, report: Report, step: Step) -> None:
+def _build(
+    data_dir: str, old: int, new: int, cluster_name: str, report: Report, step: Step
+) -> None:
     """Write the stores of the new count into the staging dir, fsynced."""
     staging = os.path.join(data_dir, STAGING)
     sources = _sources(data_dir, old)
@@ -248,7 +267,7 @@ def _build(data_dir: str, old: int, new: int, report: Report, step: Step) -> Non
     report.queues = len(owners)
     report.moved = sorted(f"{v}/{n}: {w} -> {o}" for (v, n), (w, o) in owners.items() if w != o)
     for j, target in enumerate(targets):
-        _copy_definitions(sources[0], target, owners, j, new)
+        _copy_definitions(sources[0], target, owners, j, new, cluster_name)
         _copy_tree(
             os.path.join(sources[j] if j < len(sources) else sources[0], "exchanges"),
             os.path.join(target, "exchanges"),
@@ -259,7 +278,7 @@ def _build(data_dir: str, old: int, new: int, report: Report, step: Step) -> Non
     try:
         for i, source in enumerate(sources):
             _copy_store(source, i, writers, owners, new, report, step)
-            _copy_streams(source, targets, owners, new, report)
+            _copy_streams(source, i, targets, owners, new, report)
             step(f"source-{i}")
         for store in writers:
             store.flush()
@@ -318,13 +337,20 @@ def _copy_store(
         reader.close()
 
 
-def _copy_streams(source: str, targets: list[str], owners: dict, new: int, report: Report) -> None:
+def _copy_streams(
+    source: str, index: int, targets: list[str], owners: dict, new: int, report: Report
+) -> None:
+    """Old store `index`'s streams, as files, into their new owners' stores: only
+    those it owned (a directory elsewhere would not be the stream's log)."""
     top = os.path.join(source, "streams")
     if not os.path.isdir(top):
         return
     for vhost_q in sorted(os.listdir(top)):
         vhost_dir = os.path.join(top, vhost_q)
         for name_q in sorted(os.listdir(vhost_dir)):
+            known = owners.get((unquote(vhost_q), unquote(name_q)))
+            if known is not None and known[0] != index:
+                continue
             owner = _owner(owners, unquote(vhost_q), unquote(name_q), new)
             shutil.copytree(
                 os.path.join(vhost_dir, name_q),
@@ -452,12 +478,13 @@ def reshard(data_dir: str, new: int, step: Step | None = None) -> Report | None:
                 raise WorkersError(
                     f"the data dir {data_dir} lacks worker-{i}/ of its {old} workers"
                 )
+        # The broker's name goes with it (federation tells brokers apart by it).
         layout = read_layout(data_dir) or {}
         cluster_name = (
-            layout.get("cluster_name") or f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
-        )
+            _stored_cluster_name(data_dir) if old == 0 else layout.get("cluster_name")
+        ) or f"leveret-{os.urandom(3).hex()}@{socket.gethostname()}"
         report = Report(old, new)
-        _build(data_dir, old, new, report, step)
+        _build(data_dir, old, new, cluster_name, report, step)
         # The switch: from here on the new count is the data dir's.
         _write_manifest(
             data_dir, {"old": old, "new": new, "phase": "switch", "cluster_name": cluster_name}
@@ -471,7 +498,7 @@ def main(data_dir: str, count: int) -> int:
     """`leveret reshard --data-dir D --workers N`."""
     try:
         report = reshard(data_dir, count)
-    except (WorkersError, OSError, sqlite3.Error) as exc:
+    except (WorkersError, StoreError, OSError, sqlite3.Error) as exc:
         print(f"leveret reshard: {exc}", file=sys.stderr)
         return 1
     if report is None:
