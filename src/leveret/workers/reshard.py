@@ -179,25 +179,21 @@ def _locked(data_dir: str) -> Iterator[None]:
 def _owners(defs_path: str, old: int, new: int) -> dict[tuple[str, str], tuple[int, int]]:
     """(vhost, name) -> (old owner, new owner) of every stored queue definition.
 
-    A named queue goes where placement puts it for the new count. A queue whose
-    owner is not its name's placement (a server-named queue: its declaring
-    connection's worker) keeps its owner when the new count still has it."""
+    Every stored queue is a named one, placed by its name: exclusive and
+    server-named (amq.gen-*) queues are never stored (`ClassicQueue.stores_messages`,
+    `vhost.stored_remote`), so nothing placed by its declaring connection moves."""
     store = DefinitionStore(defs_path)
     try:
         queues = store.load().queues
     finally:
         store.close()
-    owners = {}
-    old_count = max(old, 1)
-    for q in queues:
-        was = q.worker if (old > 1 and q.worker is not None) else 0
-        placed = placement(q.vhost, q.name, old_count)
-        if was != placed and was < new:
-            now = was
-        else:
-            now = placement(q.vhost, q.name, new)
-        owners[(q.vhost, q.name)] = (was, now)
-    return owners
+    return {
+        (q.vhost, q.name): (
+            q.worker if (old > 1 and q.worker is not None) else 0,
+            placement(q.vhost, q.name, new),
+        )
+        for q in queues
+    }
 
 
 def _stored_cluster_name(data_dir: str) -> str | None:
