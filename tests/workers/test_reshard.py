@@ -348,6 +348,16 @@ def _kill_rounds(made, tmp_path: Path, rounds: int | None) -> None:
         if not decided:
             broker = made(2, data)  # the old count opens it as it was
         else:
+            if at == "manifest":
+                # Decided: a start with the old count completes the re-shard, then
+                # refuses the count, naming the command that would change it back.
+                refused = Broker(tmp_path, 2, data)
+                assert refused.proc.wait(timeout=120) == 2, refused.text()
+                assert (
+                    "belongs to a broker of --workers 3" in refused.text()
+                    and f"leveret reshard --data-dir {data} --workers 2" in refused.text()
+                ), refused.text()
+                assert json.loads((data / "workers.json").read_text())["workers"] == 3
             broker = made(3, data)  # the start completes the re-shard
         assert drain(broker, delayed=False) == expected, f"killed at {at}"
         broker.stop()
