@@ -284,6 +284,15 @@ def test_reshard_refuses_a_running_broker_and_bad_counts(made, tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 1
     assert "a broker runs on the data dir" in done.stderr and "stop it first" in done.stderr
+    assert f"its supervisor, pid {broker.proc.pid}" in done.stderr, done.stderr
+    status = json.loads((data / "workers-status.json").read_text())
+    (data / "workers-status.json").unlink()  # the workers' ctl sockets still tell
+    done = subprocess.run(
+        [sys.executable, "-m", "leveret", "reshard", "--data-dir", str(data), "--workers", "3"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "ctl.sock answers); stop it first" in done.stderr
+    (data / "workers-status.json").write_text(json.dumps(status))
     assert broker.stop() == 0
     for bad in ("0", "auto", "x"):
         done = subprocess.run(

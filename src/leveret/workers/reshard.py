@@ -137,7 +137,11 @@ def _targets(staging: str, new: int) -> list[str]:
 
 
 def _running(data_dir: str) -> str | None:
-    """A ctl socket of a broker that runs on this data dir, or None."""
+    """What shows a broker running on this data dir (a ctl socket that answers, the
+    live supervisor its status file names), or None."""
+    supervisor = _live_supervisor(data_dir)
+    if supervisor is not None:
+        return supervisor
     paths = [os.path.join(data_dir, "ctl.sock")]
     with contextlib.suppress(OSError):
         paths += [
@@ -151,12 +155,29 @@ def _running(data_dir: str) -> str | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
-            return path
+            return f"{path} answers"
         except OSError:
             continue
         finally:
             sock.close()
     return None
+
+
+def _live_supervisor(data_dir: str) -> str | None:
+    """The supervisor of a broker of workers, from its status file, while a `leveret`
+    process runs with that pid (a file left by one that was killed names a dead or
+    reused pid, which is told apart by its command line)."""
+    path = os.path.join(data_dir, STATUS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            pid = json.load(f).get("pid")
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    if int(pid) == os.getpid():
+        return None
+    return f"its supervisor, pid {pid} ({path})" if b"leveret" in cmdline else None
 
 
 @contextlib.contextmanager
@@ -461,9 +482,7 @@ def reshard(data_dir: str, new: int, step: Step | None = None) -> Report | None:
         )
     running = _running(data_dir)
     if running is not None:
-        raise WorkersError(
-            f"a broker runs on the data dir {data_dir} ({running} answers); stop it first"
-        )
+        raise WorkersError(f"a broker runs on the data dir {data_dir} ({running}); stop it first")
     with _locked(data_dir):
         finish_pending(data_dir)
         old = old_layout(data_dir)
