@@ -235,8 +235,14 @@ def made(tmp_path: Path):
         return broker.wait()
 
     yield start
+    failed: list[BaseException] = []
     for broker in reversed(started):  # a later one on the same data dir first
-        broker.kill()
+        try:
+            broker.kill()
+        except BaseException as exc:  # every broker is stopped, then the first failure told
+            failed.append(exc)
+    if failed:
+        raise failed[0]
 
 
 def owners(names: list[str], count: int) -> set[int]:
