@@ -66,6 +66,14 @@ def _workers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _worker_count(text: str) -> int:
+    """`leveret reshard --workers`: a whole number from 1 (`auto` is no count to move to)."""
+    value = _workers(text)
+    if not isinstance(value, int):
+        raise argparse.ArgumentTypeError("expected the new count, a whole number from 1")
+    return value
+
+
 def _on_off(text: str) -> bool:
     value = text.strip().lower()
     if value in ("on", "true", "yes", "1"):
@@ -430,6 +438,19 @@ def build_parser() -> argparse.ArgumentParser:
                 help="also create NAME-hash, an x-consistent-hash exchange over the partitions",
             )
 
+    reshard = sub.add_parser(
+        "reshard",
+        help="change a stopped broker's worker count: move each queue's stored messages "
+        "to the store of its new owner (docs/workers.md#changing-the-worker-count)",
+    )
+    reshard.add_argument("--data-dir", required=True, help="the broker's data dir")
+    reshard.add_argument(
+        "--workers",
+        type=_worker_count,
+        required=True,
+        help="the new count (1: one process, the data dir's store in the dir itself)",
+    )
+
     from leveret import ctl as ctl_module
 
     ctl_module.add_arguments(
@@ -454,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_server(args)
     if args.command == "streams":
         return run_streams(args)
+    if args.command == "reshard":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        from leveret.workers.reshard import main as reshard_main
+
+        return reshard_main(str(Path(args.data_dir)), args.workers)
     if args.command == "ctl":
         from leveret import ctl as ctl_module
 
@@ -624,9 +650,12 @@ def _resolve_workers(args: argparse.Namespace) -> int | None:
     reason for an `auto` count logged; None (logged) if the data dir's record cannot
     be read."""
     from leveret.workers.count import AUTO, resolve
+    from leveret.workers.reshard import complete
     from leveret.workers.serve import WorkersError
 
     try:
+        if os.path.isdir(args.data_dir):
+            complete(str(Path(args.data_dir)))  # a re-shard decided but not done
         resolution = resolve(args.workers, str(Path(args.data_dir)), bool(args.cluster_etcd))
     except WorkersError as exc:
         log.error("cannot start: %s", exc)

@@ -277,3 +277,20 @@ def test_queue_owner_is_kept_and_an_older_store_gains_the_column(tmp_path: Path)
     store.save_queue("/", "mine")
     queues = {q.name: q.worker for q in store.load().queues}
     assert queues == {"old": None, "theirs": 3, "mine": None}
+
+
+def test_set_queue_worker_changes_the_owner_only(tmp_path: Path) -> None:
+    """A re-shard (workers/reshard.py) records each queue's new owner; the rest of the
+    definition, and the queue's place in the load order, stay as they were."""
+    store = DefinitionStore(str(tmp_path / "definitions.db"))
+    store.save_queue("/", "a", arguments={"x-max-priority": 5})
+    store.save_queue("/", "b", worker=1)
+    store.set_queue_worker("/", "a", 2)
+    store.set_queue_worker("/", "b", None)
+    store.set_queue_worker("/", "missing", 1)  # no such queue: nothing
+    queues = store.load().queues
+    assert [(q.name, q.worker, q.arguments) for q in queues] == [
+        ("a", 2, {"x-max-priority": 5}),
+        ("b", None, {}),
+    ]
+    store.close()

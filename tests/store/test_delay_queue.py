@@ -557,3 +557,28 @@ def test_dropping_the_exchange_frees_its_kept_messages(tmp_path: Path) -> None:
     store.flush()
     assert not store._log.exists(segment)  # type: ignore[union-attr]
     store.close()
+
+
+def test_read_all_reads_every_pending_message_and_takes_none(tmp_path: Path) -> None:
+    """`read_all` (an offline copy's reader, workers/reshard.py): every pending
+    message, earliest first, with its blob, body and transient flag; the delay queue
+    keeps them all, before and after a restart."""
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    store.open_paged()
+    index = store.delays.index("/", "dx")
+    written = []
+    for k in range(40):
+        due = FAR + (k * 7919) % 101
+        blob, body = b"blob-%d" % k, bytes([k]) * (k * 30)
+        store.delays.add(index, due, blob, body, None, k % 5 == 0)
+        written.append((due, k, blob, body, k % 5 == 0))
+    expected = [(due, blob, body, transient) for due, _k, blob, body, transient in sorted(written)]
+    assert list(store.delays.read_all(index)) == expected
+    assert len(index) == 40
+    store.close()
+    store = MessageStore(str(tmp_path), segment_size=SEG)
+    index = store.open_paged()[("/", "dx", "delayed")]
+    durable = [item for item in expected if not item[3]]
+    assert [item for item in store.delays.read_all(index) if not item[3]] == durable
+    assert len(list(store.delays.read_all(index))) == len(index)
+    store.close()

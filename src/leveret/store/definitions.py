@@ -242,6 +242,14 @@ class DefinitionStore:
                 (vhost, name),
             )
 
+    def set_queue_worker(self, vhost: str, name: str, worker: int | None) -> None:
+        """Record another owner for a stored queue (None: this store's own); for
+        changing a broker's worker count offline (`workers/reshard.py`)."""
+        with self._tx():
+            self._db.execute(
+                "UPDATE queues SET worker=? WHERE vhost=? AND name=?", (worker, vhost, name)
+            )
+
     # ---- bindings --------------------------------------------------------------------
 
     def save_binding(

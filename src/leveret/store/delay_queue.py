@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from leveret import wallclock
 from leveret.store import replica
 from leveret.store.delay_index import CHUNK, TRANSIENT_BIT, Chunk, DelayIndex
+from leveret.store.errors import StoreError
 from leveret.store.files import fsync_dir, write_atomic
 from leveret.store.records import ACK, PUB_FIXED, PUB_HEAD, intact
 from leveret.store.segments import PREFIX_SIZE
@@ -200,6 +201,26 @@ class DelayQueues:
                 out[k] = (dues[k], header, bytes(record[start:]), (poss[k], sizes[k], mid, dues[k]))
             i = j
         return [item for item in out if item is not None]
+
+    def read_all(self, index: DelayIndex) -> Iterator[tuple[int, bytes, bytes, bool]]:
+        """(due, blob, body, transient) of every pending message, earliest first, read
+        back (CRC-checked) without taking them: the delay queue stays as it is. For
+        tools that copy a store offline (`workers/reshard.py`); a corrupt record is
+        an error here, never skipped."""
+        for due, pos, size in list(index.entries()):
+            seq, off, length = pos >> 32, pos & _OFF_MASK, size & _SIZE_MASK
+            offs, lens = array("I", [off]), array("I", [length])
+            for _g, _off, _size, record in self.store._read_positions(seq, offs, lens):
+                if not intact(record, length):
+                    raise StoreError(f"delayed message at segment {seq} offset {off} is corrupt")
+                hlen = PUB_FIXED.unpack_from(record, PREFIX_SIZE)[4]
+                start = PUB_HEAD + hlen
+                yield (
+                    due,
+                    bytes(record[DUE_AT + DUE.size : start]),
+                    bytes(record[start:]),
+                    bool(size & TRANSIENT_BIT),
+                )
 
     def ack(self, index: DelayIndex, token: Token) -> None:
         """A taken message was routed: its record is no longer needed."""

@@ -101,8 +101,8 @@ def resolve(
         return Resolution(
             1,
             f"one process: the data dir {data_dir} holds a one-process broker's store, "
-            "which workers would not read; to run workers, start them on a new data dir "
-            "and move the definitions and messages over (docs/workers.md#auto)",
+            "which workers would not read; to run workers, change its count first: "
+            f"leveret reshard --data-dir {data_dir} --workers N",
         )
     count, where = cpus if cpus is not None else usable_cpus()
     if count < 2:

@@ -26,7 +26,8 @@ before it ever served stops the others and makes the exit status non-zero.
 
 `<data-dir>/workers.json` records the broker's worker count and the cluster name
 that every worker gives clients: a count that differs from the recorded one is
-refused, since each worker's store holds the queues of its own share.
+refused, since each worker's store holds the queues of its own share
+(`leveret reshard`, `workers/reshard.py`, changes it offline).
 `<data-dir>/workers-status.json` has each worker's pid, state, restarts, last exit
 status and readiness (the supervisor's status file).
 """
@@ -93,15 +94,17 @@ def check_layout(data_dir: str, count: int) -> dict:
         if holds_a_store(data_dir):
             raise WorkersError(
                 f"the data dir {data_dir} holds a one-process broker's store; "
-                f"--workers {count} would not read it (start it with --workers 1)"
+                f"--workers {count} would not read it (start it with --workers 1, or "
+                f"change its count first: leveret reshard --data-dir {data_dir} "
+                f"--workers {count})"
             )
         return {}
     recorded = doc.get("workers") if isinstance(doc, dict) else None
     if recorded != count:
         raise WorkersError(
             f"the data dir {data_dir} belongs to a broker of --workers {recorded}; "
-            f"start it with --workers {recorded} or --workers auto "
-            "(changing the count is not supported)"
+            f"start it with --workers {recorded} or --workers auto, or change its count "
+            f"first: leveret reshard --data-dir {data_dir} --workers {count}"
         )
     return doc
 
