@@ -142,6 +142,26 @@ def test_auto_keeps_a_one_process_data_dir_at_one(broker) -> None:
     assert again.stop() == 0
 
 
+def test_the_default_is_auto_and_keeps_an_upgraded_data_dir_at_one(broker, tmp_path: Path) -> None:
+    """No --workers and no config file: `auto`. A one-process broker's data dir (one
+    made while the default was one process) still opens as one process; a new data
+    dir on two CPUs gets two workers."""
+    single = broker(1).wait_one_process()
+    assert single.stop() == 0
+    upgraded = broker(None, cpus=two_cpus()).wait_one_process()
+    assert "--workers auto: one process: the data dir" in upgraded.text()
+    assert upgraded.stop() == 0
+    (tmp_path / "fresh").mkdir()
+    fresh = Broker(tmp_path / "fresh", None, cpus=two_cpus())
+    try:
+        fresh.wait_listening()
+        assert len(fresh.status()["workers"]) == 2
+        assert "--workers auto: 2 workers, one per usable CPU" in fresh.text()
+        assert fresh.stop() == 0
+    finally:
+        fresh.kill()
+
+
 def test_workers_auto_in_the_config_file(broker, tmp_path: Path) -> None:
     config = tmp_path / "auto.toml"
     config.write_text('workers = "auto"\n')

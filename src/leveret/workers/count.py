@@ -35,7 +35,7 @@ AUTO = "auto"
 #: what `leveret server` runs without --workers (or `workers` in its config file):
 #: a number or AUTO. `ServerConfig.workers` (the in-process brokers of
 #: `leveret.testing`) stays 1 whatever this is.
-DEFAULT: int | str = 1
+DEFAULT: int | str = AUTO
 
 
 def parse(value: object) -> int | str:
