@@ -50,6 +50,10 @@ from leveret.workers.serve import CONFIG_ENV, decode_config
 
 log = logging.getLogger("leveret.workers")
 
+#: the exit status of a worker that gave up syncing with worker 0 (its supervisor
+#: restarts it; a refused sync also stops the broker: `sync_failed` below)
+EXIT_SYNC_FAILED = 3
+
 
 class Starting:
     """A worker between its recovery and its first client: reports its links and its
@@ -177,6 +181,22 @@ async def serve_worker(
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    exit_status = 0
+
+    def sync_failed(reason: str, permanent: bool) -> None:
+        # No sync with worker 0, no serving: this process stops. The supervisor
+        # restarts it (a fresh process reads its store and syncs afresh), or, told
+        # the failure is permanent, stops the broker with the reason.
+        nonlocal exit_status
+        exit_status = EXIT_SYNC_FAILED
+        try:
+            control.sendall(event_line(sync_failed=reason, permanent=permanent))
+        except OSError as exc:
+            log.warning("cannot tell the supervisor the sync failed: %s", exc)
+        stop.set()
+
+    if node.metadata is not None:
+        node.metadata.sync_failures.append(sync_failed)
     # Linked to the others once its stored messages are back: a link's records
     # (publishes, acks, consumes) reach the queues directly, not through a client
     # connection that waits for recovery, and would otherwise go into queues ahead
@@ -260,7 +280,7 @@ async def serve_worker(
     handoffs.close()
     mesh.close()
     control.close()
-    return 0
+    return exit_status
 
 
 async def _cluster_tap(config: ServerConfig, sock: socket.socket) -> WorkerTap:

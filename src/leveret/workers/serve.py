@@ -338,6 +338,13 @@ class Workers:
         if isinstance(pong, int) and not isinstance(pong, bool):
             sup.alive(index, pong)
             return
+        if "sync_failed" in event:
+            reason = f"worker {index} cannot sync with worker 0: {event['sync_failed']}"
+            if event.get("permanent"):
+                sup.fail(index, reason)  # every start would fail alike
+            else:
+                log.warning("%s; it exits to be restarted", reason)
+            return
         if "started" in event:
             sup.started(index)
         if "linked" in event:

@@ -138,6 +138,7 @@ class Supervisor:
         self._restarts: deque[float] = deque()  # monotonic times of recent restarts
         self._stopping = False
         self._stop: asyncio.Event | None = None
+        self._failed: set[int] = set()  # workers that stopped the broker (`fail`)
         self.exit_code = 0
 
     def status(self) -> list[WorkerStatus]:
@@ -167,6 +168,16 @@ class Supervisor:
         """Worker `index` (its current process) answered ping `seq`."""
         if self.liveness is not None:
             self.liveness.answered(index, seq, time.monotonic())
+
+    def fail(self, index: int, reason: str) -> None:
+        """Worker `index` met an error that no restart can mend (it says `reason`):
+        stop every worker and make `run()` return 1, as when restarts run out."""
+        log.error("%s: no restart can mend it, stopping all", reason)
+        self._failed.add(index)
+        if not self.exit_code:
+            self.exit_code = 1
+        self._write_status()
+        self.stop()
 
     def stop(self) -> None:
         """Stop every worker and make `run()` return 0 (callable from a signal handler
@@ -253,7 +264,7 @@ class Supervisor:
             if self.on_exit is not None:
                 self.on_exit(index, rc)
             if self._stop.is_set():
-                worker.state = "stopped"
+                worker.state = "failed" if index in self._failed else "stopped"
                 log.info("worker %d stopped (%s)", index, _describe(rc))
                 self._write_status()
                 return
