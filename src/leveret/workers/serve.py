@@ -336,7 +336,14 @@ class Workers:
         assert sup is not None
         pong = event.get("pong")
         if isinstance(pong, int) and not isinstance(pong, bool):
-            sup.alive(index, pong)
+            links = event.get("links")
+            store = event.get("store")
+            sup.alive(
+                index,
+                pong,
+                {int(p): float(w) for p, w in links.items()} if isinstance(links, dict) else None,
+                float(store) if isinstance(store, (int, float)) else 0.0,
+            )
             return
         if "sync_failed" in event:
             reason = f"worker {index} cannot sync with worker 0: {event['sync_failed']}"

@@ -78,6 +78,7 @@ class WorkerStatus:
     ever_ready: bool = False
     hangs: int = 0  # times it answered no ping for the liveness timeout and was killed
     ever_started: bool = False  # some start said it is up, serving or not (Supervisor.started)
+    store_stuck: bool = False  # its store's writer is on one batch beyond the liveness timeout
 
 
 class Supervisor:
@@ -164,10 +165,13 @@ class Supervisor:
                 self.liveness.ready(index, time.monotonic())
             self._write_status()
 
-    def alive(self, index: int, seq: int) -> None:
-        """Worker `index` (its current process) answered ping `seq`."""
+    def alive(
+        self, index: int, seq: int, links: dict[int, float] | None = None, store: float = 0.0
+    ) -> None:
+        """Worker `index` (its current process) answered ping `seq`, reporting how long
+        its oldest link probe per peer and its store's writer have waited."""
         if self.liveness is not None:
-            self.liveness.answered(index, seq, time.monotonic())
+            self.liveness.answered(index, seq, time.monotonic(), links, store)
 
     def fail(self, index: int, reason: str) -> None:
         """Worker `index` met an error that no restart can mend (it says `reason`):
@@ -223,6 +227,7 @@ class Supervisor:
         while not self._stop.is_set():
             worker.state = "starting"
             worker.ready = False
+            worker.store_stuck = False
             started = time.monotonic()
             try:
                 if self.on_start is not None:
@@ -338,6 +343,40 @@ class Supervisor:
                     liveness.timeout,
                 )
                 _signal(proc, signal.SIGKILL)
+                self._write_status()
+            kills, stores = liveness.stuck_parts()
+            for index, peer, waited in kills:
+                proc = self._procs.get(index)
+                if proc is None:
+                    continue
+                self.workers[index].hangs += 1
+                log.error(
+                    "worker %d (pid %d) is stuck: its link with worker %d answered no round "
+                    "trip for %.1f s (timeout %g s; a reader or writer of that link is stuck "
+                    "while both event loops run): killing worker %d with SIGKILL to restart "
+                    "it, which replaces the link",
+                    index,
+                    proc.pid,
+                    peer,
+                    waited,
+                    liveness.timeout,
+                    index,
+                )
+                _signal(proc, signal.SIGKILL)
+                self._write_status()
+            for index, waited, stuck in stores:
+                self.workers[index].store_stuck = stuck
+                if stuck:
+                    log.error(
+                        "worker %d's store writer has been on one write and fsync for %.1f s "
+                        "(timeout %g s): the disk does not answer; not killed (a restart "
+                        "would wait on the same disk), its persistent publishes wait",
+                        index,
+                        waited,
+                        liveness.timeout,
+                    )
+                else:
+                    log.warning("worker %d's store writer moves on again", index)
                 self._write_status()
             for index, seq in pings:
                 try:
