@@ -35,7 +35,12 @@ every worker the way `leveret server` stops (each closes its connections with
   without exiting: each worker that said it is up is pinged (one that waits to
   serve too: a hang there would keep the broker from serving), and one that answers
   nothing for the timeout is logged and SIGKILLed, then restarted as any worker that
-  dies (`liveness.py` has the rule and why).
+  dies (`liveness.py` has the rule and why). Its answers (`alive(i, n, links,
+  store)`) also report its link round trips and its store's writer: a link stuck
+  while both loops run gets one of its workers killed the same way; a stuck store
+  writer is logged and noted (`store_stuck`), never killed;
+- on `fail(i, reason)` (a worker met an error no restart can mend: worker 0
+  refused its sync), stop every worker; `run()` returns 1.
 
 `python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
 `{index}` in COMMAND replaced by each worker's index.
