@@ -28,7 +28,10 @@ one writer, worker 0 (`WRITER`):
   memory only (transient and exclusive ones, which worker 0 forgets when it restarts),
   worker 0 takes those it lacks, and answers with a snapshot of its topology and its
   op number; the worker reconciles its model to the snapshot (keeping the messages
-  of the queues it owns) and applies ops from that number on.
+  of the queues it owns) and applies ops from that number on. A sync that fails
+  other than by a lost link is tried again with a capped backoff, and given up
+  after `SYNC_TRIES` tries, or at once when worker 0 refuses it (`SyncRefused`):
+  `sync_failures` hears of it (leveret.worker exits, its supervisor acts).
 
 With `broker.mesh` None (one process) nothing here exists: the launcher makes a
 `Metadata` only for a worker of several.
