@@ -37,6 +37,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,10 +46,21 @@ from leveret.config import ServerConfig
 from leveret.workers.affinity import Handoffs
 from leveret.workers.control import event_line, is_serve, link_kind, link_pair, link_peer, ping_seq
 from leveret.workers.handoff import receive_connections
+from leveret.workers.liveness import Probes
 from leveret.workers.mesh import Mesh
 from leveret.workers.serve import CONFIG_ENV, decode_config
 
 log = logging.getLogger("leveret.workers")
+
+#: A test hook (tests/workers/test_stuck_parts.py): while this variable names a file
+#: holding "I J", worker I, at its next liveness ping, stops reading its link to
+#: worker J (a reader stuck while the loop runs) and removes the file. Unset (always,
+#: outside tests), nothing is read.
+STUCK_LINK_ENV = "LEVERET_TEST_STUCK_LINK_FILE"
+
+#: the exit status of a worker that gave up syncing with worker 0 (its supervisor
+#: restarts it; a refused sync also stops the broker: `sync_failed` below)
+EXIT_SYNC_FAILED = 3
 
 
 class Starting:
@@ -177,6 +189,22 @@ async def serve_worker(
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    exit_status = 0
+
+    def sync_failed(reason: str, permanent: bool) -> None:
+        # No sync with worker 0, no serving: this process stops. The supervisor
+        # restarts it (a fresh process reads its store and syncs afresh), or, told
+        # the failure is permanent, stops the broker with the reason.
+        nonlocal exit_status
+        exit_status = EXIT_SYNC_FAILED
+        try:
+            control.sendall(event_line(sync_failed=reason, permanent=permanent))
+        except OSError as exc:
+            log.warning("cannot tell the supervisor the sync failed: %s", exc)
+        stop.set()
+
+    if node.metadata is not None:
+        node.metadata.sync_failures.append(sync_failed)
     # Linked to the others once its stored messages are back: a link's records
     # (publishes, acks, consumes) reach the queues directly, not through a client
     # connection that waits for recovery, and would otherwise go into queues ahead
@@ -215,6 +243,34 @@ async def serve_worker(
         task.add_done_callback(links.discard)
         task.add_done_callback(lambda t: starting.connected(t, peer, pair))
 
+    # A round trip over each link at each ping: the answer says how long the oldest
+    # one still out has waited, and the store's writer how long it has been on one
+    # batch (liveness.py).
+    probes = Probes()
+    mesh.serve("probe", lambda peer: None)
+    stuck_link = os.environ.get(STUCK_LINK_ENV) or None
+
+    def probed(peer: int, call: asyncio.Future) -> None:
+        if not call.cancelled():
+            call.exception()  # a lost link: its next probe goes on the new one
+        probes.done(peer, call)
+
+    def parts() -> dict[str, Any]:
+        now = loop.time()
+        if stuck_link is not None:
+            _stick_link(stuck_link, mesh)
+        for peer in probes.due(mesh.peers):
+            call = mesh.call(peer, "probe")
+            probes.sent(peer, call, now)
+            call.add_done_callback(lambda c, p=peer: probed(p, c))
+        state = node.durable_state
+        committer = state.messages.committer if state is not None else None
+        since = committer.busy_since if committer is not None else None
+        return {
+            "links": {str(p): round(w, 3) for p, w in probes.waits(now).items()},
+            "store": round(time.monotonic() - since, 3) if since is not None else 0.0,
+        }
+
     def pinged(note: bytes) -> None:
         # Answered here, from the event loop: a loop that is stuck answers nothing,
         # and the supervisor kills it once the liveness timeout passes (liveness.py).
@@ -227,7 +283,7 @@ async def serve_worker(
             log.error("bad note from the supervisor: %s", exc)
             return
         try:
-            control.sendall(event_line(pong=seq))
+            control.sendall(event_line(pong=seq, **parts()))
         except (BlockingIOError, InterruptedError):
             pass  # the supervisor is not reading; its next ping asks again
         except OSError:
@@ -260,7 +316,22 @@ async def serve_worker(
     handoffs.close()
     mesh.close()
     control.close()
-    return 0
+    return exit_status
+
+
+def _stick_link(flag: str, mesh: Mesh) -> None:
+    """The test hook of STUCK_LINK_ENV."""
+    try:
+        with open(flag, encoding="utf-8") as f:
+            index, peer = (int(part) for part in f.read().split())
+    except (OSError, ValueError):
+        return
+    link = mesh.links.get(peer)
+    if index != mesh.index or link is None or link.transport is None:
+        return
+    os.unlink(flag)
+    log.warning("test fault: the link to worker %d stops reading", peer)
+    link.transport.pause_reading()
 
 
 async def _cluster_tap(config: ServerConfig, sock: socket.socket) -> WorkerTap:

@@ -60,6 +60,11 @@ class Buckets:
         self.count += 1
 
 
+#: A test hook (tests/workers/test_stuck_parts.py): while this variable names a file
+#: that exists, the writer thread waits before each batch, as on a disk that does not
+#: answer. Unset (always, outside tests), the writer is the plain one.
+STUCK_FILE_ENV = "LEVERET_TEST_STUCK_STORE_FILE"
+
 FSYNC_SECONDS_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -108,6 +113,14 @@ class GroupCommitter:
         self._fds: dict[int, int] = {}
         self._new_file = False
         self._batch_release: tuple[replica.FileTap, int] | None = None
+        #: monotonic time the writer thread took the batch it works on (its writes and
+        #: fsync), None while it waits for work: how long the oldest write taken has
+        #: waited, for a worker's liveness report (workers/liveness.py). Set by the
+        #: writer thread once a batch, never by `submit`.
+        self.busy_since: float | None = None
+        flag = os.environ.get(STUCK_FILE_ENV)
+        if flag:
+            self._stick_while(flag)
         os.makedirs(directory, exist_ok=True)
         self._dirfd = os.open(directory, os.O_RDONLY)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -232,10 +245,25 @@ class GroupCommitter:
                 # reported to the tap so far (which includes the whole batch).
                 tap = replica.TAP
                 self._batch_release = (tap, tap.position) if tap is not None else None
+            self.busy_since = time.monotonic()
             try:
                 self._process(batch)
             except Exception:  # never let the writer die silently
                 log.exception("store writer: unexpected error")
+            finally:
+                self.busy_since = None
+
+    def _stick_while(self, flag: str) -> None:
+        """The test hook of STUCK_FILE_ENV: each batch waits while `flag` exists, as a
+        write or fsync that the disk does not answer."""
+        plain = self._process
+
+        def stuck(batch: list[tuple[int, object, object]]) -> None:
+            while os.path.exists(flag):
+                time.sleep(0.05)
+            plain(batch)
+
+        self._process = stuck  # type: ignore[method-assign]
 
     def _process(self, batch: list[tuple[int, object, object]]) -> None:
         always = self.mode == "always"

@@ -17,13 +17,33 @@ yet. If the supervisor's own loop did not run for a while (the machine was
 overloaded, the supervisor stopped), it could not have read the answers that came
 meanwhile, so every clock starts again rather than count that time as silence.
 
+A loop that runs can still leave a part stuck. Each answer carries the parts that
+matter beyond the control channel, as the worker measures them:
+
+- its links to the other workers: the worker makes a round trip (a `probe` call)
+  over each link at each ping, and reports how long its oldest unanswered one has
+  waited (`Probes`). A link whose reader or writer is stuck at either end answers
+  none. A probe counts only from the moment the peer's process said it is up
+  (before, it reads its store back and reads no link) to the peer's last answer (a
+  peer whose loop stopped is the loop rule's). A link that answered none for the
+  timeout while both loops ran is stuck: one of its two workers is killed (the
+  higher index: worker 0 writes metadata and serves management and MQTT), and its
+  restart makes a new link.
+- its store's writer: how long the writer thread has been on its current batch of
+  writes and fsync. Beyond the timeout that is logged (and logged again when it
+  moves on), never killed: a process in a disk wait is not even stopped by SIGKILL
+  until the disk answers, a restart would wait on the same disk, and a slow disk
+  must not have workers killed in a loop. Its publishers wait for their confirms as
+  on one process.
+
 `Liveness` holds the clocks; the caller sends the pings and kills (serve.py,
 supervisor.py). Times are `time.monotonic()` seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 #: seconds a ready worker may answer no ping before it is killed
 DEFAULT_TIMEOUT = 30.0
@@ -39,6 +59,11 @@ class Watch:
     next_ping: float
     sent: int = 0  # the last ping's number
     hung: bool = False  # reported once; the caller kills it
+    since: float = 0.0  # when this process said it is up
+    #: peer -> seconds its oldest unanswered link probe had waited, at the last answer
+    links: dict[int, float] = field(default_factory=dict)
+    store: float = 0.0  # seconds its store's writer had been on one batch, at the last answer
+    store_stuck: bool = False  # reported; reported again when it moves on
 
 
 class Liveness:
@@ -55,17 +80,63 @@ class Liveness:
     def ready(self, index: int, now: float) -> None:
         """Worker `index` (a new process of it) said it serves: watch it from now,
         pinging it at once."""
-        self.watches[index] = Watch(heard=now, next_ping=now)
+        self.watches[index] = Watch(heard=now, next_ping=now, since=now)
 
     def gone(self, index: int) -> None:
         """Worker `index` exited (or is not to be watched): forget its clock."""
         self.watches.pop(index, None)
 
-    def answered(self, index: int, seq: int, now: float) -> None:
-        """Worker `index` answered ping `seq`: its loop ran at `now`."""
+    def answered(
+        self,
+        index: int,
+        seq: int,
+        now: float,
+        links: dict[int, float] | None = None,
+        store: float = 0.0,
+    ) -> None:
+        """Worker `index` answered ping `seq`: its loop ran at `now`; `links` and
+        `store` are the waits it reported (see the module)."""
         watch = self.watches.get(index)
         if watch is not None and 0 < seq <= watch.sent:
+            if now >= watch.heard:
+                watch.links = dict(links or {})
+                watch.store = store
             watch.heard = max(watch.heard, now)
+
+    def stuck_parts(
+        self,
+    ) -> tuple[list[tuple[int, int, float]], list[tuple[int, float, bool]]]:
+        """The parts found stuck since the last call, from the workers' last answers:
+        links, (the worker to kill, the other end, seconds), one per pair of workers;
+        store writers newly stuck or moving again, (index, seconds, stuck)."""
+        kills: list[tuple[int, int, float]] = []
+        stores: list[tuple[int, float, bool]] = []
+        for index, watch in self.watches.items():
+            if watch.hung:
+                continue
+            for peer, waited in watch.links.items():
+                other = self.watches.get(peer)
+                if other is None or other.hung:
+                    continue  # not up yet (it links once up), or being killed
+                # Counted while the probe was out and the peer's loop ran: from its
+                # sending (or the peer's start: it links once up) to the peer's last
+                # answer. A peer whose loop stopped is the loop rule's (`tick`).
+                sent = watch.heard - waited
+                waited = min(watch.heard, other.heard) - max(sent, other.since)
+                if waited > self.timeout:
+                    victim = max(index, peer)
+                    self.watches[victim].hung = True
+                    kills.append((victim, min(index, peer), waited))
+                    break
+            if watch.hung:
+                continue
+            if watch.store > self.timeout and not watch.store_stuck:
+                watch.store_stuck = True
+                stores.append((index, watch.store, True))
+            elif watch.store_stuck and watch.store <= self.timeout:
+                watch.store_stuck = False
+                stores.append((index, watch.store, False))
+        return kills, stores
 
     def tick(self, now: float) -> tuple[list[tuple[int, int]], list[tuple[int, float]]]:
         """What to do at `now`: the pings to send, (index, number), and the workers
@@ -91,3 +162,29 @@ class Liveness:
                 watch.next_ping = now + self.interval
                 pings.append((index, watch.sent))
         return pings, hung
+
+
+class Probes:
+    """A worker's round trips over its links: at most one out per link, and how long
+    the oldest unanswered one has waited (sans-IO: the worker sends them, a `probe`
+    call its peer answers from its reader)."""
+
+    def __init__(self) -> None:
+        self.out: dict[int, tuple[object, float]] = {}  # peer -> (token, sent at)
+
+    def due(self, peers: Iterable[int]) -> list[int]:
+        """The peers of `peers` to probe now: those with none out."""
+        return [peer for peer in peers if peer not in self.out]
+
+    def sent(self, peer: int, token: object, now: float) -> None:
+        self.out[peer] = (token, now)
+
+    def done(self, peer: int, token: object) -> None:
+        """Probe `token` to `peer` came back (or failed: its link went)."""
+        entry = self.out.get(peer)
+        if entry is not None and entry[0] is token:
+            del self.out[peer]
+
+    def waits(self, now: float) -> dict[int, float]:
+        """peer -> seconds its probe has waited, for each probe out."""
+        return {peer: now - at for peer, (_token, at) in self.out.items()}

@@ -28,7 +28,10 @@ one writer, worker 0 (`WRITER`):
   memory only (transient and exclusive ones, which worker 0 forgets when it restarts),
   worker 0 takes those it lacks, and answers with a snapshot of its topology and its
   op number; the worker reconciles its model to the snapshot (keeping the messages
-  of the queues it owns) and applies ops from that number on.
+  of the queues it owns) and applies ops from that number on. A sync that fails
+  other than by a lost link is tried again with a capped backoff, and given up
+  after `SYNC_TRIES` tries, or at once when worker 0 refuses it (`SyncRefused`):
+  `sync_failures` hears of it (leveret.worker exits, its supervisor acts).
 
 With `broker.mesh` None (one process) nothing here exists: the launcher makes a
 `Metadata` only for a worker of several.
@@ -37,7 +40,9 @@ With `broker.mesh` None (one process) nothing here exists: the launcher makes a
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import pickle
 import time
 import weakref
@@ -78,6 +83,24 @@ log = logging.getLogger("leveret.workers.metadata")
 WRITER = 0  # the worker that writes metadata
 MADE = "made"  # a bind's connection when worker 0's own model made it (MQTT)
 WRITER_WAIT = 10.0  # seconds a change waits for worker 0 to be back (Metadata.writer_wait)
+#: a sync with worker 0 that fails (other than by a lost link) is tried again after
+#: SYNC_RETRY_FIRST seconds, doubling up to SYNC_RETRY_CAP; after SYNC_TRIES failures
+#: in a row the worker gives up (`Metadata.sync_failures`): a fresh process, which
+#: reads its store again, is what is left to try
+SYNC_RETRY_FIRST = 0.1
+SYNC_RETRY_CAP = 2.0
+SYNC_TRIES = 8
+#: A test hook (tests/workers/test_sync_retry.py): while this variable names a file,
+#: each sync a follower starts reads it first: a number N > 0 makes this sync fail
+#: (and leaves N - 1 in the file), `refuse` makes it fail as refused. Unset (always,
+#: outside tests), nothing is read.
+SYNC_FAULTS_ENV = "LEVERET_TEST_SYNC_FAULTS_FILE"
+
+
+class SyncRefused(Exception):
+    """Worker 0 refused a worker's sync for a reason that trying again cannot change
+    (the two run as brokers of different worker counts): the broker cannot serve."""
+
 
 #: a client connection as every worker names it: (its worker, its number there, its name)
 ConnRef = tuple[int, int, str]
@@ -164,6 +187,14 @@ class Metadata:
         #: told () when this follower is in sync with worker 0, or on worker 0 when a
         #: worker synced with it (a starting worker waits for it: leveret.worker)
         self.sync_watchers: list[Callable[[], None]] = []
+        #: told (reason, permanent) when this follower gives up syncing with worker 0:
+        #: `permanent`, worker 0 refused it (SyncRefused); otherwise SYNC_TRIES tries in
+        #: a row failed (leveret.worker exits, and its supervisor acts on it)
+        self.sync_failures: list[Callable[[str, bool], None]] = []
+        self.sync_retry_first = SYNC_RETRY_FIRST
+        self.sync_retry_cap = SYNC_RETRY_CAP
+        self.sync_tries = SYNC_TRIES
+        self._sync_faults = os.environ.get(SYNC_FAULTS_ENV) or None
         # the connections of this worker, by number, and the stand-ins of other
         # workers' connections that own exclusive queues (with how many they own)
         # (from the clock: a restarted worker's connections get new numbers, not those
@@ -210,6 +241,9 @@ class Metadata:
             # A worker's links come up just after it starts accepting: no link to
             # worker 0 at this point is the normal start, not a fault worth a warning.
             log.info("worker %d: no link to worker %d yet; syncing once it is up", self.index, 0)
+        except Exception as exc:
+            # Tried again with a backoff, as a sync started by a new link is.
+            self._sync_task = asyncio.ensure_future(self._sync_retrying(exc))
 
     def stop(self) -> None:
         """The node stops: no sync runs on."""
@@ -668,14 +702,79 @@ class Metadata:
 
     def _peer_joined(self, peer: int) -> None:
         if peer == WRITER and self.index != WRITER and self._ready.is_set():
-            if self._sync_task is None or self._sync_task.done():
-                self._sync_task = asyncio.ensure_future(self._sync_logged())
+            self._start_sync()
 
-    async def _sync_logged(self) -> None:
-        try:
-            await self.sync()
-        except Exception:
-            log.exception("worker %d could not sync with worker %d", self.index, WRITER)
+    def _start_sync(self) -> None:
+        """Sync with worker 0 in the background, unless a sync runs (or waits to be
+        tried again) already: that one takes the newest link and the latest ops."""
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = asyncio.ensure_future(self._sync_retrying())
+
+    async def _sync_retrying(self, failed: BaseException | None = None) -> None:
+        """Sync until it succeeds, the link to worker 0 is lost (its next link starts
+        a sync), worker 0 refuses (permanent), or `sync_tries` tries in a row failed.
+
+        A failure other than a lost link is logged once per distinct error, with what
+        happens next; the same error again is not logged again. `failed`: the first
+        try's error, when the caller made that try."""
+        delay = self.sync_retry_first
+        seen: set[str] = set()
+        tries = 0
+        while True:
+            if failed is None:
+                try:
+                    await self.sync()
+                except PeerDown:
+                    return
+                except Exception as exc:  # noqa: BLE001 - logged and tried again
+                    failed = exc
+                else:
+                    if tries:
+                        log.warning(
+                            "worker %d synced with worker %d after %d failed tries",
+                            self.index,
+                            WRITER,
+                            tries,
+                        )
+                    return
+            if isinstance(failed, SyncRefused):
+                self._give_up(f"worker {WRITER} refused its sync: {failed}", True)
+                return
+            tries += 1
+            text = f"{type(failed).__name__}: {failed}"
+            failed = None
+            if tries >= self.sync_tries:
+                self._give_up(f"{tries} tries in a row failed, the last with {text}", False)
+                return
+            if text not in seen:
+                seen.add(text)
+                log.error(
+                    "worker %d could not sync with worker %d (try %d): %s; trying again "
+                    "with a backoff of %g s doubling up to %g s, %d tries at most "
+                    "(the same error is not logged again)",
+                    self.index,
+                    WRITER,
+                    tries,
+                    text,
+                    delay,
+                    self.sync_retry_cap,
+                    self.sync_tries,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.sync_retry_cap)
+
+    def _give_up(self, reason: str, permanent: bool) -> None:
+        log.error(
+            "worker %d cannot sync with worker %d: %s; %s",
+            self.index,
+            WRITER,
+            reason,
+            "trying again cannot mend it"
+            if permanent
+            else "giving up (a restart of this worker syncs afresh)",
+        )
+        for tell in list(self.sync_failures):
+            tell(reason, permanent)
 
     # --- changes the model makes by itself ----------------------------------------
 
@@ -789,8 +888,7 @@ class Metadata:
                 seq - 1,
             )
             self.in_sync = False  # what comes until the snapshot waits for it
-            if self._sync_task is None or self._sync_task.done():
-                self._sync_task = asyncio.ensure_future(self._sync_logged())
+            self._start_sync()
             return
         else:
             op = pickle.loads(body)
@@ -810,8 +908,8 @@ class Metadata:
             finally:
                 self.applying = False
             self.applied = seq
-            if failed and (self._sync_task is None or self._sync_task.done()):
-                self._sync_task = asyncio.ensure_future(self._sync_logged())
+            if failed:
+                self._start_sync()
         self._send_applied(seq)
 
     def _send_applied(self, seq: int) -> None:
@@ -955,7 +1053,9 @@ class Metadata:
         self.in_sync = False
         self._early = []
         self._synced_event.clear()
-        snapshot = await self.mesh.call(WRITER, "sync", self._claims())
+        if self._sync_faults is not None:
+            _injected_sync_fault(self._sync_faults)
+        snapshot = await self.mesh.call(WRITER, "sync", self._claims(), self.mesh.count)
         lost = self.reconcile(snapshot)
         self.applied = snapshot["seq"]
         self.in_sync = True
@@ -999,7 +1099,15 @@ class Metadata:
                 )
         return claims
 
-    async def _serve_sync(self, peer: int, claims: list[tuple[Any, ...]]) -> dict[str, Any]:
+    async def _serve_sync(
+        self, peer: int, claims: list[tuple[Any, ...]], count: int | None = None
+    ) -> dict[str, Any]:
+        if count is not None and count != self.mesh.count:
+            # Not one broker: its queues' placement (by the count) differs from ours.
+            raise SyncRefused(
+                f"worker {peer} runs as one of {count} workers, worker {WRITER} as one "
+                f"of {self.mesh.count}"
+            )
         await self._ready.wait()
         for claim in claims:
             vhost_name, name, durable, exclusive, auto_delete, arguments, ref = claim[:7]
@@ -1288,6 +1396,21 @@ def _declare_ok(ch: Any, m: cmd.Queue.Declare) -> Callable[[tuple[str, int, int]
 
 def _nothing(result: Any) -> None:
     pass
+
+
+def _injected_sync_fault(path: str) -> None:
+    """The test hook of SYNC_FAULTS_ENV: fail this sync as the file says."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            word = f.read().strip()
+    except FileNotFoundError:
+        return
+    if word == "refuse":
+        raise SyncRefused("refused (test fault)")
+    if word.isdigit() and int(word) > 0:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(str(int(word) - 1))
+        raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (sync: test fault)")
 
 
 def _log_failure(call: asyncio.Future[Any]) -> None:

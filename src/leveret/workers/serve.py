@@ -336,7 +336,21 @@ class Workers:
         assert sup is not None
         pong = event.get("pong")
         if isinstance(pong, int) and not isinstance(pong, bool):
-            sup.alive(index, pong)
+            links = event.get("links")
+            store = event.get("store")
+            sup.alive(
+                index,
+                pong,
+                {int(p): float(w) for p, w in links.items()} if isinstance(links, dict) else None,
+                float(store) if isinstance(store, (int, float)) else 0.0,
+            )
+            return
+        if "sync_failed" in event:
+            reason = f"worker {index} cannot sync with worker 0: {event['sync_failed']}"
+            if event.get("permanent"):
+                sup.fail(index, reason)  # every start would fail alike
+            else:
+                log.warning("%s; it exits to be restarted", reason)
             return
         if "started" in event:
             sup.started(index)

@@ -35,7 +35,12 @@ every worker the way `leveret server` stops (each closes its connections with
   without exiting: each worker that said it is up is pinged (one that waits to
   serve too: a hang there would keep the broker from serving), and one that answers
   nothing for the timeout is logged and SIGKILLed, then restarted as any worker that
-  dies (`liveness.py` has the rule and why).
+  dies (`liveness.py` has the rule and why). Its answers (`alive(i, n, links,
+  store)`) also report its link round trips and its store's writer: a link stuck
+  while both loops run gets one of its workers killed the same way; a stuck store
+  writer is logged and noted (`store_stuck`), never killed;
+- on `fail(i, reason)` (a worker met an error no restart can mend: worker 0
+  refused its sync), stop every worker; `run()` returns 1.
 
 `python -m leveret.workers.supervisor --workers N -- COMMAND...` runs one, with
 `{index}` in COMMAND replaced by each worker's index.
@@ -78,6 +83,7 @@ class WorkerStatus:
     ever_ready: bool = False
     hangs: int = 0  # times it answered no ping for the liveness timeout and was killed
     ever_started: bool = False  # some start said it is up, serving or not (Supervisor.started)
+    store_stuck: bool = False  # its store's writer is on one batch beyond the liveness timeout
 
 
 class Supervisor:
@@ -138,6 +144,7 @@ class Supervisor:
         self._restarts: deque[float] = deque()  # monotonic times of recent restarts
         self._stopping = False
         self._stop: asyncio.Event | None = None
+        self._failed: set[int] = set()  # workers that stopped the broker (`fail`)
         self.exit_code = 0
 
     def status(self) -> list[WorkerStatus]:
@@ -163,10 +170,23 @@ class Supervisor:
                 self.liveness.ready(index, time.monotonic())
             self._write_status()
 
-    def alive(self, index: int, seq: int) -> None:
-        """Worker `index` (its current process) answered ping `seq`."""
+    def alive(
+        self, index: int, seq: int, links: dict[int, float] | None = None, store: float = 0.0
+    ) -> None:
+        """Worker `index` (its current process) answered ping `seq`, reporting how long
+        its oldest link probe per peer and its store's writer have waited."""
         if self.liveness is not None:
-            self.liveness.answered(index, seq, time.monotonic())
+            self.liveness.answered(index, seq, time.monotonic(), links, store)
+
+    def fail(self, index: int, reason: str) -> None:
+        """Worker `index` met an error that no restart can mend (it says `reason`):
+        stop every worker and make `run()` return 1, as when restarts run out."""
+        log.error("%s: no restart can mend it, stopping all", reason)
+        self._failed.add(index)
+        if not self.exit_code:
+            self.exit_code = 1
+        self._write_status()
+        self.stop()
 
     def stop(self) -> None:
         """Stop every worker and make `run()` return 0 (callable from a signal handler
@@ -212,6 +232,7 @@ class Supervisor:
         while not self._stop.is_set():
             worker.state = "starting"
             worker.ready = False
+            worker.store_stuck = False
             started = time.monotonic()
             try:
                 if self.on_start is not None:
@@ -253,7 +274,7 @@ class Supervisor:
             if self.on_exit is not None:
                 self.on_exit(index, rc)
             if self._stop.is_set():
-                worker.state = "stopped"
+                worker.state = "failed" if index in self._failed else "stopped"
                 log.info("worker %d stopped (%s)", index, _describe(rc))
                 self._write_status()
                 return
@@ -327,6 +348,40 @@ class Supervisor:
                     liveness.timeout,
                 )
                 _signal(proc, signal.SIGKILL)
+                self._write_status()
+            kills, stores = liveness.stuck_parts()
+            for index, peer, waited in kills:
+                proc = self._procs.get(index)
+                if proc is None:
+                    continue
+                self.workers[index].hangs += 1
+                log.error(
+                    "worker %d (pid %d) is stuck: its link with worker %d answered no round "
+                    "trip for %.1f s (timeout %g s; a reader or writer of that link is stuck "
+                    "while both event loops run): killing worker %d with SIGKILL to restart "
+                    "it, which replaces the link",
+                    index,
+                    proc.pid,
+                    peer,
+                    waited,
+                    liveness.timeout,
+                    index,
+                )
+                _signal(proc, signal.SIGKILL)
+                self._write_status()
+            for index, waited, stuck in stores:
+                self.workers[index].store_stuck = stuck
+                if stuck:
+                    log.error(
+                        "worker %d's store writer has been on one write and fsync for %.1f s "
+                        "(timeout %g s): the disk does not answer; not killed (a restart "
+                        "would wait on the same disk), its persistent publishes wait",
+                        index,
+                        waited,
+                        liveness.timeout,
+                    )
+                else:
+                    log.warning("worker %d's store writer moves on again", index)
                 self._write_status()
             for index, seq in pings:
                 try:
