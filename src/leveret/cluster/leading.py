@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from leveret.cluster.relay import Relay
 from leveret.config import ServerConfig
+from leveret.workers.control import send_cluster
 from leveret.workers.serve import Workers
 
 log = logging.getLogger("leveret.cluster")
@@ -45,6 +46,20 @@ class LeaderWorkers(Workers):
         self._tap_ends: dict[int, socket.socket] = {}  # the worker's end, until it runs
         self._relaying: set[asyncio.Task[None]] = set()
         self._run: asyncio.Task[int] | None = None
+        self._view_sent: tuple[socket.socket, dict] | None = None  # worker 0's last
+
+    def tell_cluster(self, view: dict) -> None:
+        """Give worker 0, which serves the management API and Prometheus, the node's
+        view of the cluster (cluster/view.py) when it changed or worker 0 is a new
+        one (a full channel: the next call sends it)."""
+        channel = self.controls.get(0)
+        if channel is None or self._view_sent == (channel, view):
+            return
+        try:
+            if send_cluster(channel, view):
+                self._view_sent = (channel, view)
+        except OSError:
+            pass  # worker 0 is exiting; its next start gets the view
 
     # --- as the node's broker ---------------------------------------------------------
 
