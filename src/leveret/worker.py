@@ -44,7 +44,15 @@ from typing import Any
 from leveret.cluster.workertap import Cutter, WorkerTap
 from leveret.config import ServerConfig
 from leveret.workers.affinity import Handoffs
-from leveret.workers.control import event_line, is_serve, link_kind, link_pair, link_peer, ping_seq
+from leveret.workers.control import (
+    cluster_view,
+    event_line,
+    is_serve,
+    link_kind,
+    link_pair,
+    link_peer,
+    ping_seq,
+)
 from leveret.workers.handoff import receive_connections
 from leveret.workers.liveness import Probes
 from leveret.workers.mesh import Mesh
@@ -181,6 +189,11 @@ async def serve_worker(
     node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets, wait_to_serve=True)
     if tap is not None:
         tap.output_batch = node.output_batch
+        if index == 0:  # it serves the management API: the cluster from the supervisor
+            from leveret.cluster.node import node_name
+            from leveret.cluster.view import ClusterView
+
+            node.cluster = ClusterView(node_name(config))
     # Connections handed over by peers are taken whatever this worker's setting;
     # with affinity on, this worker hands its own over too (workers/affinity.py).
     handoffs = Handoffs(mesh, node.listener.adopt)
@@ -277,6 +290,11 @@ async def serve_worker(
         try:
             if is_serve(note):
                 starting.serve()
+                return
+            view = cluster_view(note)
+            if view is not None:
+                if node.cluster is not None:
+                    node.cluster.update(view)
                 return
             seq = ping_seq(note)
         except ValueError as exc:

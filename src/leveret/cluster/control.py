@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from leveret.cluster import etcd as E
+from leveret.cluster import view
 from leveret.cluster.etcd import EtcdError
 
 log = logging.getLogger("leveret.cluster")
@@ -61,38 +62,11 @@ class ControlMixin:
         }
 
     def metrics(self) -> Any:
-        from leveret.cluster.metrics import families
-
-        return families(self)
+        return view.families(view.snapshot(self))  # type: ignore[arg-type]
 
     def api_nodes(self, own: dict[str, Any]) -> list[dict[str, Any]]:
-        """GET /api/nodes on the leader: every node, with RabbitMQ's fields (the leader's
-        own from the broker, a follower's from the figures it sends), `running` and
-        `leader`."""
-        nodes = []
-        for name in sorted(set(self.members) | set(self.alive) | {self.name}):
-            if name == self.name:
-                entry = {**own, "running": True, "leader": True}
-            else:
-                link = self.links.get(name)
-                running = name in self.alive
-                entry = {
-                    **own,
-                    "os_pid": "",
-                    "uptime": 0,
-                    "mem_used": 0,
-                    "fd_used": 0,
-                    "sockets_used": 0,
-                    "proc_used": 0,
-                    "mem_alarm": False,
-                    "disk_free_alarm": False,
-                    **(link.status if link is not None and running else {}),
-                    "running": running,
-                    "leader": False,
-                }
-            entry["name"] = f"leveret@{name}"
-            nodes.append(entry)
-        return nodes
+        """GET /api/nodes on the leader (cluster/view.py)."""
+        return view.api_nodes(view.snapshot(self), own)  # type: ignore[arg-type]
 
     def local_status(self) -> dict[str, Any]:
         """This node's figures for the leader's /api/nodes."""

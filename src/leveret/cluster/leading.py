@@ -17,13 +17,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Callable
 
 from leveret.cluster.relay import Relay
 from leveret.config import ServerConfig
+from leveret.workers.control import send_cluster
 from leveret.workers.serve import Workers
 
 log = logging.getLogger("leveret.cluster")
+
+
+def _shape(view: dict) -> tuple:
+    """What of a cluster snapshot worker 0 must show at once (not the figures)."""
+    keys = ("nodes", "running", "in_sync_followers", "term", "min_replicas")
+    return tuple(str(view.get(k)) for k in keys)
 
 
 class LeaderWorkers(Workers):
@@ -45,6 +53,31 @@ class LeaderWorkers(Workers):
         self._tap_ends: dict[int, socket.socket] = {}  # the worker's end, until it runs
         self._relaying: set[asyncio.Task[None]] = set()
         self._run: asyncio.Task[int] | None = None
+        self._view_sent: tuple[socket.socket, dict] | None = None  # worker 0's last
+        self._view_sent_at = 0.0
+
+    def tell_cluster(self, view: dict) -> None:
+        """Give worker 0, which serves the management API and Prometheus, the node's
+        view of the cluster (cluster/view.py): at once when worker 0 is a new one or a
+        node joined, left, stopped or started running, or the in-sync set or the term
+        changed; a change of figures only (the followers' lag and their own reports,
+        which change all the time under load) once a second at most. A full channel:
+        the next call sends it."""
+        channel = self.controls.get(0)
+        if channel is None:
+            return
+        sent = self._view_sent
+        if sent is not None and sent[0] is channel:
+            if sent[1] == view:
+                return
+            if _shape(sent[1]) == _shape(view) and time.monotonic() - self._view_sent_at < 1.0:
+                return
+        try:
+            if send_cluster(channel, view):
+                self._view_sent = (channel, view)
+                self._view_sent_at = time.monotonic()
+        except OSError:
+            pass  # worker 0 is exiting; its next start gets the view
 
     # --- as the node's broker ---------------------------------------------------------
 

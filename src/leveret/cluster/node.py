@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from leveret.cluster import etcd as E
-from leveret.cluster import nodestate
+from leveret.cluster import nodestate, view
 from leveret.cluster.control import ControlMixin
 from leveret.cluster.election import ElectionMixin
 from leveret.cluster.etcd import Etcd, EtcdError
@@ -430,6 +430,9 @@ class ClusterNode(
                 return "cut off"
             if self.tap is not None:
                 self.tap.check()
+            tell = getattr(self.server, "tell_cluster", None)
+            if tell is not None:  # a node of workers: worker 0 shows the cluster
+                tell(view.snapshot(self))
             if now - last_status > 1.0:
                 last_status = now
                 await self._publish_status()

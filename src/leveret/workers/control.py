@@ -13,8 +13,10 @@ the worker gets its end as a passed descriptor. Each direction has its own use:
     "handoff"`, the pair client connections move on to the worker of their queues)
     comes the same way.
   - notes (`handoff.send_note`, no descriptor): liveness pings, `{"ping": N}`,
-    which the worker answers from its event loop (`liveness.py`), and `{"serve":
-    true}`: accept clients now (`send_serve`).
+    which the worker answers from its event loop (`liveness.py`), `{"serve":
+    true}`: accept clients now (`send_serve`), and, to worker 0 of a leading cluster
+    node, `{"cluster": {...}}`: the cluster as the node sees it, which worker 0's
+    management API and Prometheus show (`send_cluster`, cluster/view.py).
 - worker -> supervisor: events, one JSON object per line:
   - `{"started": true}` once its store is open and its stored messages are back
     (it accepts no client yet);
@@ -92,6 +94,23 @@ def send_serve(channel: socket.socket) -> None:
     it cannot be told: the worker is exiting)."""
     if not send_note(channel, json.dumps({"serve": True}).encode()):
         raise BlockingIOError("the worker's control channel is full")
+
+
+def send_cluster(channel: socket.socket, view: dict[str, Any]) -> bool:
+    """The cluster's snapshot (cluster/view.py) to worker 0, without waiting: False
+    when its buffer is full (the caller sends it again later)."""
+    return send_note(channel, json.dumps({"cluster": view}).encode())
+
+
+def cluster_view(note: bytes) -> dict[str, Any] | None:
+    """The cluster snapshot a note carries, or None when it carries none."""
+    doc = json.loads(note)
+    if not isinstance(doc, dict) or "cluster" not in doc:
+        return None
+    view = doc["cluster"]
+    if not isinstance(view, dict):
+        raise ValueError(f"a cluster note that is not an object: {note[:200]!r}")
+    return view
 
 
 def is_serve(note: bytes) -> bool:

@@ -1,5 +1,5 @@
 """leveret_cluster_*: replication lag and the in-sync set, on the leader (the
-families are cluster/metrics.py's)."""
+families are cluster/view.py's)."""
 
 from __future__ import annotations
 
