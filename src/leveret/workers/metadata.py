@@ -459,7 +459,8 @@ class Metadata:
             raise InvalidValue(
                 f"worker {self.index} cannot change metadata itself: worker {WRITER} imports"
             )
-        arguments = item.get("arguments") or {}
+        # JSON integers are longs, as one process imports them (definitions_json)
+        arguments = definitions_json.json_arguments(item.get("arguments") or {})
         op: Op
         if kind == "exchanges":
             if item["name"] in vhost.exchanges and item["name"].startswith("amq."):
@@ -497,8 +498,7 @@ class Metadata:
                 item["destination"],
                 item["destination_type"] == "queue",
                 item.get("routing_key", ""),
-                # a binding's JSON integers are longs, as one process imports them
-                definitions_json.json_arguments(arguments),
+                arguments,
                 None,
             )
         self.submit(op)
