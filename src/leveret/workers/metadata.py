@@ -347,6 +347,8 @@ class Metadata:
         if m.passive:
             ch.on_exchange_declare(m)  # a read: this worker's model has it
             return
+        arguments = _args(m.arguments)
+        ch.vhost.check_alternate_type(m.exchange, m.exchange_type, arguments)
         op = (
             "exchange.declare",
             ch.vhost.name,
@@ -355,7 +357,7 @@ class Metadata:
             m.durable,
             m.auto_delete,
             m.internal,
-            _args(m.arguments),
+            arguments,
             ch.conn.user or "",
         )
         answer = None if m.nowait else lambda _: ch.send_method(cmd.Exchange.DeclareOk())

@@ -262,3 +262,36 @@ def http_declare_refused_for_argument_type(s: Session) -> None:
     c = s.connect()
     c.open(1)
     c.rpc(1, typed(C.Queue.Declare, queue="bad-q", arguments={"x-queue-mode": SignedInt(3)}))
+
+
+@scenario
+def alternate_exchange_of_another_type(s: Session) -> None:
+    """alternate-exchange must be a longstr: a new exchange with it as an integer is
+    refused naming the type (signedint over AMQP, long from the management API's
+    JSON); a definitions import takes it as it is; an existing exchange redeclared
+    with one it does not have is refused as inequivalent."""
+    c = s.connect()
+    c.open(1)
+    c.rpc(1, typed(C.Exchange.Declare, exchange="ae-int", exchange_type="direct",
+                   arguments={"alternate-exchange": SignedInt(5)}))  # fmt: skip
+    c.open(2)
+    c.rpc(2, typed(C.Exchange.Declare, exchange="ae-int", exchange_type="direct", passive=True))
+    s.http("PUT", "/api/exchanges/{vhost}/ae-http", {"arguments": {"alternate-exchange": 5}})
+    exchange = {
+        "name": "ae-imported",
+        "type": "direct",
+        "durable": True,
+        "auto_delete": False,
+        "internal": False,
+        "arguments": {"alternate-exchange": 5},
+    }
+    s.http("POST", "/api/definitions/{vhost}", {"exchanges": [exchange]})
+    c.open(3)
+    c.rpc(3, typed(C.Exchange.Declare, exchange="ae-imported", exchange_type="direct",
+                   passive=True))  # fmt: skip
+    c.rpc(3, typed(C.Exchange.Declare, exchange="plain", exchange_type="direct"))
+    c.rpc(3, typed(C.Exchange.Declare, exchange="plain", exchange_type="direct",
+                   arguments={"alternate-exchange": SignedInt(5)}))  # fmt: skip
+    c.open(4)
+    c.rpc(4, typed(C.Exchange.Declare, exchange="plain", exchange_type="direct",
+                   arguments={"alternate-exchange": "other"}))  # fmt: skip

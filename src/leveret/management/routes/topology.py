@@ -448,6 +448,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
+    _direct(vhost.check_alternate_type, name, kind, arguments)
     op = (
         "exchange.declare",
         vhost.name,
