@@ -331,3 +331,39 @@ def test_an_imported_binding_is_a_long_one(brokers):
     assert [b["arguments"] for b in _headers_bindings(broker)] == [{"x-match": "any", "n": 7}]
     assert _unbind(broker.port, {"x-match": "any", "n": Long(7)}) == [("Queue.UnbindOk", None)]
     assert _headers_bindings(broker) == []
+
+
+def test_json_integers_stay_longs_after_a_restart(brokers):
+    """A queue declared through the management API and one from a definitions import
+    hold a JSON integer as a long, as RabbitMQ does (recorded: argtypes.
+    http_declared_integer_arguments, argtypes.definitions_import_integer_arguments):
+    a redeclaration without it is told "of type 'long'", before a restart and after."""
+    mport = free_port()
+    broker = brokers.start(extra=("--management-port", str(mport)))
+    broker.management = f"http://127.0.0.1:{mport}"
+    arguments = {"x-max-length": 10}
+    management_request(broker, "PUT", "queues/%2F/hq", {"durable": True, "arguments": arguments})
+    queue = {"name": "dq", "vhost": "/", "durable": True, "auto_delete": False}
+    management_request(
+        broker, "POST", "definitions", {"queues": [{**queue, "arguments": arguments}]}
+    )
+
+    def refusals() -> list[tuple[str, Any]]:
+        answers = Answers(broker.port)
+        for ch, name in enumerate(("hq", "dq"), 1):
+            answers.open(ch)
+            answers.rpc(ch, typed(C.Queue.Declare, queue=name, durable=True))
+        answers.close()
+        return answers.got
+
+    expected = [
+        (
+            "channel.close",
+            f"406 PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
+            "vhost '/': received none but current is the value '10' of type 'long'",
+        )
+        for name in ("hq", "dq")
+    ]
+    assert refusals() == expected
+    broker.restart()
+    assert refusals() == expected

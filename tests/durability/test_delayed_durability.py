@@ -137,6 +137,43 @@ def test_confirmed_delayed_messages_survive_sigkill_and_a_clean_restart(tmp_path
         close_quietly(conn)
 
 
+def _declare_dx_into_dq(broker) -> None:
+    """The durable delayed exchange `dx` (direct) and the durable queue `dq` bound to it
+    with `k`, which the soak tests' publishers keep busy."""
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.exchange_declare("dx", X, durable=True, arguments={"x-delayed-type": "direct"})
+    ch.queue_declare("dq", durable=True)
+    ch.queue_bind("dq", "dx", "k")
+    close_quietly(conn)
+
+
+def _drain_into(broker, arrived: dict[str, int]) -> None:
+    """Every message `dq` holds now, each checked intact, counted by tag in `arrived`."""
+    conn = broker.connect()
+    for body, _redelivered, _p in drain_queue(conn.channel(), "dq"):
+        tag = check_body(body)
+        arrived[tag] = arrived.get(tag, 0) + 1
+    close_quietly(conn)
+
+
+def _assert_every_confirmed_arrives(broker, confirmed: set[str], arrived: dict[str, int]) -> None:
+    """Every confirmed message arrived at least once (duplicates are counted, printed),
+    and enough were confirmed for the round to mean something. messages_delayed may
+    read 0 for a moment while a worker that holds some is not linked to worker 0 yet
+    (just restarted): what it fires then arrives after the last drain. So drain until
+    everything came, or 30 s passed."""
+    deadline = time.time() + 30
+    while confirmed - set(arrived) and time.time() < deadline:
+        time.sleep(0.2)
+        _drain_into(broker, arrived)
+    lost = confirmed - set(arrived)
+    assert not lost, f"{len(lost)} confirmed delayed messages lost, e.g. {sorted(lost)[:5]}"
+    duplicates = sum(n - 1 for n in arrived.values())
+    print(f"{len(confirmed)} confirmed, {len(arrived)} arrived, {duplicates} duplicates")
+    assert len(confirmed) > 100
+
+
 class Publisher(threading.Thread):
     """Confirmed persistent delayed messages, short delays, until the broker (or the
     worker its connection is on) dies, or until `stop` is set."""
@@ -171,6 +208,17 @@ class Publisher(threading.Thread):
             self.connected.set()  # the broker was killed
 
 
+def _publishers_running(broker, start: int, rng: random.Random, count: int) -> list[Publisher]:
+    """`count` Publishers (tags from `start`, a million apart), each connected, then
+    left to publish for 0.5 to 1.5 s."""
+    publishers = [Publisher(broker, start + k * 1_000_000, rng) for k in range(count)]
+    for p in publishers:
+        p.start()
+        p.connected.wait(10)
+    time.sleep(rng.uniform(0.5, 1.5))
+    return publishers
+
+
 @pytest.mark.soak
 def test_sigkill_while_delayed_messages_are_written_and_fired(tmp_path, soak_rounds):
     """Publishers keep the exchange busy storing and firing; kill -9 at a random moment.
@@ -179,22 +227,13 @@ def test_sigkill_while_delayed_messages_are_written_and_fired(tmp_path, soak_rou
     rng = random.Random(99)
     with Brokers(tmp_path) as brokers:
         broker = _start(brokers)
-        conn = broker.connect()
-        ch = conn.channel()
-        ch.exchange_declare("dx", X, durable=True, arguments={"x-delayed-type": "direct"})
-        ch.queue_declare("dq", durable=True)
-        ch.queue_bind("dq", "dx", "k")
-        close_quietly(conn)
+        _declare_dx_into_dq(broker)
         confirmed: set[str] = set()
         arrived: dict[str, int] = {}
         start = 0
         for _round in range(soak_rounds):
-            publishers = [Publisher(broker, start + k * 1_000_000, rng) for k in range(2)]
+            publishers = _publishers_running(broker, start, rng, 2)
             start += 10_000_000
-            for p in publishers:
-                p.start()
-                p.connected.wait(10)
-            time.sleep(rng.uniform(0.5, 1.5))
             broker.kill()
             for p in publishers:
                 p.join(10)
@@ -203,39 +242,12 @@ def test_sigkill_while_delayed_messages_are_written_and_fired(tmp_path, soak_rou
             deadline = time.time() + 30
             while _delayed(broker, "dx") and time.time() < deadline:
                 time.sleep(0.05)
-            conn = broker.connect()
-            for body, _redelivered, _p in drain_queue(conn.channel(), "dq"):
-                tag = check_body(body)
-                arrived[tag] = arrived.get(tag, 0) + 1
-            close_quietly(conn)
-        # messages_delayed may read 0 for a moment while a worker that holds some is
-        # not linked to worker 0 yet (just restarted): what it fires then arrives
-        # after the last drain. Drain until everything came, or 30 s passed.
-        deadline = time.time() + 30
-        while confirmed - set(arrived) and time.time() < deadline:
-            time.sleep(0.2)
-            conn = broker.connect()
-            for body, _redelivered, _p in drain_queue(conn.channel(), "dq"):
-                tag = check_body(body)
-                arrived[tag] = arrived.get(tag, 0) + 1
-            close_quietly(conn)
-        lost = confirmed - set(arrived)
-        assert not lost, f"{len(lost)} confirmed delayed messages lost, e.g. {sorted(lost)[:5]}"
-        duplicates = sum(n - 1 for n in arrived.values())
-        print(f"{len(confirmed)} confirmed, {len(arrived)} arrived, {duplicates} duplicates")
-        assert len(confirmed) > 100
+            _drain_into(broker, arrived)
+        _assert_every_confirmed_arrives(broker, confirmed, arrived)
 
 
 def _workers_status(broker) -> list[dict]:
     return json.loads((broker.data_dir / "workers-status.json").read_text())["workers"]
-
-
-def _drain_into(broker, arrived: dict[str, int]) -> None:
-    conn = broker.connect()
-    for body, _redelivered, _p in drain_queue(conn.channel(), "dq"):
-        tag = check_body(body)
-        arrived[tag] = arrived.get(tag, 0) + 1
-    close_quietly(conn)
 
 
 @pytest.mark.soak
@@ -250,12 +262,7 @@ def test_sigkill_of_one_worker_while_delayed_messages_are_written_and_fired(tmp_
     rng = random.Random(7)
     with Brokers(tmp_path) as brokers:
         broker = _start(brokers)
-        conn = broker.connect()
-        ch = conn.channel()
-        ch.exchange_declare("dx", X, durable=True, arguments={"x-delayed-type": "direct"})
-        ch.queue_declare("dq", durable=True)
-        ch.queue_bind("dq", "dx", "k")
-        close_quietly(conn)
+        _declare_dx_into_dq(broker)
         owner = int(broker.store_dir("dq").name.rsplit("-", 1)[1])
         confirmed: set[str] = set()
         arrived: dict[str, int] = {}
@@ -263,12 +270,8 @@ def test_sigkill_of_one_worker_while_delayed_messages_are_written_and_fired(tmp_
         for round_ in range(max(2, soak_rounds)):
             victim = owner if round_ % 2 == 0 else (owner + 1) % test_workers()
             # Four connections: the kernel spreads them over the workers.
-            publishers = [Publisher(broker, start + k * 1_000_000, rng) for k in range(4)]
+            publishers = _publishers_running(broker, start, rng, 4)
             start += 10_000_000
-            for p in publishers:
-                p.start()
-                p.connected.wait(10)
-            time.sleep(rng.uniform(0.5, 1.5))
             before = _workers_status(broker)[victim]
             os.kill(before["pid"], signal.SIGKILL)
             deadline = time.monotonic() + 30
@@ -287,12 +290,4 @@ def test_sigkill_of_one_worker_while_delayed_messages_are_written_and_fired(tmp_
                 confirmed |= p.confirmed
             _delayed_reaches(broker, "dx", 0)
             _drain_into(broker, arrived)
-        deadline = time.time() + 30  # see test_sigkill_while_delayed_messages_are_written_and_fired
-        while confirmed - set(arrived) and time.time() < deadline:
-            time.sleep(0.2)
-            _drain_into(broker, arrived)
-        lost = confirmed - set(arrived)
-        assert not lost, f"{len(lost)} confirmed delayed messages lost, e.g. {sorted(lost)[:5]}"
-        duplicates = sum(n - 1 for n in arrived.values())
-        print(f"{len(confirmed)} confirmed, {len(arrived)} arrived, {duplicates} duplicates")
-        assert len(confirmed) > 100
+        _assert_every_confirmed_arrives(broker, confirmed, arrived)

@@ -55,6 +55,46 @@ def connect(w: InProcessWorkers, index: int) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(w.url(index)))
 
 
+def flow_paused(w: InProcessWorkers) -> bool:
+    """Whether a connection of worker 0 is paused for flow (a full link, a queue far
+    behind); runs on the workers' loop: `w.call(lambda: flow_paused(w))`."""
+    return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
+
+
+def squeeze_link(w: InProcessWorkers) -> tuple[Any, Any]:
+    """Worker 0's link to worker 1 made small (64 KiB) and worker 1's end of it no
+    longer read, so that it fills: (the link, its peer end)."""
+    link = w.meshes[0].links[1]
+    peer = w.meshes[1].links[0]
+
+    def squeeze() -> None:
+        link.high_water = 64 << 10
+        link.transport.set_write_buffer_limits(high=64 << 10, low=16 << 10)
+        peer.pause_reading()  # the owner stops taking records
+
+    w.call(squeeze)
+    return link, peer
+
+
+def publish_in_thread(
+    w: InProcessWorkers, queue: str, count: int, size: int
+) -> tuple[pika.BlockingConnection, threading.Thread]:
+    """A connection to worker 0 and a started thread publishing `count` messages of
+    `size` bytes to `queue` on it; the thread blocks while the broker pauses it (or
+    stops reading it)."""
+    conn = connect(w, 0)
+
+    def publish() -> None:
+        ch = conn.channel()
+        body = b"x" * size
+        for _ in range(count):
+            ch.basic_publish("", queue, body)
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+    return conn, publisher
+
+
 @pytest.fixture
 def workers():
     with in_process_workers(2) as w:
@@ -361,30 +401,9 @@ def test_owner_deleting_the_queue_cancels_remote_consumers(workers) -> None:
 def test_publisher_pauses_while_the_link_is_full(workers) -> None:
     w = workers
     q_backlog = place(w, 1, "backlog")
-    link = w.meshes[0].links[1]
-    peer = w.meshes[1].links[0]
-
-    def squeeze() -> None:
-        link.high_water = 64 << 10
-        link.transport.set_write_buffer_limits(high=64 << 10, low=16 << 10)
-        peer.pause_reading()  # the owner stops taking records
-
-    w.call(squeeze)
-    conn = connect(w, 0)
-
-    def publish() -> None:  # blocks once the paused broker stops reading it
-        ch = conn.channel()
-        body = b"x" * 1000
-        for _ in range(3000):
-            ch.basic_publish("", q_backlog, body)
-
-    publisher = threading.Thread(target=publish, daemon=True)
-    publisher.start()
-
-    def paused() -> bool:
-        return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
-
-    assert wait_for(lambda: w.call(paused))
+    link, peer = squeeze_link(w)
+    conn, publisher = publish_in_thread(w, q_backlog, 3000, 1000)
+    assert wait_for(lambda: w.call(lambda: flow_paused(w)))
     assert w.call(lambda: link.pauses) >= 1
     held = counts(w, 1, q_backlog)[0]
     assert held < 3000
@@ -392,7 +411,7 @@ def test_publisher_pauses_while_the_link_is_full(workers) -> None:
     publisher.join(30)
     assert not publisher.is_alive()
     assert wait_for(lambda: counts(w, 1, q_backlog)[0] == 3000)
-    assert wait_for(lambda: not w.call(paused))
+    assert wait_for(lambda: not w.call(lambda: flow_paused(w)))
     conn.close()
 
 
@@ -403,29 +422,9 @@ def test_publisher_paused_by_a_full_link_goes_on_when_the_owner_comes_back(worke
     same connection's publishes are confirmed again."""
     w = workers
     q_refill = place(w, 1, "refill")
-    link = w.meshes[0].links[1]
-    peer = w.meshes[1].links[0]
-
-    def squeeze() -> None:
-        link.high_water = 64 << 10
-        link.transport.set_write_buffer_limits(high=64 << 10, low=16 << 10)
-        peer.pause_reading()  # the owner stops taking records
-
-    w.call(squeeze)
-    conn = connect(w, 0)
-
-    def publish() -> None:  # blocks while the broker does not read it
-        ch = conn.channel()
-        for _ in range(3000):
-            ch.basic_publish("", q_refill, b"x" * 1000)
-
-    publisher = threading.Thread(target=publish, daemon=True)
-    publisher.start()
-
-    def paused() -> bool:
-        return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
-
-    assert wait_for(lambda: w.call(paused))
+    _link, peer = squeeze_link(w)
+    conn, publisher = publish_in_thread(w, q_refill, 3000, 1000)
+    assert wait_for(lambda: w.call(lambda: flow_paused(w)))
     w.call(peer.transport.abort)  # worker 1 dies: its end goes without a word
     assert wait_for(lambda: w.call(lambda: 1 not in w.meshes[0].peers))
 
@@ -437,7 +436,7 @@ def test_publisher_paused_by_a_full_link_goes_on_when_the_owner_comes_back(worke
     w.run(relink())
     publisher.join(30)
     assert not publisher.is_alive(), "the publisher stays paused"
-    assert wait_for(lambda: not w.call(paused))
+    assert wait_for(lambda: not w.call(lambda: flow_paused(w)))
     ch = conn.channel()
     ch.confirm_delivery()
     ch.basic_publish("", q_refill, b"after", PERSISTENT)  # NackError if not confirmed
@@ -453,27 +452,17 @@ def test_publisher_pauses_while_the_owners_queue_is_behind(workers) -> None:
     och = own.channel()
     och.basic_qos(prefetch_count=1)
     tag = och.basic_consume(q_slow, lambda *a: None)  # takes one, never acks
-    conn = connect(w, 0)
-
-    def publish() -> None:
-        ch = conn.channel()
-        for _ in range(6000):
-            ch.basic_publish("", q_slow, b"x" * 100)
-
-    publisher = threading.Thread(target=publish, daemon=True)
-    publisher.start()
-
-    def paused() -> bool:
-        return any("flow" in c.publisher_pause.reasons for c in w.nodes[0].connections)
-
-    assert wait_for(lambda: w.call(paused), poll=lambda: own.process_data_events(0.01))
+    conn, publisher = publish_in_thread(w, q_slow, 6000, 100)
+    assert wait_for(
+        lambda: w.call(lambda: flow_paused(w)), poll=lambda: own.process_data_events(0.01)
+    )
     assert counts(w, 1, q_slow)[0] < 6000
     och.basic_cancel(tag)  # no consumer left: the queue no longer holds publishers back
     publisher.join(30)
     assert not publisher.is_alive()
     # All there: the one delivered stays unacked with its channel after the cancel.
     assert wait_for(lambda: counts(w, 1, q_slow) == (5999, 1, 0))
-    assert wait_for(lambda: not w.call(paused))
+    assert wait_for(lambda: not w.call(lambda: flow_paused(w)))
     own.close()
     conn.close()
 

@@ -38,6 +38,33 @@ def ready(w: InProcessWorkers, owner: int, name: str) -> int:
     return w.call(lambda: owned(w, owner, name).message_count)
 
 
+def delayed_exchange_into_worker_1(
+    w: InProcessWorkers,
+) -> tuple[pika.BlockingConnection, Any, str]:
+    """A connection to worker 0 with confirms on, the durable x-delayed-message exchange
+    `wk-delayed-x` (direct) and a durable queue worker 1 owns, bound to it with `k`:
+    (connection, channel, queue)."""
+    conn = pika.BlockingConnection(pika.URLParameters(w.url(0)))
+    ch = conn.channel()
+    ch.exchange_declare(
+        "wk-delayed-x",
+        "x-delayed-message",
+        durable=True,
+        arguments={"x-delayed-type": "direct"},
+    )
+    queue = place(w, 1, "wk-delayed-q", durable=True, bind=("wk-delayed-x", "k"))
+    ch.confirm_delivery()
+    return conn, ch, queue
+
+
+def publish_delayed(ch: Any, count: int) -> None:
+    """`count` persistent messages d0, d1, ... to `wk-delayed-x` with key `k`, each
+    due in 50 ms (confirmed one by one: the channel has confirms on)."""
+    props = pika.BasicProperties(delivery_mode=2, headers={"x-delay": 50})
+    for i in range(count):
+        ch.basic_publish("wk-delayed-x", "k", f"d{i}".encode(), props)
+
+
 def relink(w: InProcessWorkers, a: int, b: int) -> None:
     """Join workers a and b with a new link, as for a worker that restarted."""
 
@@ -53,22 +80,11 @@ def test_due_messages_wait_for_the_owners_link_and_arrive_once_it_is_up(
     tmp_path: Path,
 ) -> None:
     with in_process_workers(2, tmp_path) as w:
-        conn = pika.BlockingConnection(pika.URLParameters(w.url(0)))
-        ch = conn.channel()
-        ch.exchange_declare(
-            "wk-delayed-x",
-            "x-delayed-message",
-            durable=True,
-            arguments={"x-delayed-type": "direct"},
-        )
-        queue = place(w, 1, "wk-delayed-q", durable=True, bind=("wk-delayed-x", "k"))
-        ch.confirm_delivery()
+        conn, ch, queue = delayed_exchange_into_worker_1(w)
 
         w.call(w.meshes[0].links[1].close)
         assert wait_for(lambda: w.call(lambda: not w.meshes[0].peers))
-        props = pika.BasicProperties(delivery_mode=2, headers={"x-delay": 50})
-        for i in range(20):
-            ch.basic_publish("wk-delayed-x", "k", f"d{i}".encode(), props)
+        publish_delayed(ch, 20)
         time.sleep(0.5)  # well past the due time: nothing may have been fired into the void
         assert held(w, 0, "wk-delayed-x") == 20
 
@@ -102,21 +118,10 @@ def test_a_fired_message_counts_and_keeps_its_record_until_the_owner_confirms(
     (compaction leaves it, a clean stop puts it back). A link lost meanwhile routes
     it again once the link is back."""
     with in_process_workers(2, tmp_path) as w:
-        conn = pika.BlockingConnection(pika.URLParameters(w.url(0)))
-        ch = conn.channel()
-        ch.exchange_declare(
-            "wk-delayed-x",
-            "x-delayed-message",
-            durable=True,
-            arguments={"x-delayed-type": "direct"},
-        )
-        queue = place(w, 1, "wk-delayed-q", durable=True, bind=("wk-delayed-x", "k"))
-        ch.confirm_delivery()
+        conn, ch, queue = delayed_exchange_into_worker_1(w)
 
         w.call(w.meshes[1].links[0].pause_reading)  # the owner reads none of it yet
-        props = pika.BasicProperties(delivery_mode=2, headers={"x-delay": 50})
-        for i in range(20):
-            ch.basic_publish("wk-delayed-x", "k", f"d{i}".encode(), props)
+        publish_delayed(ch, 20)
         assert wait_for(lambda: kept(w, 0, "wk-delayed-x") == 20)  # fired, not confirmed
         assert held(w, 0, "wk-delayed-x") == 20
         assert ready(w, 1, queue) == 0

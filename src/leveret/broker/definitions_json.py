@@ -219,10 +219,13 @@ def utf8_safe(raw: bytes) -> str:
 
 
 def json_arguments(value: Any) -> Any:
-    """A binding's arguments from JSON with the field types RabbitMQ gives them: every
-    integer a long (RabbitMQ 3.10.8: only an unbind with the value as a long removes a
-    binding the management API made). A binding's types are part of its
-    identity, so this decides which unbind removes it, before and after a restart."""
+    """Arguments from JSON (the management API, a definitions import) with the field
+    types RabbitMQ gives them: every integer a long. Clients see the type: a binding's
+    types are part of its identity (only an unbind with the value as a long removes a
+    binding the management API made), and a queue redeclared without an argument, or
+    refused for an argument's type, is told the type by name ("current is the value
+    '10' of type 'long'", "{unacceptable_type,long}"; recorded: tests/compat/amqp
+    argtypes.http_* and argtypes.definitions_*)."""
     if isinstance(value, dict):
         return {k: json_arguments(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -487,7 +490,7 @@ def _check_operator_policy(i: int, param: dict[str, Any]) -> None:
 
 
 def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = None) -> None:
-    arguments = item.get("arguments") or {}
+    arguments = json_arguments(item.get("arguments") or {})
     if kind == "exchanges":
         if item["name"] in target.exchanges and item["name"].startswith("amq."):
             return
@@ -520,4 +523,4 @@ def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = No
                 raise NotFound(f"no queue '{item['destination']}' in vhost '{target.name}'")
         else:
             dest = target.get_exchange(item["destination"])
-        target.bind(source, dest, item.get("routing_key", ""), json_arguments(arguments))
+        target.bind(source, dest, item.get("routing_key", ""), arguments)

@@ -288,7 +288,10 @@ def parse_queue_arguments(arguments: dict[str, Any], describe: str) -> QueueOpti
             )
         options["deduplication"] = value
     if "x-queue-mode" in arguments:
-        value = _text(arguments["x-queue-mode"])
+        value = arguments["x-queue-mode"]
+        if not isinstance(value, str | bytes):
+            raise fail("x-queue-mode", f"{{unacceptable_type,{amqp_type_name(value)}}}")
+        value = _text(value)
         if value not in QUEUE_MODES:
             raise fail("x-queue-mode", f"\"unsupported queue mode '{value}'\"")
     timeout = arguments.get("x-consumer-timeout")

@@ -27,6 +27,7 @@ from leveret.broker.exchanges import EXCHANGE_TYPES
 from leveret.broker.message import Message
 from leveret.broker.policies import Policy, effective_queue_arguments, winner
 from leveret.broker.queue_args import (
+    amqp_type_name,
     declared_type,
     foreign_argument,
     foreign_arguments,
@@ -219,10 +220,29 @@ class VirtualHost:
         )
         if ae_new != ae_old:
             raise PreconditionFailed(
-                f"inequivalent arg 'alternate-exchange' for {existing.describe()}: "
-                f"received {ae_new!r} but current is {ae_old!r}",
+                inequivalent_text("alternate-exchange", existing.describe(), ae_new, ae_old)
             )
         return existing
+
+    def check_alternate_type(self, name: str, type_name: str, arguments: dict[str, Any]) -> None:
+        """A client (or the management API) may make an exchange only with an
+        alternate-exchange that is a string: RabbitMQ refuses another type by name (a
+        definitions import, which does not come here, takes any). An exchange that
+        exists is only compared (declare_exchange); an unknown type or a reserved name
+        is refused first, by declare_exchange, as in RabbitMQ."""
+        if (
+            "alternate-exchange" not in arguments
+            or name in self.exchanges
+            or type_name not in EXCHANGE_TYPES
+            or name.startswith("amq.")
+        ):
+            return
+        value = arguments["alternate-exchange"]
+        if not isinstance(value, str | bytes):
+            raise PreconditionFailed(
+                f"invalid type '{amqp_type_name(value)}' for arg 'alternate-exchange' in "
+                f"exchange '{name}' in vhost '{self.name}'"
+            )
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if not name:

@@ -39,6 +39,9 @@ class ModelMethods:
     # --- exchange -----------------------------------------------------------
 
     def on_exchange_declare(self, m: cmd.Exchange.Declare) -> None:
+        arguments = _args(m.arguments)
+        if not m.passive:
+            self.vhost.check_alternate_type(m.exchange, m.exchange_type, arguments)
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -46,7 +49,7 @@ class ModelMethods:
             m.durable,
             m.auto_delete,
             m.internal,
-            _args(m.arguments),
+            arguments,
             self.conn.user or "",
         )
         if not m.nowait:

@@ -347,6 +347,8 @@ class Metadata:
         if m.passive:
             ch.on_exchange_declare(m)  # a read: this worker's model has it
             return
+        arguments = _args(m.arguments)
+        ch.vhost.check_alternate_type(m.exchange, m.exchange_type, arguments)
         op = (
             "exchange.declare",
             ch.vhost.name,
@@ -355,7 +357,7 @@ class Metadata:
             m.durable,
             m.auto_delete,
             m.internal,
-            _args(m.arguments),
+            arguments,
             ch.conn.user or "",
         )
         answer = None if m.nowait else lambda _: ch.send_method(cmd.Exchange.DeclareOk())
@@ -459,7 +461,8 @@ class Metadata:
             raise InvalidValue(
                 f"worker {self.index} cannot change metadata itself: worker {WRITER} imports"
             )
-        arguments = item.get("arguments") or {}
+        # JSON integers are longs, as one process imports them (definitions_json)
+        arguments = definitions_json.json_arguments(item.get("arguments") or {})
         op: Op
         if kind == "exchanges":
             if item["name"] in vhost.exchanges and item["name"].startswith("amq."):
@@ -497,8 +500,7 @@ class Metadata:
                 item["destination"],
                 item["destination_type"] == "queue",
                 item.get("routing_key", ""),
-                # a binding's JSON integers are longs, as one process imports them
-                definitions_json.json_arguments(arguments),
+                arguments,
                 None,
             )
         self.submit(op)

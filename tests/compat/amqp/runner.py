@@ -214,6 +214,8 @@ class Target:
     admin: Admin
     user: str = "guest"
     password: str = "guest"
+    #: the management API's base URL, for scenarios that declare through it (`s.http`)
+    management: str | None = None
 
     @classmethod
     def rabbitmq(cls, amqp_url: str, management_url: str) -> Target:
@@ -226,6 +228,7 @@ class Target:
             ),
             unquote(u.username or "guest"),
             unquote(u.password or "guest"),
+            management_url,
         )
 
 
@@ -913,6 +916,31 @@ class Session:
 
     def policy(self, name: str, pattern: str, definition: dict, **kw: Any) -> None:
         self.target.admin.set_policy(self.vhost, name, pattern, definition, **kw)
+
+    def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """A management API request as the scenario's user (`{vhost}` in `path`: the
+        scenario's vhost), recorded: the path as written, the status and the JSON body
+        (None when empty). For what the API makes that AMQP then sees."""
+        if self.target.management is None:
+            raise RuntimeError("this target has no management API")
+        url = self.target.management.rstrip("/") + path.replace(
+            "{vhost}", quote(self.vhost, safe="")
+        )
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        credentials = f"{self.target.user}:{self.target.password}".encode()
+        req.add_header("Authorization", "Basic " + base64.b64encode(credentials).decode())
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        answer = json.loads(raw) if raw.strip() else None
+        step = {"op": "http", "request": f"{method} {path}", "status": status}
+        step["body"] = plain(answer, self.names)
+        self.steps.append(step)
+        return step
 
     def record(self, what: str, value: Any) -> None:
         """A free-form observation (derived by the scenario, the same on both brokers)."""

@@ -1,5 +1,5 @@
 """The Leveret to replay scenarios against (the CI test and replay.py): an in-process
-broker, or under LEVERET_TEST_WORKERS=N a `leveret server --workers N` subprocess whose
+broker with its management API on a free port, or under LEVERET_TEST_WORKERS=N a `leveret server --workers N` subprocess whose
 admin side is its management API (worker 0's)."""
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ def leveret_target() -> Iterator[Target]:
     from leveret.config import ServerConfig
     from leveret.testing import EmbeddedBroker
 
-    broker = EmbeddedBroker(ServerConfig(host="127.0.0.1", port=0, persistence=False)).start()
+    config = ServerConfig(host="127.0.0.1", port=0, persistence=False, management_port=0)
+    broker = EmbeddedBroker(config).start()
     try:
-        yield Target("127.0.0.1", broker.port, BrokerAdmin(broker))
+        management = f"http://127.0.0.1:{broker.server.management.port}"
+        yield Target("127.0.0.1", broker.port, BrokerAdmin(broker), management=management)
     finally:
         broker.stop()
 

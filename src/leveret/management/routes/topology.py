@@ -375,7 +375,7 @@ async def put_queue(request: web.Request) -> web.Response:
         # RabbitMQ's channel crashes on it (400 with the crash); the flag itself is
         # ignored: the API's connection would own the queue and end at once.
         raise InvalidValue(f"exclusive must be true or false, got {json.dumps(exclusive)}")
-    arguments = _object(body, "arguments")
+    arguments = definitions_json.json_arguments(_object(body, "arguments"))
     guard = _permission_guard(request, vhost)
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "queue", name)
@@ -442,11 +442,13 @@ async def put_exchange(request: web.Request) -> web.Response:
     if not isinstance(kind, str):
         raise InvalidValue(f"exchange type must be a string, got {kind!r}")
     durable, auto_delete = _bool(body, "durable", False), _bool(body, "auto_delete", False)
-    internal, arguments = _bool(body, "internal", False), _object(body, "arguments")
+    internal = _bool(body, "internal", False)
+    arguments = definitions_json.json_arguments(_object(body, "arguments"))
     guard = _permission_guard(request, vhost)
     if guard is not None:
         _direct(_access_check, guard.require, "configure", "exchange", name)
     existed = name in vhost.exchanges
+    _direct(vhost.check_alternate_type, name, kind, arguments)
     op = (
         "exchange.declare",
         vhost.name,
