@@ -145,7 +145,8 @@ class Crossing:
                 barrier.add()(None if _quiet(barrier) else PeerDown(peer))
             return
         vhost = queue.vhost.name
-        if link.writer.publish_more(message, vhost, queue.name):
+        writer = link.writer
+        if writer.open_token is message and writer.publish_more(message, vhost, queue.name):
             return  # one record per owner: the fan-out's earlier queue opened it
         seq = 0
         if barrier is not None:

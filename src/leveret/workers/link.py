@@ -333,6 +333,9 @@ class LinkWriter:
         # [kind, ref, flags, runs] for a settlement; None when there is none.
         self._open_publish: list | None = None
         self._open_settle: list | None = None
+        #: the token of the open PUBLISH (None when there is none): a caller checks
+        #: it before calling `publish_more`, which most messages would call for nothing
+        self.open_token: object = None
 
     # --- open records -------------------------------------------------------------
 
@@ -340,13 +343,24 @@ class LinkWriter:
         """Queue a PUBLISH of `message` (whose identity is `token`) that
         `publish_more` may add queues to while it is the last record."""
         o = self._open_publish
-        if o is not None:  # the previous message's: queued as bytes now
+        if o is not None:  # the previous message's: queued as bytes now (`publish`, inline)
             self._open_publish = None
-            self.pending -= len(o[4])
-            self.publish(o[1], o[2], o[3], o[4])
+            queues = o[3]
+            key = (o[2], queues[0]) if len(queues) == 1 else (o[2], *queues)
+            names = _NAMES.get(key)
+            if names is None:
+                names = _names(key)
+            data = o[4]
+            size = 8 + len(names) + len(data)
+            if size > MAX_PAYLOAD:
+                raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+            self._chunks += (_HEAD_SEQ.pack(size, PUBLISH, o[1]), names, data)
+            self.pending += 13 + len(names)  # HEADER.size + 8, the message counted already
+            self.records += 1
         elif self._open_settle is not None:
             self.close_open()
         self._open_publish = [token, seq, vhost, [queue], message]
+        self.open_token = token
         self.pending += len(message)
 
     def publish_more(self, token: object, vhost: str, queue: str) -> bool:
@@ -380,6 +394,7 @@ class LinkWriter:
         o = self._open_publish
         if o is not None:
             self._open_publish = None
+            self.open_token = None
             self.pending -= len(o[4])
             self.publish(o[1], o[2], o[3], o[4])
         o = self._open_settle
@@ -528,6 +543,9 @@ class LinkReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
         self.records = 0
+        # (names bytes, vhost, queues, offset of the message) of the last PUBLISH
+        # whose names were known: a publisher's records mostly repeat them
+        self._last_names: tuple[bytes, str, tuple[str, ...], int] | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Record]:
         """The whole records `data` completes, in order. Raises `LinkError` for bytes
@@ -562,9 +580,20 @@ class LinkReader:
                     out.append(Deliver(ref, delivery, flags, data[start + 17 : pos]))
                     continue
                 if kind == PUBLISH and size >= 11:
-                    # The names (vhost, queues) of a publisher's records repeat: those
+                    # The names (vhost, queues) of a publisher's records repeat: the
+                    # last record's are compared in place (their encoding delimits
+                    # itself, so a prefix that matches is the whole of them), others
                     # decoded before are found by their bytes (_DECODED); new ones go
                     # through _decode, which checks and caches them.
+                    last = self._last_names
+                    if (
+                        last is not None
+                        and start + last[3] <= pos
+                        and data.startswith(last[0], start + 8)
+                    ):
+                        seq = _SEQ.unpack_from(data, start)[0]
+                        out.append(Publish(seq, last[1], last[2], data[start + last[3] : pos]))
+                        continue
                     vlen = data[start + 8]
                     q = start + 11 + vlen
                     if q <= pos:
@@ -572,9 +601,11 @@ class LinkReader:
                             if q >= pos:
                                 break
                             q += 1 + data[q]
-                        known = _DECODED.get(data[start + 8 : q]) if q <= pos else None
+                        raw = data[start + 8 : q] if q <= pos else b""
+                        known = _DECODED.get(raw) if raw else None
                         if known is not None:
                             vhost, names, offset = known
+                            self._last_names = (raw, vhost, names, offset)
                             seq = _SEQ.unpack_from(data, start)[0]
                             out.append(Publish(seq, vhost, names, data[start + offset : pos]))
                             continue

@@ -29,17 +29,22 @@ PERSISTENT = 0x02
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
-# The last message encoded: a fan-out to queues of several workers encodes it once.
+#: a message's first byte, by its flags
+_FLAG_BYTES = tuple(bytes((i,)) for i in range(4))
+
+# The last message encoded, or decoded by the owner: a fan-out to queues of several
+# workers encodes it once, and an owner that delivers a message as it takes it (a
+# consumer waiting) sends the PUBLISH's bytes back as the DELIVER's.
 _last: list = [None, b""]
 
 
 def encode(message: Message, body: bytes | None = None) -> bytes:
     """The record bytes of `message`; `body` when the message's own is paged out."""
+    if _last[0] is message:
+        return _last[1]  # (a paged-out body read back is the same bytes)
     if body is None:
-        if _last[0] is message:
-            return _last[1]
         body = message.body
-        cache = True
+        cache = body is not None
     else:
         cache = False
     header = message.header
@@ -48,7 +53,7 @@ def encode(message: Message, body: bytes | None = None) -> bytes:
     if keys is None:
         data = b"".join(
             (
-                bytes((flags,)),
+                _FLAG_BYTES[flags],
                 message.exchange_and_key,
                 _U32.pack(len(header)),
                 header,
@@ -56,7 +61,7 @@ def encode(message: Message, body: bytes | None = None) -> bytes:
             )
         )
     else:
-        parts = [bytes((flags | KEYS,)), message.exchange_and_key, _U16.pack(len(keys))]
+        parts = [_FLAG_BYTES[flags | KEYS], message.exchange_and_key, _U16.pack(len(keys))]
         for key in keys:
             raw = key.encode()
             parts += [_U16.pack(len(raw)), raw]
@@ -66,6 +71,13 @@ def encode(message: Message, body: bytes | None = None) -> bytes:
         _last[0] = message
         _last[1] = data
     return data
+
+
+def remember(message: Message, data: bytes) -> None:
+    """`data` (the record `message` was decoded from) is what `encode` gives for it:
+    the owner's DELIVER of a message it delivers at once reuses the PUBLISH's bytes."""
+    _last[0] = message
+    _last[1] = data
 
 
 #: (exchange, routing key) by their bytes as basic.deliver carries them: a stream of
@@ -100,7 +112,7 @@ def decode(data: bytes) -> Message:
     p += 4
     header = data[p : p + hlen]
     body = data[p + hlen :]
-    pflags = int.from_bytes(header[12:14], "big")
+    pflags = (header[12] << 8) | header[13]  # (a content header has 14 bytes or more)
     message = Message(
         exchange,
         routing_key,

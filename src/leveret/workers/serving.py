@@ -40,7 +40,7 @@ from leveret.server.channel import check_consume
 from leveret.workers import link as records
 from leveret.workers.crossing import REFUSED
 from leveret.workers.mesh import Mesh
-from leveret.workers.messages import decode, encode
+from leveret.workers.messages import decode, encode, remember
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -202,7 +202,9 @@ class Serving:
                 self._confirm(peer, seq, None, False)  # routed to nothing left: confirmed
             return
         assert vhost is not None
-        message = decode(record.message)
+        data = record.message
+        message = decode(data)
+        remember(message, data)  # a delivery as it is enqueued sends these bytes back
         stored = message.persistent
         if seq and not stored and vhost.persisting:
             # (A loop, not any() over a generator: asked for every confirmed transient
