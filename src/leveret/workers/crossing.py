@@ -451,7 +451,24 @@ class Crossing:
                 return
             early.append(deliver)  # before the consume's answer was handled
             return
-        self._deliver(consumer, deliver)
+        # (`_deliver`, inline: every message a consumer here takes from another
+        # worker's queue comes this way)
+        channel: Any = consumer.channel
+        if channel.closing:
+            return
+        entry = QueueEntry(
+            deliver.delivery, decode(deliver.message), bool(deliver.flags & records.REDELIVERED)
+        )
+        queue = consumer.queue
+        if not consumer.no_ack:
+            queue.unacked += 1
+        credit = self._credit
+        if credit:
+            credited = credit.get(consumer)
+            if credited:  # the delivery uses a credit: it counts as unacked from now
+                credit[consumer] = credited - 1
+                channel.credit_out -= 1
+        channel.deliver(consumer, queue, entry)
 
     def _deliver(self, consumer: Consumer, deliver: records.Deliver) -> None:
         channel: Any = consumer.channel
