@@ -30,6 +30,11 @@ import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+try:
+    import cython
+except ImportError:  # no Cython installed: the annotations below are only comments
+    from leveret import _cython_shim as cython
+
 #: record kinds (the byte after the length)
 PUBLISH = 1  # a routed message for queues the peer owns
 CONFIRM = 2  # the peer took these publishes (durably, if they were persistent)
@@ -78,6 +83,44 @@ _CREDIT = struct.Struct(">QI")  # ref, credit
 _DELIVER = struct.Struct(">QQB")  # ref, delivery id, flags
 _SEQ = struct.Struct(">Q")
 _REPLY = struct.Struct(">Q?")  # request id, ok
+
+
+#: C copies of constants `LinkReader.feed` tests (compiled, a module constant is a
+#: Python object, and a test against it would box the C integer first)
+_C_PUBLISH = cython.declare(cython.Py_ssize_t, PUBLISH)
+_C_DELIVER = cython.declare(cython.Py_ssize_t, DELIVER)
+_C_REPLY = cython.declare(cython.Py_ssize_t, REPLY)
+_C_MAX_PAYLOAD = cython.declare(cython.Py_ssize_t, MAX_PAYLOAD)
+
+
+# Compiled, `LinkReader.feed` reads a record's integers straight out of the bytes with
+# these instead of struct's unpack_from; Python runs the struct versions.
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be16(buf: bytes, i: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    return (buf[i] << 8) | buf[i + 1]
+
+
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be32(buf: bytes, i: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    return (
+        (cython.cast(cython.Py_ssize_t, buf[i]) << 24)
+        | (buf[i + 1] << 16)
+        | (buf[i + 2] << 8)
+        | buf[i + 3]
+    )
+
+
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be64(buf: bytes, i: cython.Py_ssize_t) -> cython.ulonglong:
+    return (cython.cast(cython.ulonglong, _be32(buf, i)) << 32) | cython.cast(
+        cython.ulonglong, _be32(buf, i + 4)
+    )
 
 
 class LinkError(Exception):
@@ -553,7 +596,8 @@ class LinkReader:
 
         The records are cut from one bytes object by slicing (a record's content is
         one copy); PUBLISH and DELIVER, one or two per message, are decoded here
-        rather than through `_decode`."""
+        rather than through `_decode`. Compiled, the integers of their headers are
+        read in C (every read below is inside a length checked before it)."""
         buf = self._buffer
         if buf:
             buf += data
@@ -561,59 +605,93 @@ class LinkReader:
             buf.clear()
         elif type(data) is not bytes:
             data = bytes(data)
+        raw: bytes = data  # type: ignore[assignment]
         out: list[Record] = []
-        pos = 0
-        end = len(data)
+        pos: cython.Py_ssize_t = 0
+        end: cython.Py_ssize_t = len(raw)
+        size: cython.Py_ssize_t
+        kind: cython.Py_ssize_t
+        start: cython.Py_ssize_t
+        q: cython.Py_ssize_t
+        n: cython.Py_ssize_t
+        offset: cython.Py_ssize_t
         try:
             while end - pos >= 5:  # HEADER.size
-                size, kind = HEADER.unpack_from(data, pos)
-                if size > MAX_PAYLOAD:
+                if cython.compiled:
+                    size = _be32(raw, pos)
+                    kind = raw[pos + 4]
+                else:
+                    size, kind = HEADER.unpack_from(raw, pos)
+                if size > _C_MAX_PAYLOAD:
                     raise LinkError(f"record length {size} is over {MAX_PAYLOAD}")
-                if kind not in KIND_NAMES:
+                if kind < _C_PUBLISH or kind > _C_REPLY:  # (the kinds are 1 to 11)
                     raise LinkError(f"unknown record kind {kind}")
                 start = pos + 5
                 if end - start < size:
                     break
                 pos = start + size
-                if kind == DELIVER and size >= 17:  # _DELIVER.size
-                    ref, delivery, flags = _DELIVER.unpack_from(data, start)
-                    out.append(Deliver(ref, delivery, flags, data[start + 17 : pos]))
+                if kind == _C_DELIVER and size >= 17:  # _DELIVER.size
+                    if cython.compiled:
+                        out.append(
+                            Deliver(
+                                _be64(raw, start),
+                                _be64(raw, start + 8),
+                                raw[start + 16],
+                                raw[start + 17 : pos],
+                            )
+                        )
+                    else:
+                        ref, delivery, flags = _DELIVER.unpack_from(raw, start)
+                        out.append(Deliver(ref, delivery, flags, raw[start + 17 : pos]))
                     continue
-                if kind == PUBLISH and size >= 11:
+                if kind == _C_PUBLISH and size >= 11:
                     # The names (vhost, queues) of a publisher's records repeat: the
                     # last record's are compared in place (their encoding delimits
                     # itself, so a prefix that matches is the whole of them), others
                     # decoded before are found by their bytes (_DECODED); new ones go
                     # through _decode, which checks and caches them.
                     last = self._last_names
-                    if (
-                        last is not None
-                        and start + last[3] <= pos
-                        and data.startswith(last[0], start + 8)
-                    ):
-                        seq = _SEQ.unpack_from(data, start)[0]
-                        out.append(Publish(seq, last[1], last[2], data[start + last[3] : pos]))
-                        continue
-                    vlen = data[start + 8]
-                    q = start + 11 + vlen
-                    if q <= pos:
-                        for _ in range(_U16.unpack_from(data, q - 2)[0]):
-                            if q >= pos:
-                                break
-                            q += 1 + data[q]
-                        raw = data[start + 8 : q] if q <= pos else b""
-                        known = _DECODED.get(raw) if raw else None
-                        if known is not None:
-                            vhost, names, offset = known
-                            self._last_names = (raw, vhost, names, offset)
-                            seq = _SEQ.unpack_from(data, start)[0]
-                            out.append(Publish(seq, vhost, names, data[start + offset : pos]))
+                    if last is not None:
+                        offset = last[3]
+                        if start + offset <= pos and raw.startswith(last[0], start + 8):
+                            out.append(
+                                Publish(
+                                    _be64(raw, start)
+                                    if cython.compiled
+                                    else _SEQ.unpack_from(raw, start)[0],
+                                    last[1],
+                                    last[2],
+                                    raw[start + offset : pos],
+                                )
+                            )
                             continue
-                out.append(_decode(kind, memoryview(data)[start:pos]))
+                    q = start + 11 + raw[start + 8]
+                    if q <= pos:
+                        n = (
+                            _be16(raw, q - 2)
+                            if cython.compiled
+                            else _U16.unpack_from(raw, q - 2)[0]
+                        )
+                        while n > 0 and q < pos:
+                            q += 1 + raw[q]
+                            n -= 1
+                        names = raw[start + 8 : q] if q <= pos else b""
+                        known = _DECODED.get(names) if names else None
+                        if known is not None:
+                            vhost, queues, offset = known
+                            self._last_names = (names, vhost, queues, offset)
+                            seq = (
+                                _be64(raw, start)
+                                if cython.compiled
+                                else _SEQ.unpack_from(raw, start)[0]
+                            )
+                            out.append(Publish(seq, vhost, queues, raw[start + offset : pos]))
+                            continue
+                out.append(_decode(kind, memoryview(raw)[start:pos]))
         except struct.error as exc:
             raise LinkError(f"malformed record: {exc}") from exc
         if pos < end:
-            buf += memoryview(data)[pos:]
+            buf += memoryview(raw)[pos:]
         self.records += len(out)
         return out
 
