@@ -85,12 +85,11 @@ _SEQ = struct.Struct(">Q")
 _REPLY = struct.Struct(">Q?")  # request id, ok
 
 
-#: C copies of constants `LinkReader.feed` tests (compiled, a module constant is a
-#: Python object, and a test against it would box the C integer first)
-_C_PUBLISH = cython.declare(cython.Py_ssize_t, PUBLISH)
-_C_DELIVER = cython.declare(cython.Py_ssize_t, DELIVER)
-_C_REPLY = cython.declare(cython.Py_ssize_t, REPLY)
-_C_MAX_PAYLOAD = cython.declare(cython.Py_ssize_t, MAX_PAYLOAD)
+#: copies of the constants `LinkReader.feed` tests: C integers when compiled (link.pxd)
+_C_PUBLISH = PUBLISH
+_C_DELIVER = DELIVER
+_C_REPLY = REPLY
+_C_MAX_PAYLOAD = MAX_PAYLOAD
 
 
 # Compiled, `LinkReader.feed` reads a record's integers straight out of the bytes with
