@@ -1,5 +1,5 @@
 """`leveret server` says at start which hot path runs (leveret/_build.py hot_path()):
-`hot path: compiled (17 modules)` at INFO, or a WARNING naming the modules that run as
+`hot path: compiled (19 modules)` at INFO, or a WARNING naming the modules that run as
 Python and why. Real `leveret server` processes, their log read back; the installs
 without a compiled module, or with a stale one, are copies of this one's package.
 tests/test_packaging.py checks the same line in installed sdists and wheels.

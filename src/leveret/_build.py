@@ -56,6 +56,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "leveret.server.channel",
     "leveret.server.connection_io",
     "leveret.server.reading",
+    "leveret.workers.link",
+    "leveret.workers.messages",
 )
 MANIFEST = "_compiled.json"
 PURE_ENV = "LEVERET_PURE_PYTHON"

@@ -145,7 +145,8 @@ class Crossing:
                 barrier.add()(None if _quiet(barrier) else PeerDown(peer))
             return
         vhost = queue.vhost.name
-        if link.writer.publish_more(message, vhost, queue.name):
+        writer = link.writer
+        if writer.open_token is message and writer.publish_more(message, vhost, queue.name):
             return  # one record per owner: the fan-out's earlier queue opened it
         seq = 0
         if barrier is not None:
@@ -450,7 +451,24 @@ class Crossing:
                 return
             early.append(deliver)  # before the consume's answer was handled
             return
-        self._deliver(consumer, deliver)
+        # (`_deliver`, inline: every message a consumer here takes from another
+        # worker's queue comes this way)
+        channel: Any = consumer.channel
+        if channel.closing:
+            return
+        entry = QueueEntry(
+            deliver.delivery, decode(deliver.message), bool(deliver.flags & records.REDELIVERED)
+        )
+        queue = consumer.queue
+        if not consumer.no_ack:
+            queue.unacked += 1
+        credit = self._credit
+        if credit:
+            credited = credit.get(consumer)
+            if credited:  # the delivery uses a credit: it counts as unacked from now
+                credit[consumer] = credited - 1
+                channel.credit_out -= 1
+        channel.deliver(consumer, queue, entry)
 
     def _deliver(self, consumer: Consumer, deliver: records.Deliver) -> None:
         channel: Any = consumer.channel

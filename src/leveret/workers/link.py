@@ -30,6 +30,11 @@ import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+try:
+    import cython
+except ImportError:  # no Cython installed: the annotations below are only comments
+    from leveret import _cython_shim as cython
+
 #: record kinds (the byte after the length)
 PUBLISH = 1  # a routed message for queues the peer owns
 CONFIRM = 2  # the peer took these publishes (durably, if they were persistent)
@@ -78,6 +83,43 @@ _CREDIT = struct.Struct(">QI")  # ref, credit
 _DELIVER = struct.Struct(">QQB")  # ref, delivery id, flags
 _SEQ = struct.Struct(">Q")
 _REPLY = struct.Struct(">Q?")  # request id, ok
+
+
+#: copies of the constants `LinkReader.feed` tests: C integers when compiled (link.pxd)
+_C_PUBLISH = PUBLISH
+_C_DELIVER = DELIVER
+_C_REPLY = REPLY
+_C_MAX_PAYLOAD = MAX_PAYLOAD
+
+
+# Compiled, `LinkReader.feed` reads a record's integers straight out of the bytes with
+# these instead of struct's unpack_from; Python runs the struct versions.
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be16(buf: bytes, i: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    return (buf[i] << 8) | buf[i + 1]
+
+
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be32(buf: bytes, i: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    return (
+        (cython.cast(cython.Py_ssize_t, buf[i]) << 24)
+        | (buf[i + 1] << 16)
+        | (buf[i + 2] << 8)
+        | buf[i + 3]
+    )
+
+
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _be64(buf: bytes, i: cython.Py_ssize_t) -> cython.ulonglong:
+    return (cython.cast(cython.ulonglong, _be32(buf, i)) << 32) | cython.cast(
+        cython.ulonglong, _be32(buf, i + 4)
+    )
 
 
 class LinkError(Exception):
@@ -333,6 +375,9 @@ class LinkWriter:
         # [kind, ref, flags, runs] for a settlement; None when there is none.
         self._open_publish: list | None = None
         self._open_settle: list | None = None
+        #: the token of the open PUBLISH (None when there is none): a caller checks
+        #: it before calling `publish_more`, which most messages would call for nothing
+        self.open_token: object = None
 
     # --- open records -------------------------------------------------------------
 
@@ -340,13 +385,24 @@ class LinkWriter:
         """Queue a PUBLISH of `message` (whose identity is `token`) that
         `publish_more` may add queues to while it is the last record."""
         o = self._open_publish
-        if o is not None:  # the previous message's: queued as bytes now
+        if o is not None:  # the previous message's: queued as bytes now (`publish`, inline)
             self._open_publish = None
-            self.pending -= len(o[4])
-            self.publish(o[1], o[2], o[3], o[4])
+            queues = o[3]
+            key = (o[2], queues[0]) if len(queues) == 1 else (o[2], *queues)
+            names = _NAMES.get(key)
+            if names is None:
+                names = _names(key)
+            data = o[4]
+            size = 8 + len(names) + len(data)
+            if size > MAX_PAYLOAD:
+                raise ValueError(f"record of {size} bytes is longer than {MAX_PAYLOAD}")
+            self._chunks += (_HEAD_SEQ.pack(size, PUBLISH, o[1]), names, data)
+            self.pending += 13 + len(names)  # HEADER.size + 8, the message counted already
+            self.records += 1
         elif self._open_settle is not None:
             self.close_open()
         self._open_publish = [token, seq, vhost, [queue], message]
+        self.open_token = token
         self.pending += len(message)
 
     def publish_more(self, token: object, vhost: str, queue: str) -> bool:
@@ -380,6 +436,7 @@ class LinkWriter:
         o = self._open_publish
         if o is not None:
             self._open_publish = None
+            self.open_token = None
             self.pending -= len(o[4])
             self.publish(o[1], o[2], o[3], o[4])
         o = self._open_settle
@@ -528,6 +585,9 @@ class LinkReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
         self.records = 0
+        # (names bytes, vhost, queues, offset of the message) of the last PUBLISH
+        # whose names were known: a publisher's records mostly repeat them
+        self._last_names: tuple[bytes, str, tuple[str, ...], int] | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Record]:
         """The whole records `data` completes, in order. Raises `LinkError` for bytes
@@ -535,7 +595,8 @@ class LinkReader:
 
         The records are cut from one bytes object by slicing (a record's content is
         one copy); PUBLISH and DELIVER, one or two per message, are decoded here
-        rather than through `_decode`."""
+        rather than through `_decode`. Compiled, the integers of their headers are
+        read in C (every read below is inside a length checked before it)."""
         buf = self._buffer
         if buf:
             buf += data
@@ -543,46 +604,93 @@ class LinkReader:
             buf.clear()
         elif type(data) is not bytes:
             data = bytes(data)
+        raw: bytes = data  # type: ignore[assignment]
         out: list[Record] = []
-        pos = 0
-        end = len(data)
+        pos: cython.Py_ssize_t = 0
+        end: cython.Py_ssize_t = len(raw)
+        size: cython.Py_ssize_t
+        kind: cython.Py_ssize_t
+        start: cython.Py_ssize_t
+        q: cython.Py_ssize_t
+        n: cython.Py_ssize_t
+        offset: cython.Py_ssize_t
         try:
             while end - pos >= 5:  # HEADER.size
-                size, kind = HEADER.unpack_from(data, pos)
-                if size > MAX_PAYLOAD:
+                if cython.compiled:
+                    size = _be32(raw, pos)
+                    kind = raw[pos + 4]
+                else:
+                    size, kind = HEADER.unpack_from(raw, pos)
+                if size > _C_MAX_PAYLOAD:
                     raise LinkError(f"record length {size} is over {MAX_PAYLOAD}")
-                if kind not in KIND_NAMES:
+                if kind < _C_PUBLISH or kind > _C_REPLY:  # (the kinds are 1 to 11)
                     raise LinkError(f"unknown record kind {kind}")
                 start = pos + 5
                 if end - start < size:
                     break
                 pos = start + size
-                if kind == DELIVER and size >= 17:  # _DELIVER.size
-                    ref, delivery, flags = _DELIVER.unpack_from(data, start)
-                    out.append(Deliver(ref, delivery, flags, data[start + 17 : pos]))
+                if kind == _C_DELIVER and size >= 17:  # _DELIVER.size
+                    if cython.compiled:
+                        out.append(
+                            Deliver(
+                                _be64(raw, start),
+                                _be64(raw, start + 8),
+                                raw[start + 16],
+                                raw[start + 17 : pos],
+                            )
+                        )
+                    else:
+                        ref, delivery, flags = _DELIVER.unpack_from(raw, start)
+                        out.append(Deliver(ref, delivery, flags, raw[start + 17 : pos]))
                     continue
-                if kind == PUBLISH and size >= 11:
-                    # The names (vhost, queues) of a publisher's records repeat: those
+                if kind == _C_PUBLISH and size >= 11:
+                    # The names (vhost, queues) of a publisher's records repeat: the
+                    # last record's are compared in place (their encoding delimits
+                    # itself, so a prefix that matches is the whole of them), others
                     # decoded before are found by their bytes (_DECODED); new ones go
                     # through _decode, which checks and caches them.
-                    vlen = data[start + 8]
-                    q = start + 11 + vlen
-                    if q <= pos:
-                        for _ in range(_U16.unpack_from(data, q - 2)[0]):
-                            if q >= pos:
-                                break
-                            q += 1 + data[q]
-                        known = _DECODED.get(data[start + 8 : q]) if q <= pos else None
-                        if known is not None:
-                            vhost, names, offset = known
-                            seq = _SEQ.unpack_from(data, start)[0]
-                            out.append(Publish(seq, vhost, names, data[start + offset : pos]))
+                    last = self._last_names
+                    if last is not None:
+                        offset = last[3]
+                        if start + offset <= pos and raw.startswith(last[0], start + 8):
+                            out.append(
+                                Publish(
+                                    _be64(raw, start)
+                                    if cython.compiled
+                                    else _SEQ.unpack_from(raw, start)[0],
+                                    last[1],
+                                    last[2],
+                                    raw[start + offset : pos],
+                                )
+                            )
                             continue
-                out.append(_decode(kind, memoryview(data)[start:pos]))
+                    q = start + 11 + raw[start + 8]
+                    if q <= pos:
+                        n = (
+                            _be16(raw, q - 2)
+                            if cython.compiled
+                            else _U16.unpack_from(raw, q - 2)[0]
+                        )
+                        while n > 0 and q < pos:
+                            q += 1 + raw[q]
+                            n -= 1
+                        names = raw[start + 8 : q] if q <= pos else b""
+                        known = _DECODED.get(names) if names else None
+                        if known is not None:
+                            vhost, queues, offset = known
+                            self._last_names = (names, vhost, queues, offset)
+                            seq = (
+                                _be64(raw, start)
+                                if cython.compiled
+                                else _SEQ.unpack_from(raw, start)[0]
+                            )
+                            out.append(Publish(seq, vhost, queues, raw[start + offset : pos]))
+                            continue
+                out.append(_decode(kind, memoryview(raw)[start:pos]))
         except struct.error as exc:
             raise LinkError(f"malformed record: {exc}") from exc
         if pos < end:
-            buf += memoryview(data)[pos:]
+            buf += memoryview(raw)[pos:]
         self.records += len(out)
         return out
 

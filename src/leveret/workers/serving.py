@@ -40,7 +40,7 @@ from leveret.server.channel import check_consume
 from leveret.workers import link as records
 from leveret.workers.crossing import REFUSED
 from leveret.workers.mesh import Mesh
-from leveret.workers.messages import decode, encode
+from leveret.workers.messages import decode, encode, remember
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -81,7 +81,45 @@ class LinkedChannel:
         self.global_prefetch = global_prefetch
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
-        self.serving.deliver(self, consumer, queue, entry)
+        """The queue's delivery to this consumer: a DELIVER record (the owner keeps
+        the delivery until its ACK or REJECT). Here rather than a call to `Serving`:
+        every message a consumer on another worker takes comes this way."""
+        serving = self.serving
+        serving._next_delivery += 1
+        delivery = serving._next_delivery
+        if self.credit is not None:
+            self.credit -= 1
+            if self.credit <= 0:
+                self.deliverable = False
+            elif not queue.ready:
+                serving.return_credit(self)  # nothing more to use it on
+        stats = queue.stats
+        if entry.redelivered:
+            stats.redeliver += 1
+        if consumer.no_ack:
+            stats.deliver_no_ack += 1
+            queue.removed(entry)
+        else:
+            stats.deliver += 1
+            out = serving._out.get(self.peer)
+            if out is None:
+                out = serving._out[self.peer] = {}
+            out[delivery] = (queue, entry, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+        message = entry.message
+        body = None
+        if message.body is None or entry.location is not None:
+            body = queue.delivery_body(entry)  # paged out, or durable: the store's part
+        link = serving.mesh.links.get(self.peer)
+        if link is None or link.closed:
+            return  # the worker is gone: _peer_lost requeues what it had
+        link.deliver(
+            self.ref,
+            delivery,
+            records.REDELIVERED if entry.redelivered else 0,
+            encode(message, body),
+        )
 
     def on_consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue was deleted: the consumer's worker tells its client."""
@@ -202,7 +240,9 @@ class Serving:
                 self._confirm(peer, seq, None, False)  # routed to nothing left: confirmed
             return
         assert vhost is not None
-        message = decode(record.message)
+        data = record.message
+        message = decode(data)
+        remember(message, data)  # a delivery as it is enqueued sends these bytes back
         stored = message.persistent
         if seq and not stored and vhost.persisting:
             # (A loop, not any() over a generator: asked for every confirmed transient
@@ -267,45 +307,6 @@ class Serving:
             link.settle_open(records.CONFIRM, 0, seq)
 
     # --- deliveries -----------------------------------------------------------------------
-
-    def deliver(
-        self, channel: LinkedChannel, consumer: Consumer, queue: Queue, entry: QueueEntry
-    ) -> None:
-        self._next_delivery += 1
-        delivery = self._next_delivery
-        if channel.credit is not None:
-            channel.credit -= 1
-            if channel.credit <= 0:
-                channel.deliverable = False
-            elif not queue.ready:
-                self.return_credit(channel)  # nothing more to use it on
-        stats = queue.stats
-        if entry.redelivered:
-            stats.redeliver += 1
-        if consumer.no_ack:
-            stats.deliver_no_ack += 1
-            queue.removed(entry)
-        else:
-            stats.deliver += 1
-            out = self._out.get(channel.peer)
-            if out is None:
-                out = self._out[channel.peer] = {}
-            out[delivery] = (queue, entry, consumer)
-            consumer.unacked += 1
-            channel.unacked_count += 1
-        message = entry.message
-        body = None
-        if message.body is None or entry.location is not None:
-            body = queue.delivery_body(entry)  # paged out, or durable: the store's part
-        link = self.mesh.links.get(channel.peer)
-        if link is None or link.closed:
-            return  # the worker is gone: _peer_lost requeues what it had
-        link.deliver(
-            channel.ref,
-            delivery,
-            records.REDELIVERED if entry.redelivered else 0,
-            encode(message, body),
-        )
 
     def _settled(self, peer: int, record: records.Settle) -> list[tuple[Any, Any, Any]]:
         out = self._out.get(peer)
