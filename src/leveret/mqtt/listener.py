@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from leveret.mqtt.retained import RetainedStore
+from leveret.mqtt.retained import RetainedOnWorker0, RetainedStore, serve_retained
 from leveret.mqtt.session import MQTTConnection
 from leveret.mqtt.will import PendingWills
 
@@ -105,7 +105,15 @@ class MQTTListeners:
         self.retain_as_published: dict[str, int] = {}
         self.wills = PendingWills(server.loop)
         directory = config.data_dir if config.persistence else None
-        self.retained = RetainedStore(directory)
+        # In a broker of workers, worker 0 holds the retained messages for all.
+        mesh = server.broker.mesh
+        self.retained: Any
+        if mesh is not None and mesh.index != 0:
+            self.retained = RetainedOnWorker0(mesh)
+        else:
+            self.retained = RetainedStore(directory)
+            if mesh is not None:
+                serve_retained(mesh, self.retained)
         self._servers: list[asyncio.base_events.Server] = []
         self.web: Any = None  # leveret.mqtt.ws.WebMQTT
         self.addresses: dict[str, tuple[str, int]] = {}  # "mqtt", "mqtts", "web-mqtt"
