@@ -632,6 +632,13 @@ class MQTTConnection:
                 return
             client_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             assigned = True
+        else:
+            route = getattr(self.transport, "route", None)
+            if route is not None and route(client_id):
+                # A broker of workers: the worker of this client id serves it, from
+                # the connection's first byte (mqtt/listener.py's RoutedMQTTProtocol).
+                self._handed_over()
+                return
         username = packet.username
         password = packet.password
         # A verified client certificate's user name (TLS listener only); it picks the
@@ -1502,6 +1509,16 @@ class MQTTConnection:
                 consumer.queue.dispatch()
 
     # --- the end ---------------------------------------------------------------------------
+
+    def _handed_over(self) -> None:
+        """The connection went to another worker: leave without a trace here."""
+        self.state = "closed"
+        self.listeners.connections.discard(self)
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
+            self._connect_timer = None
+        if self._held is not None:
+            self._held = None
 
     def _teardown(self, send_will: bool) -> None:
         meta = self.server.broker.meta
