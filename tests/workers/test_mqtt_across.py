@@ -164,3 +164,24 @@ def test_a_will_from_one_worker_reaches_a_subscriber_on_another(
         assert subscribe(late, "wk/will", 0) == [0]
         message = late.recv()
         assert (message.topic, message.payload, message.retain) == ("wk/will", b"bye", True)
+
+
+def test_a_session_held_by_another_worker_is_refused_not_consumed_silently(
+    workers: InProcessWorkers,
+) -> None:
+    """A client id is served by one worker per listener kind (TCP: its own worker; TLS
+    and WebSockets: worker 0). Its stored session, reached from another worker, is
+    refused at CONNECT rather than consumed where no delivery reaches it."""
+    w = workers
+    with RawMQTT(mqtt_port(w, 1)) as first:
+        first.connect("wk-mqtt-elsewhere", clean=False)
+        assert subscribe(first, "wk/elsewhere", 1) == [1]
+        first.send(p.Disconnect())
+    with RawMQTT(mqtt_port(w, 0)) as other:
+        connack = other.connect("wk-mqtt-elsewhere", clean=False)
+        assert connack.reason_code == p.CONNACK_SERVER_UNAVAILABLE
+        assert other.closed()
+    with RawMQTT(mqtt_port(w, 0)) as clean:  # a clean start ends it wherever it is
+        assert clean.connect("wk-mqtt-elsewhere", clean=True).reason_code == 0
+    qos1 = queue_names("wk-mqtt-elsewhere")[1]
+    assert wait_until(lambda: not [q for q in topology(w, 1)["queues"] if q[0] == qos1])

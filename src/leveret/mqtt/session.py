@@ -68,7 +68,7 @@ from leveret.mqtt.topics import (
     topic_name_error,
 )
 from leveret.mqtt.vhosts import pick_vhost
-from leveret.protocol.constants import NOT_FOUND
+from leveret.protocol.constants import NOT_FOUND, RESOURCE_LOCKED
 from leveret.protocol.errors import AMQPError, ChannelError
 from leveret.protocol.properties import encode_header
 from leveret.server.authorization import Guard
@@ -1222,6 +1222,17 @@ class MQTTConnection:
                     name, durable=True, auto_delete=clean, arguments=arguments
                 )
         self._require("read", "queue", name)
+        if queue.remote:
+            # A broker of workers serves a client id over TCP on the worker its id
+            # names and over TLS or WebSockets on worker 0: a client that used both
+            # has its session's queues on the other worker, where this one cannot
+            # consume them.
+            raise ChannelError(
+                RESOURCE_LOCKED,
+                f"the session of client id '{self.client_id}' is held by worker "
+                f"{getattr(queue, 'worker', '?')}; "
+                "connect over the listener it used before",
+            )
         prefetch = 0 if qos == 0 else min(self.config.mqtt_prefetch, self._receive_max)
         consumer = Consumer(
             f"mqtt-{self.client_id}-qos{qos}", self, queue, qos == 0, False, prefetch
