@@ -33,11 +33,17 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wo
 MQTT_PORT = re.compile(r"worker 0 leveret\.mqtt: Leveret listening for MQTT on 127\.0\.0\.1:(\d+)")
 
 
+def home(client_id: str) -> int:
+    """The worker (of 2) that serves `client_id` in vhost "/": the one its session's
+    QoS 1 queue is placed on."""
+    return placement("/", queue_names(client_id)[1], 2)
+
+
 def client_id_on(worker: int, prefix: str) -> str:
     """A client id that worker `worker` serves (of 2)."""
     for i in range(10_000):
         name = f"{prefix}-{i}"
-        if placement("", name, 2) == worker:
+        if home(name) == worker:
             return name
     raise AssertionError(f"no client id from {prefix!r} for worker {worker}")
 
@@ -69,14 +75,14 @@ def handed(broker: Workers, worker: int) -> int:
 def connect_through(broker: Workers, port: int, other: int, client_id: str, **kw) -> RawMQTT:
     """An MQTT connection for `client_id` that the kernel gave to worker `other`, which
     handed it over (others made on the way are closed)."""
-    home = placement("", client_id, 2)
-    assert home != other
+    home_worker = home(client_id)
+    assert home_worker != other
     for _attempt in range(64):
-        before = handed(broker, home)
+        before = handed(broker, home_worker)
         raw = RawMQTT(port)
         connack = raw.connect(client_id, **kw)
         assert connack.reason_code == 0
-        if handed(broker, home) > before:
+        if handed(broker, home_worker) > before:
             raw.connack = connack
             return raw
         raw.close()
@@ -124,17 +130,17 @@ def test_every_worker_accepts_mqtt_and_each_client_id_has_one_worker(
     workers, tmp_path: Path
 ) -> None:
     broker, port = start(workers)
-    for home in (0, 1):
-        other = 1 - home
-        client_id = client_id_on(home, f"wk-mqtt-take-{home}")
+    for worker in (0, 1):
+        other = 1 - worker
+        client_id = client_id_on(worker, f"wk-mqtt-take-{worker}")
         first = connect_through(broker, port, other, client_id)
-        assert mqtt_clients(broker, home) == [client_id]
+        assert mqtt_clients(broker, worker) == [client_id]
         # the newest connection of the id takes over, whichever worker accepted it
         second = Paho(port, client_id)
         assert first.closed()
         third = connect_through(broker, port, other, client_id)
         assert second.disconnected.wait(10)
-        assert mqtt_clients(broker, home) == [client_id]
+        assert mqtt_clients(broker, worker) == [client_id]
         assert mqtt_clients(broker, other) == []
         third.send(p.Disconnect())
         third.close()

@@ -16,7 +16,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from leveret.mqtt.retained import RetainedOnWorker0, RetainedStore, serve_retained
-from leveret.mqtt.session import MQTTConnection
+from leveret.mqtt.session import MQTTConnection, queue_names
 from leveret.mqtt.will import PendingWills
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ class MQTTProtocol(asyncio.Protocol):
 class RoutedMQTTProtocol(MQTTProtocol):
     """MQTT over TCP on a worker of several: a client is served by the worker of its
     client id (`MQTTListeners.home_of`), so that one worker sees every connection of a
-    client id (the newest takes over, MQTT 3.1.4-3), its will and its session, whose
-    queues it owns. Until the session is open it keeps what it read; the session's
+    client id in a vhost (the newest takes over, MQTT 3.1.4-3), its will and its
+    session, whose queues it owns. Until the session is open it keeps what it read; the session's
     CONNECT asks `route`, which hands the socket and those bytes to the home worker
     over the handoff channel, where they are read again from the start."""
 
@@ -123,12 +123,12 @@ class RoutedMQTTProtocol(MQTTProtocol):
                 read += data
         super().data_received(data)
 
-    def route(self, client_id: str) -> bool:
-        """Hand the connection to the worker of `client_id`: True once handed (this
-        side then drops its descriptor, without a FIN); False to serve it here."""
+    def route(self, vhost: str, client_id: str) -> bool:
+        """Hand the connection to the worker of `client_id` in `vhost`: True once handed
+        (this side then drops its descriptor, without a FIN); False to serve it here."""
         read, self.read = self.read, None
         listeners = self.listeners
-        home = listeners.home_of(client_id)
+        home = listeners.home_of(vhost, client_id)
         channels = listeners.server.handoff_channels
         if read is None or home is None or channels is None or self.transport is None:
             return False
@@ -233,10 +233,12 @@ class MQTTListeners:
                 "mqtt_ssl_cert_login needs verified client certificates (tls_verify and tls_ca)"
             )
 
-    def home_of(self, client_id: str) -> int | None:
-        """The worker that serves `client_id` in a broker of workers; None on one."""
+    def home_of(self, vhost: str, client_id: str) -> int | None:
+        """The worker that serves `client_id` of `vhost` in a broker of workers (None on
+        one process): the one its session's QoS 1 queue is placed on, as any named
+        queue is, so that `leveret reshard` moves the queue to the worker of the id."""
         mesh = self.server.broker.mesh
-        return None if mesh is None else mesh.owner_of("", client_id)
+        return None if mesh is None else mesh.owner_of(vhost, queue_names(client_id)[1])
 
     def adopt(self, sock: socket.socket, read: bytes) -> None:
         """Serve an MQTT connection another worker handed over (`RoutedMQTTProtocol`),

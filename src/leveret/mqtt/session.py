@@ -632,13 +632,7 @@ class MQTTConnection:
                 return
             client_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             assigned = True
-        else:
-            route = getattr(self.transport, "route", None)
-            if route is not None and route(client_id):
-                # A broker of workers: the worker of this client id serves it, from
-                # the connection's first byte (mqtt/listener.py's RoutedMQTTProtocol).
-                self._handed_over()
-                return
+
         username = packet.username
         password = packet.password
         # A verified client certificate's user name (TLS listener only); it picks the
@@ -664,6 +658,13 @@ class MQTTConnection:
             broker.global_parameters.values,
             config.mqtt_vhost,
         )
+        if not assigned:
+            route = getattr(self.transport, "route", None)
+            if route is not None and route(vhost_name, client_id):
+                # A broker of workers: the worker of the client id's session serves
+                # it, from the connection's first byte (mqtt/listener.py).
+                self._handed_over()
+                return
         vhost = broker.vhosts.get(vhost_name)
         if vhost is None:
             self._refuse(
