@@ -185,3 +185,41 @@ def test_a_session_held_by_another_worker_is_refused_not_consumed_silently(
         assert clean.connect("wk-mqtt-elsewhere", clean=True).reason_code == 0
     qos1 = queue_names("wk-mqtt-elsewhere")[1]
     assert wait_until(lambda: not [q for q in topology(w, 1)["queues"] if q[0] == qos1])
+
+
+def test_mqtt5_properties_and_session_expiry_across_workers(workers: InProcessWorkers) -> None:
+    """MQTT 5: a retained message's properties come back from worker 0 as published,
+    with the subscription identifier of the subscriber on the other worker; a session
+    with an expiry resumes on its worker with what was published meanwhile."""
+    w = workers
+    props = {"content_type": "text/plain", "user_property": [("k", "v")]}
+    with RawMQTT(mqtt_port(w, 1), p.MQTT_5) as pub:
+        pub.connect("wk-mqtt5-pub", clean=True)
+        pub.send(p.Publish("wk/v5/r", b"props", 1, True, False, 1, props))
+        assert isinstance(pub.recv(), p.PubAck)
+    with RawMQTT(mqtt_port(w, 0), p.MQTT_5) as sub:
+        sub.connect("wk-mqtt5-sub", clean=True, properties={"session_expiry_interval": 300})
+        sub.send(p.Subscribe(2, [p.Subscription("wk/v5/#", 1)], {"subscription_identifier": [7]}))
+        assert isinstance(sub.recv(), p.Suback)
+        message = sub.recv()
+        assert (message.topic, message.payload, message.retain) == ("wk/v5/r", b"props", True)
+        assert message.properties["content_type"] == "text/plain"
+        assert message.properties["user_property"] == [("k", "v")]
+        assert message.properties["subscription_identifier"] == [7]
+        sub.send(p.PubAck(p.PUBACK, message.packet_id))
+        sub.send(p.Disconnect())
+    with RawMQTT(mqtt_port(w, 1), p.MQTT_5) as pub:
+        pub.connect("wk-mqtt5-pub2", clean=True)
+        pub.send(p.Publish("wk/v5/live", b"meanwhile", 1, False, False, 1, {}))
+        assert isinstance(pub.recv(), p.PubAck)
+    with RawMQTT(mqtt_port(w, 0), p.MQTT_5) as back:
+        connack = back.connect(
+            "wk-mqtt5-sub", clean=False, properties={"session_expiry_interval": 300}
+        )
+        assert connack.session_present
+        message = back.recv()
+        assert (message.topic, message.payload) == ("wk/v5/live", b"meanwhile")
+        back.send(p.PubAck(p.PUBACK, message.packet_id))
+        back.send(p.Disconnect(0, {"session_expiry_interval": 0}))
+    qos1 = queue_names("wk-mqtt5-sub")[1]
+    assert wait_until(lambda: not [q for q in topology(w, 1)["queues"] if q[0] == qos1])
