@@ -25,7 +25,7 @@ from leveret.mqtt import packets as p
 from leveret.mqtt.session import queue_names
 from leveret.workers.mesh import placement
 from mqttraw import RawMQTT
-from workers.procs import Workers, wait_for
+from workers.procs import Workers, kill_and_wait, wait_for
 from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers: Linux")
@@ -202,3 +202,23 @@ def test_a_port_taken_stops_the_broker_before_it_starts(workers) -> None:
     assert rc != 0
     assert "address already in use" in broker.text()
     assert "Leveret listening for AMQP" not in broker.text()
+
+
+def test_a_persistent_session_survives_a_restart_of_its_worker(workers, tmp_path: Path) -> None:
+    broker, port = start(workers)
+    client_id = client_id_on(1, "wk-mqtt-kill")
+    raw = connect_through(broker, port, 0, client_id, clean=False)
+    raw.send(p.Subscribe(1, [p.Subscription("wk/kill", 1)]))
+    assert isinstance(raw.recv(), p.Suback)
+    raw.send(p.Disconnect())
+    raw.close()
+    publisher = Paho(port, client_id_on(0, "wk-mqtt-kill-pub"))
+    publisher.publish("wk/kill", b"stored", qos=1)
+    publisher.close()
+    kill_and_wait(broker, 1)
+    again = Paho(port, client_id, clean=False)
+    assert again.session_present
+    wait_for(lambda: again.messages, 10)
+    assert [(m.topic, m.payload, m.qos) for m in again.messages] == [("wk/kill", b"stored", 1)]
+    assert mqtt_clients(broker, 1) == [client_id]
+    again.close()
