@@ -222,3 +222,17 @@ def test_a_persistent_session_survives_a_restart_of_its_worker(workers, tmp_path
     assert [(m.topic, m.payload, m.qos) for m in again.messages] == [("wk/kill", b"stored", 1)]
     assert mqtt_clients(broker, 1) == [client_id]
     again.close()
+
+
+def test_retained_messages_survive_a_restart_of_worker_0(workers, tmp_path: Path) -> None:
+    broker, port = start(workers)
+    pub = Paho(port, client_id_on(1, "wk-mqtt-ret-kill-pub"))
+    pub.publish("wk/ret-kill", b"kept by worker 0", qos=1, retain=True)
+    pub.close()
+    kill_and_wait(broker, 0)
+    sub = Paho(port, client_id_on(1, "wk-mqtt-ret-kill-sub"))
+    sub.subscribe("wk/ret-kill", 1)
+    wait_for(lambda: sub.messages, 10)
+    got = [(m.topic, m.payload, m.retain) for m in sub.messages]
+    assert got == [("wk/ret-kill", b"kept by worker 0", True)]
+    sub.close()
