@@ -65,6 +65,7 @@ class Node:
         mesh: Mesh | None = None,
         listen_sockets: list[list[socket.socket]] | None = None,
         wait_to_serve: bool = False,
+        mqtt_sockets: list[socket.socket] | None = None,
     ) -> None:
         self.config = config
         self.loop = loop or asyncio.get_event_loop()
@@ -89,6 +90,9 @@ class Node:
         self.links: LinkManager | None = None
         self.cluster: Any = None  # leveret.cluster.node.ClusterNode when this node leads
         self.mqtt: MQTTListeners | None = None  # when an MQTT port is set
+        # A worker's MQTT over TCP listening sockets (its supervisor's group for the
+        # port); None: the MQTT listener binds its own.
+        self.mqtt_sockets = mqtt_sockets
         # One of several workers: what each tells worker 0's management API,
         # Prometheus and ctl socket about its queues and connections.
         self.worker_stats: WorkerStats | None = None
@@ -228,7 +232,7 @@ class Node:
             return
         from leveret.mqtt.listener import MQTTListeners
 
-        mqtt = MQTTListeners(self.listener)
+        mqtt = MQTTListeners(self.listener, self.mqtt_sockets)
         try:
             await mqtt.start()
         except OSError:

@@ -174,6 +174,7 @@ async def serve_worker(
     control: socket.socket,
     listen_sockets: list[list[socket.socket]],
     tap_sock: socket.socket | None = None,
+    mqtt_sockets: list[socket.socket] | None = None,
 ) -> int:
     """Run worker `index` until a signal or the end of its control channel.
 
@@ -186,7 +187,14 @@ async def serve_worker(
     tap = await _cluster_tap(config, tap_sock) if tap_sock is not None else None
     mesh = Mesh(index, count)
     mesh.peer_joined.append(lambda peer: log.info("link to worker %d up", peer))
-    node = Node(config, loop=loop, mesh=mesh, listen_sockets=listen_sockets, wait_to_serve=True)
+    node = Node(
+        config,
+        loop=loop,
+        mesh=mesh,
+        listen_sockets=listen_sockets,
+        wait_to_serve=True,
+        mqtt_sockets=mqtt_sockets or None,
+    )
     if tap is not None:
         tap.output_batch = node.output_batch
         if index == 0:  # it serves the management API: the cluster from the supervisor
@@ -197,6 +205,8 @@ async def serve_worker(
     # Connections handed over by peers are taken whatever this worker's setting;
     # with affinity on, this worker hands its own over too (workers/affinity.py).
     handoffs = Handoffs(mesh, node.listener.adopt)
+    # MQTT over TCP goes to the worker of its client id whatever the setting.
+    node.listener.handoff_channels = handoffs
     if config.worker_affinity:
         node.listener.handoffs = handoffs
     stop = asyncio.Event()
@@ -387,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--listen-fds", required=True, help="JSON: a list of fds per listener")
+    parser.add_argument("--mqtt-fds", default="[]", help="JSON: the MQTT port's fds")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--tap-fd", type=int, help="a leading cluster node's replication")
     args = parser.parse_args(argv)
@@ -404,13 +415,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen_sockets = [
         [socket.socket(fileno=fd) for fd in fds] for fds in json.loads(args.listen_fds)
     ]
+    mqtt_sockets = [socket.socket(fileno=fd) for fd in json.loads(args.mqtt_fds)]
     tap_sock = socket.socket(fileno=args.tap_fd) if args.tap_fd is not None else None
     from leveret.cli import run_until_stopped, use_uvloop
 
     use_uvloop(config)
     return run_until_stopped(
         config,
-        lambda: serve_worker(config, args.index, args.count, control, listen_sockets, tap_sock),
+        lambda: serve_worker(
+            config, args.index, args.count, control, listen_sockets, tap_sock, mqtt_sockets
+        ),
     )
 
 

@@ -203,12 +203,12 @@ def test_a_port_held_by_another_reuseport_group_is_refused(workers) -> None:
 
 
 def test_a_worker_that_cannot_start_stops_the_broker_with_its_error(workers) -> None:
-    # Worker 0 runs MQTT; its port is taken, so worker 0 exits before it serves.
+    # Worker 0 runs Web MQTT; its port is taken, so worker 0 exits before it serves.
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        mqtt = holder.getsockname()[1]
-        broker = workers(2, "--mqtt-port", str(mqtt))
+        web_mqtt = holder.getsockname()[1]
+        broker = workers(2, "--web-mqtt-port", str(web_mqtt))
         rc = broker.proc.wait(timeout=60)
     log = broker.text()
     assert rc != 0

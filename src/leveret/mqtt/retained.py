@@ -57,6 +57,8 @@ def _decode_properties(text: str) -> dict[str, Any]:
 class RetainedStore:
     """Retained messages by (vhost, topic); `directory` None keeps them in memory."""
 
+    remote = False  # (RetainedOnWorker0: the same calls, answered by worker 0)
+
     def __init__(self, directory: str | None = None) -> None:
         self._messages: dict[str, dict[str, Retained]] = {}
         self._db: sqlite3.Connection | None = None
@@ -119,3 +121,46 @@ class RetainedStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+class RetainedOnWorker0:
+    """The retained messages of a broker of workers, from a worker other than 0.
+
+    A broker holds its retained messages in one place, worker 0's `RetainedStore`
+    (served by `serve_retained`), so a retained publish on any worker and a
+    subscription on any other see the same ones. Each method is a call over the
+    worker mesh; its future has the answer (PeerDown while worker 0 is down)."""
+
+    remote = True
+
+    def __init__(self, mesh: Any) -> None:
+        self.mesh = mesh
+
+    def retain(self, vhost: str, topic: str, message: Retained) -> Any:
+        return self.mesh.call(
+            0, "mqtt_retain", vhost, topic, message.payload, message.qos, message.properties
+        )
+
+    def matching(self, vhost: str, topic_filter: str) -> Any:
+        return self.mesh.call(0, "mqtt_retained", vhost, topic_filter)
+
+    def count(self, vhost: str | None = None) -> int:
+        return 0  # (worker 0's store counts them)
+
+    def close(self) -> None:
+        pass
+
+
+def serve_retained(mesh: Any, store: RetainedStore) -> None:
+    """Worker 0 answers the other workers' retained publishes and lookups."""
+
+    def retain(
+        _peer: int, vhost: str, topic: str, payload: bytes, qos: int, props: dict[str, Any]
+    ) -> None:
+        store.retain(vhost, topic, Retained(payload, qos, props))
+
+    def matching(_peer: int, vhost: str, topic_filter: str) -> list[tuple[str, Retained]]:
+        return store.matching(vhost, topic_filter)
+
+    mesh.serve("mqtt_retain", retain)
+    mesh.serve("mqtt_retained", matching)

@@ -35,9 +35,10 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from pamqp import commands as cmd
 
@@ -67,7 +68,7 @@ from leveret.mqtt.topics import (
     topic_name_error,
 )
 from leveret.mqtt.vhosts import pick_vhost
-from leveret.protocol.constants import NOT_FOUND
+from leveret.protocol.constants import NOT_FOUND, RESOURCE_LOCKED
 from leveret.protocol.errors import AMQPError, ChannelError
 from leveret.protocol.properties import encode_header
 from leveret.server.authorization import Guard
@@ -114,6 +115,10 @@ USER_PROPERTY_LIST = "x-mqtt-user-property"
 
 
 _NONE: frozenset[Any] = frozenset()
+
+
+class _Held(Exception):
+    """A packet's handler waits for other workers (MQTTConnection._hold)."""
 
 
 class Transport(Protocol):
@@ -275,6 +280,10 @@ class MQTTConnection:
         self.channels: dict[int, Any] = {}
         self.client_properties: dict[str, Any] = {}
         self._held: bytearray | None = None  # bytes that arrived during recovery
+        # Packets (and bytes) held while one waits for other workers (_hold).
+        self._stash: list[pk.Packet] | None = None
+        self._stash_bytes: bytearray | None = None
+        self._retaining: Any = None  # worker 0's answer to a retained publish (a future)
         self._alarm_timer: asyncio.TimerHandle | None = None
         self._no_local = False  # whether any subscription has no_local
         # Whether this connection counts in listeners.retain_as_published.
@@ -344,6 +353,11 @@ class MQTTConnection:
             return
         self.recv_oct += len(data)
         self._last_read = time.monotonic()
+        if self._stash is not None:  # a packet waits for other workers (_hold)
+            if self._stash_bytes is None:
+                self._stash_bytes = bytearray()
+            self._stash_bytes += data
+            return
         if self._held is not None or self.server.recovering:
             # Stored messages are still being read back after a restart: hold
             # everything until they are (as AMQP connections hold their operations).
@@ -395,12 +409,29 @@ class MQTTConnection:
         except MQTTProtocolError as exc:
             self._protocol_error(exc)
             return
-        for packet in packets:
+        meta = self.server.broker.meta
+        if meta is None or meta.making:
+            self._handle_packets(packets)
+            return
+        # A worker of several: what this session declares and binds goes to the others.
+        meta.making = True
+        try:
+            self._handle_packets(packets)
+        finally:
+            meta.making = False
+
+    def _handle_packets(self, packets: list[pk.Packet]) -> None:
+        for index, packet in enumerate(packets):
             if self.state == "closed":
                 return
             self.received += 1
             try:
                 self._handle(packet)
+            except _Held:
+                # The packet waits for other workers: the rest waits for it.
+                assert self._stash is not None
+                self._stash[:0] = packets[index + 1 :]
+                return
             except MQTTProtocolError as exc:
                 self._protocol_error(exc)
                 return
@@ -409,6 +440,45 @@ class MQTTConnection:
                 log.exception("MQTT connection %s: internal error, closing", self.transport.peer)
                 self.close(send_will=self._will_on_server_close)
                 return
+
+    def _hold(self, waits: list[Any], then: Callable[[list[Any]], None]) -> NoReturn:
+        """Finish the packet being handled with `then(results)` once every future of
+        `waits` is done (each result, or its exception), and hold this connection's
+        later packets until then. Only in a broker of workers, where a subscription's
+        bindings and the retained messages involve other workers: the client sees the
+        same order of answers as from one process."""
+        self._stash = []
+        self._pause("hold")
+        gathered = asyncio.gather(*waits, return_exceptions=True)
+        gathered.add_done_callback(lambda done: self._release(then, done.result()))
+        raise _Held
+
+    def _release(self, then: Callable[[list[Any]], None], results: list[Any]) -> None:
+        stash, self._stash = self._stash, None
+        if self.state == "closed" or stash is None:
+            return
+        server = self.server
+        nested = server.read_output is not None
+        if not nested:
+            server.read_output = written = []
+        meta = server.broker.meta
+        making = meta is not None and not meta.making
+        if making:
+            meta.making = True
+        try:
+            then(results)
+            self._handle_packets(stash)
+        finally:
+            if making:
+                meta.making = False
+            if not nested:
+                server.read_output = None
+                flush_written(written)
+        if self._stash is None:
+            raw, self._stash_bytes = self._stash_bytes, None
+            self._resume("hold")
+            if raw:
+                self._process(bytes(raw))
 
     def _send(self, packet: pk.Packet) -> None:
         if self.state == "closed":
@@ -562,6 +632,7 @@ class MQTTConnection:
                 return
             client_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             assigned = True
+
         username = packet.username
         password = packet.password
         # A verified client certificate's user name (TLS listener only); it picks the
@@ -587,6 +658,13 @@ class MQTTConnection:
             broker.global_parameters.values,
             config.mqtt_vhost,
         )
+        if not assigned:
+            route = getattr(self.transport, "route", None)
+            if route is not None and route(vhost_name, client_id):
+                # A broker of workers: the worker of the client id's session serves
+                # it, from the connection's first byte (mqtt/listener.py).
+                self._handed_over()
+                return
         vhost = broker.vhosts.get(vhost_name)
         if vhost is None:
             self._refuse(
@@ -859,6 +937,19 @@ class MQTTConnection:
         except AMQPError as exc:
             self._access_refused(exc)
             return
+        stored = self._retaining
+        if stored is not None:
+            # Worker 0 stores the retained message: PUBACK, and the client's next
+            # packets, once it has it.
+            self._retaining = None
+            self._hold([stored], lambda results: self._retained_stored(entry, routed, results[0]))
+        if entry and routed is not None:
+            entry[1] = routed
+        self._flush_pubacks()
+
+    def _retained_stored(self, entry: list[Any], routed: int | None, result: Any) -> None:
+        if isinstance(result, BaseException):
+            log.error("MQTT retained message not stored by worker 0: %s", result)
         if entry and routed is not None:
             entry[1] = routed
         self._flush_pubacks()
@@ -898,9 +989,11 @@ class MQTTConnection:
                 NOT_FOUND, f"no exchange '{self.exchange_name}' in vhost '{vhost.name}'"
             )
         if retain:
-            self.listeners.retained.retain(
+            stored = self.listeners.retained.retain(
                 vhost.name, topic, Retained(bytes(payload), qos, _retained_props(props))
             )
+            if stored is not None:  # a call to worker 0 (a broker of workers)
+                self._retaining = stored
         # RabbitMQ 3.10 marks no message as retained; the header exists for MQTT 5's
         # retain-as-published, so only while a subscription in the vhost asks for it.
         marked = retain and vhost.name in self.listeners.retain_as_published
@@ -1042,11 +1135,50 @@ class MQTTConnection:
             codes.append(qos)
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and previous is None):
                 retained.append((topic_filter, qos))
-        self._send(pk.Suback(packet.packet_id, codes))
-        if packet.packet_id > self._next_id:
-            self._next_id = packet.packet_id if packet.packet_id < 65_535 else 1
-        for topic_filter, qos in retained:
-            self._send_retained(topic_filter, qos)
+        meta = self.server.broker.meta
+        if meta is None:
+            self._suback(packet.packet_id, codes, retained, None)
+            return
+        # A broker of workers: SUBACK once every worker routes to the new bindings,
+        # with the retained messages worker 0 holds (a worker other than 0 asks it).
+        store = self.listeners.retained
+        assert self.vhost is not None
+        waits: list[Any] = [meta.made_settled()]
+        if store.remote:
+            waits += [store.matching(self.vhost.name, f) for f, _qos in retained]
+        self._hold(
+            waits,
+            lambda results: self._suback(
+                packet.packet_id, codes, retained, results[1:] if store.remote else None
+            ),
+        )
+
+    def _suback(
+        self,
+        packet_id: int,
+        codes: list[int],
+        retained: list[tuple[str, int]],
+        found: list[Any] | None,
+    ) -> None:
+        """SUBACK, then the retained messages of each filter (`found`: those worker 0
+        answered, one list or exception per filter; None: this worker's store)."""
+        self._send(pk.Suback(packet_id, codes))
+        if packet_id > self._next_id:
+            self._next_id = packet_id if packet_id < 65_535 else 1
+        for n, (topic_filter, qos) in enumerate(retained):
+            if found is None:
+                messages = self.listeners.retained.matching(self.vhost.name, topic_filter)
+            elif isinstance(found[n], BaseException):
+                log.warning(
+                    "MQTT connection %s: retained messages of '%s' not sent: %s",
+                    self.transport.peer,
+                    topic_filter,
+                    found[n],
+                )
+                continue
+            else:
+                messages = found[n]
+            self._send_retained(topic_filter, qos, messages)
 
     def _subscribe(self, topic_filter: str, qos: int, previous: SubscriptionState | None) -> None:
         vhost = self.vhost
@@ -1091,6 +1223,17 @@ class MQTTConnection:
                     name, durable=True, auto_delete=clean, arguments=arguments
                 )
         self._require("read", "queue", name)
+        if queue.remote:
+            # A broker of workers serves a client id over TCP on the worker its id
+            # names and over TLS or WebSockets on worker 0: a client that used both
+            # has its session's queues on the other worker, where this one cannot
+            # consume them.
+            raise ChannelError(
+                RESOURCE_LOCKED,
+                f"the session of client id '{self.client_id}' is held by worker "
+                f"{getattr(queue, 'worker', '?')}; "
+                "connect over the listener it used before",
+            )
         prefetch = 0 if qos == 0 else min(self.config.mqtt_prefetch, self._receive_max)
         consumer = Consumer(
             f"mqtt-{self.client_id}-qos{qos}", self, queue, qos == 0, False, prefetch
@@ -1124,11 +1267,18 @@ class MQTTConnection:
             codes.append(pk.RC_SUCCESS)
         self._no_local = any(s.no_local for s in self.subscriptions.values())
         self._count_retain_as_published()
-        self._send(pk.Unsuback(packet.packet_id, codes if self.version == pk.MQTT_5 else []))
+        unsuback = pk.Unsuback(packet.packet_id, codes if self.version == pk.MQTT_5 else [])
+        meta = self.server.broker.meta
+        if meta is None:
+            self._send(unsuback)
+            return
+        # A broker of workers: UNSUBACK once no worker routes to the bindings any more.
+        self._hold([meta.made_settled()], lambda _results: self._send(unsuback))
 
-    def _send_retained(self, topic_filter: str, sub_qos: int) -> None:
-        assert self.vhost is not None
-        for topic, message in self.listeners.retained.matching(self.vhost.name, topic_filter):
+    def _send_retained(
+        self, topic_filter: str, sub_qos: int, messages: list[tuple[str, Retained]]
+    ) -> None:
+        for topic, message in messages:
             qos = min(sub_qos, message.qos)
             props: dict[str, Any] = {}
             if self.version == pk.MQTT_5:
@@ -1372,7 +1522,28 @@ class MQTTConnection:
 
     # --- the end ---------------------------------------------------------------------------
 
+    def _handed_over(self) -> None:
+        """The connection went to another worker: leave without a trace here."""
+        self.state = "closed"
+        self.listeners.connections.discard(self)
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
+            self._connect_timer = None
+        if self._held is not None:
+            self._held = None
+
     def _teardown(self, send_will: bool) -> None:
+        meta = self.server.broker.meta
+        if meta is None or meta.making:
+            self._close_session(send_will)
+            return
+        meta.making = True  # (a worker of several: deletions and unbindings go on)
+        try:
+            self._close_session(send_will)
+        finally:
+            meta.making = False
+
+    def _close_session(self, send_will: bool) -> None:
         was_open = self.state == "open"
         self.state = "closed"
         self.deliverable = False
@@ -1436,6 +1607,14 @@ class MQTTConnection:
             self.publish(will.topic, will.payload, min(will.qos, 1), will.retain, False, props)
         except AMQPError as exc:
             log.warning("MQTT last will of client id '%s' not published: %s", self.client_id, exc)
+        stored, self._retaining = self._retaining, None
+        if stored is not None:  # a retained will, stored by worker 0
+            stored.add_done_callback(_will_retained)
+
+
+def _will_retained(stored: asyncio.Future[Any]) -> None:
+    if not stored.cancelled() and stored.exception() is not None:
+        log.error("MQTT retained last will not stored by worker 0: %s", stored.exception())
 
 
 def _ignore_written(error: BaseException | None) -> None:

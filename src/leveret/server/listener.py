@@ -65,6 +65,9 @@ class Server:
         # A worker of a broker of several with affinity on (workers/affinity.py): where
         # connections go to the worker of their queues. None: every connection stays.
         self.handoffs: Any = None  # leveret.workers.affinity.Handoffs
+        # A worker's handoff channels whatever its affinity setting: MQTT over TCP
+        # sends a client to the worker that serves its client id (mqtt/listener.py).
+        self.handoff_channels: Any = None
         self._adopting: set[asyncio.Task] = set()
         # False: `start` prepares the listeners on sockets made elsewhere without
         # accepting; `start_serving` accepts. Until then the kernel keeps new
@@ -159,9 +162,16 @@ class Server:
         """Serve a client connection another worker handed over with its state
         (`AMQPConnection.export_state`, pickled: the handoff channel is private to
         this broker's workers, as the mesh's links are)."""
-        conn = AMQPConnection(self)
         try:
-            conn.import_state(pickle.loads(state))
+            data = pickle.loads(state)
+            if isinstance(data, dict) and "mqtt" in data:  # (mqtt/listener.py: route)
+                mqtt = self.broker.mqtt
+                if mqtt is None:
+                    raise ValueError("an MQTT connection, and this worker serves no MQTT")
+                mqtt.adopt(sock, data["mqtt"])
+                return
+            conn = AMQPConnection(self)
+            conn.import_state(data)
         except Exception as exc:  # the client sees its connection close, and reconnects
             log.warning("cannot take a connection over from another worker: %s", exc)
             sock.close()

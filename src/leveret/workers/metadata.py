@@ -205,6 +205,11 @@ class Metadata:
         self._owners: dict[tuple[int, int], list[Any]] = {}
         self._owner_keys: dict[RemoteOwner, tuple[int, int]] = {}
         self.applying = False  # True while an op is applied (its deletions are not news)
+        # True while this worker's MQTT sessions change its model themselves (their
+        # queues and subscription bindings live on the worker that serves the client):
+        # such changes go to worker 0 as made, as worker 0's own do.
+        self.making = False
+        self._made: set[asyncio.Future[Any]] = set()  # made changes not yet everywhere
         self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
         mesh.on(META, self._on_meta)
         mesh.on(META_APPLIED, self._on_applied)
@@ -782,8 +787,9 @@ class Metadata:
 
     def _watch(self, vhost: VirtualHost, event: str, subject: Any) -> None:
         if event != "queue-deleted":
-            if not self.applying and self.index == WRITER and self._ready.is_set():
-                self._made_on_writer(vhost, event, subject)
+            if not self.applying and self._ready.is_set():
+                if self.index == WRITER or self.making:
+                    self._made_here(vhost, event, subject)
             return
         owner = subject.exclusive_owner
         if type(owner) is RemoteOwner:
@@ -794,9 +800,20 @@ class Metadata:
         # exclusive owner gone, x-expires, an API call). Every worker must follow.
         self.model_change(("queue.deleted", vhost.name, subject.name))
 
-    def _made_on_writer(self, vhost: VirtualHost, event: str, subject: Any) -> None:
-        """Worker 0's model changed other than by an op: what serves only worker 0 (MQTT,
-        whose listeners are there) declared or bound something. Send it on as made."""
+    def made_settled(self) -> asyncio.Future[Any]:
+        """A future done once every change made here so far (MQTT's) is applied by
+        every live worker (or could not be: its failure was logged)."""
+        return asyncio.gather(*self._made, return_exceptions=True)
+
+    def _track(self, change: Any) -> None:
+        if isinstance(change, asyncio.Future) and not change.done():
+            self._made.add(change)
+            change.add_done_callback(self._made.discard)
+
+    def _made_here(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        """This worker's model changed other than by an op: an MQTT session (served on
+        the worker its client reached) declared or bound something. Send it on as made:
+        from worker 0 to the others, from another worker through worker 0."""
         op: Op
         if event == "queue":
             if type(subject) is RemoteQueue:
@@ -844,7 +861,7 @@ class Metadata:
             )
         else:
             return  # policies: sent as the admin change that set them
-        self._broadcast(op, None)
+        self.model_change(op)
 
     def _release_owner(self, owner: RemoteOwner) -> None:
         key = self._owner_keys.get(owner)
@@ -858,7 +875,7 @@ class Metadata:
     def model_change(self, op: Op) -> None:
         """A change already applied here: have every other worker apply it too."""
         if self.index == WRITER:
-            self._broadcast(op, None)
+            self._track(self._broadcast(op, None))
             return
         if not self.in_sync:
             return  # the next sync tells worker 0
@@ -867,6 +884,7 @@ class Metadata:
         except PeerDown:
             return
         call.add_done_callback(_log_failure)
+        self._track(call)
 
     # --- followers ----------------------------------------------------------------
 

@@ -12,8 +12,9 @@ socket per worker on each (`sockets.listening_group`), and runs the workers unde
   the live ones and they replace their broken link to it;
 - its own settings (`worker_config`): its store in `<data-dir>/worker-<i>`, the
   listeners resolved to the ports bound here (port 0 included), a share of the
-  memory budgets; the management API, Prometheus, MQTT, the definitions file and
-  the static shovels on worker 0 only.
+  memory budgets; the management API, Prometheus, MQTT over TLS and WebSockets, the
+  definitions file and the static shovels on worker 0 only. MQTT over TCP has a
+  socket group of its own, as the AMQP ports: every worker accepts on it.
 
 Each worker reports when it is up (its stored messages back), then its links (by
 the pair numbers made here) and its sync with worker 0; this process tells it to
@@ -125,7 +126,12 @@ def write_layout(data_dir: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def worker_config(config: ServerConfig, groups: list[ListeningGroup], index: int) -> ServerConfig:
+def worker_config(
+    config: ServerConfig,
+    groups: list[ListeningGroup],
+    index: int,
+    mqtt: ListeningGroup | None = None,
+) -> ServerConfig:
     """Worker `index`'s settings: its store dir, the ports as bound, its share."""
     count = config.workers
     first = index == 0
@@ -133,9 +139,13 @@ def worker_config(config: ServerConfig, groups: list[ListeningGroup], index: int
         "data_dir": worker_dir(config.data_dir, index),
         "management_port": config.management_port if first else None,
         "prometheus_port": config.prometheus_port if first else None,
-        "mqtt_port": config.mqtt_port if first else None,
+        # MQTT over TCP: every worker accepts on the group's port; TLS and WebSockets
+        # on worker 0
+        "mqtt_port": mqtt.port if mqtt is not None else None,
         "web_mqtt_port": config.web_mqtt_port if first else None,
         "mqtt_tls_port": config.mqtt_tls_port if first else None,
+        # (client certificates log in on the TLS listener, worker 0's)
+        "mqtt_ssl_cert_login": config.mqtt_ssl_cert_login if first else False,
         "load_definitions": config.load_definitions if first else None,
         "shovels": config.shovels if first else {},
         # The budgets are the broker's: each worker gets its share.
@@ -174,6 +184,7 @@ class Workers:
         self.count = config.workers
         self.log_level = log_level
         self.groups: list[ListeningGroup] = []
+        self.mqtt_group: ListeningGroup | None = None  # MQTT over TCP, when configured
         self.configs: list[ServerConfig] = []
         self.controls: dict[int, socket.socket] = {}  # this process's end, per worker
         self._child_ends: dict[int, socket.socket] = {}  # closed once the worker runs
@@ -196,6 +207,10 @@ class Workers:
                 self.groups.append(
                     listening_group(listener.host, listener.port, listener.kind, self.count)
                 )
+            if self.config.mqtt_port is not None:
+                self.mqtt_group = listening_group(
+                    self.config.host, self.config.mqtt_port, "mqtt", self.count
+                )
         except BaseException:
             self.close()
             raise
@@ -215,7 +230,9 @@ class Workers:
                 raise
         cluster_name = self.config.cluster_name or stored
         self.config = dataclasses.replace(self.config, cluster_name=cluster_name)
-        self.configs = [worker_config(self.config, self.groups, i) for i in range(self.count)]
+        self.configs = [
+            worker_config(self.config, self.groups, i, self.mqtt_group) for i in range(self.count)
+        ]
         loop = asyncio.get_running_loop()
         sup = self.supervisor = Supervisor(
             self.count,
@@ -259,6 +276,7 @@ class Workers:
             "--index", str(index), "--count", str(self.count),
             "--control-fd", str(self._child_ends[index].fileno()),
             "--listen-fds", json.dumps(fds),
+            "--mqtt-fds", json.dumps(self.mqtt_group.fds(index) if self.mqtt_group else []),
             "--log-level", self.log_level,
         ]  # fmt: skip
 
@@ -266,6 +284,8 @@ class Workers:
         fds = [self._child_ends[index].fileno()]
         for group in self.groups:
             fds.extend(group.fds(index))
+        if self.mqtt_group is not None:
+            fds.extend(self.mqtt_group.fds(index))
         return fds
 
     def on_start(self, index: int) -> None:
@@ -421,6 +441,9 @@ class Workers:
         for group in self.groups:
             group.close()
         self.groups = []
+        if self.mqtt_group is not None:
+            self.mqtt_group.close()
+            self.mqtt_group = None
         for sock in [*self.controls.values(), *self._child_ends.values()]:
             sock.close()
         self.controls.clear()
