@@ -53,11 +53,11 @@ QUEUES = [*CLASSIC, LONG, *PRIORITY, *QUORUM]
 class Broker(Workers):
     """`leveret server --workers <count>` on `data` (count 1: one process)."""
 
-    def __init__(self, tmp: Path, count: int, data: Path) -> None:
+    def __init__(self, tmp: Path, count: int, data: Path, *extra: str) -> None:
         self.count = count
         self.data = data
         self.log = tmp / f"server-{len(list(tmp.glob('server-*.log')))}.log"
-        base = ["--port", "0", "--data-dir", str(data)]
+        base = ["--port", "0", "--data-dir", str(data), *extra]
         argv = (
             server_argv(*base, workers=count)
             if count > 1
@@ -229,8 +229,8 @@ def check_control(expected: dict[str, list], delayed: bool) -> None:
 def made(tmp_path: Path):
     started: list[Broker] = []
 
-    def start(count: int, data: Path) -> Broker:
-        broker = Broker(tmp_path, count, data)
+    def start(count: int, data: Path, *extra: str) -> Broker:
+        broker = Broker(tmp_path, count, data, *extra)
         started.append(broker)
         return broker.wait()
 
@@ -279,6 +279,60 @@ def test_reshard_keeps_every_message(made, tmp_path: Path, old: int, new: int) -
         assert json.loads(layout.read_text())["workers"] == new
         assert sorted(p.name for p in data.glob("worker-*")) == [f"worker-{j}" for j in range(new)]
     assert not (data / "reshard.new").exists() and not (data / "reshard.old").exists()
+
+
+def _mqtt_listens(port: int) -> None:
+    import socket
+
+    def connects() -> bool:
+        """the MQTT port accepts"""
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(connects, timeout=60)
+
+
+def _retained(port: int, topic: str) -> bytes:
+    """The retained message a fresh MQTT subscriber to `topic` gets."""
+    import paho.mqtt.client as mqtt
+
+    _mqtt_listens(port)
+    got: list[bytes] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="rs-retained-reader")
+    client.on_message = lambda _c, _u, msg: got.append(msg.payload)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        client.subscribe(topic, qos=1)
+        wait_for(lambda: got, timeout=30)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return got[0]
+
+
+@pytest.mark.timeout(300)
+def test_reshard_keeps_mqtt_retained_messages(made, tmp_path: Path) -> None:
+    """Retained messages live with the one process or worker 0; each re-shard
+    carries them to the new layout's worker 0."""
+    import socket
+
+    import paho.mqtt.publish as publish
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "data"
+    broker = made(1, data, "--mqtt-port", str(port))
+    _mqtt_listens(port)
+    publish.single("rs/retained", b"kept", qos=1, retain=True, hostname="127.0.0.1", port=port)
+    assert _retained(port, "rs/retained") == b"kept"
+    assert broker.stop() == 0
+    for count in (2, 3, 1):
+        assert "1 MQTT retained messages" in reshard(data, count)
+        broker = made(count, data, "--mqtt-port", str(port))
+        assert _retained(port, "rs/retained") == b"kept", f"after the re-shard to {count}"
+        assert broker.stop() == 0
 
 
 def test_reshard_refuses_a_running_broker_and_bad_counts(made, tmp_path: Path) -> None:

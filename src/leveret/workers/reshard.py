@@ -18,7 +18,9 @@ the old ones while no broker runs, through the stores' own APIs:
   self-contained (each record carries its offset, `store/stream_log.py`) and
   refers to nothing of the message store, so a copy keeps every offset;
 - exchanges' own state files (`exchanges/`) go to new worker j from old worker j
-  (old worker 0 where there is none).
+  (old worker 0 where there is none);
+- MQTT retained messages (`mqtt-retained.sqlite`, held by worker 0, or by the one
+  process) go from old worker 0 to new worker 0, with SQLite's backup API.
 
 Crash safety. The new stores are written under `reshard.new/` and fsynced while
 the old ones stay untouched in place, so a crash leaves a data dir that the old
@@ -48,6 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from leveret.mqtt.retained import FILE_NAME as RETAINED_FILE
 from leveret.store.catalog import CatalogStore
 from leveret.store.definitions import DefinitionStore
 from leveret.store.delay_queue import is_delay_key
@@ -71,6 +74,9 @@ TOP_STORE = (
     "msgs",
     "streams",
     "exchanges",
+    RETAINED_FILE,
+    f"{RETAINED_FILE}-wal",
+    f"{RETAINED_FILE}-shm",
 )
 #: the name of a one-process store's place in the staging dir
 TOP = "top"
@@ -91,6 +97,7 @@ class Report:
     messages: int = 0
     delayed: int = 0
     streams: int = 0
+    retained: int = 0
     moved: list[str] = field(default_factory=list)  # "vhost/name: 0 -> 2"
 
     def summary(self) -> str:
@@ -99,7 +106,8 @@ class Report:
         return (
             f"re-sharded from {old} to {new}: {self.queues} durable queues "
             f"({len(self.moved)} changed owner), {self.messages} messages, "
-            f"{self.delayed} delayed messages, {self.streams} streams"
+            f"{self.delayed} delayed messages, {self.streams} streams, "
+            f"{self.retained} MQTT retained messages"
         )
 
 
@@ -251,6 +259,22 @@ def _copy_definitions(
         store.close()
 
 
+def _copy_retained(source: str, target: str) -> int:
+    """The MQTT retained messages of old worker 0 (or the one process) into new
+    worker 0's store dir, WAL included; how many there are."""
+    path = os.path.join(source, RETAINED_FILE)
+    if not os.path.exists(path):
+        return 0
+    src = sqlite3.connect(path)
+    dst = sqlite3.connect(os.path.join(target, RETAINED_FILE))
+    try:
+        src.backup(dst)
+        return dst.execute("SELECT count(*) FROM retained").fetchone()[0]
+    finally:
+        dst.close()
+        src.close()
+
+
 def _copy_tree(source: str, target: str) -> None:
     if os.path.isdir(source):
         shutil.copytree(source, target, dirs_exist_ok=True)
@@ -289,6 +313,7 @@ def _build(
             os.path.join(sources[j] if j < len(sources) else sources[0], "exchanges"),
             os.path.join(target, "exchanges"),
         )
+    report.retained = _copy_retained(sources[0], targets[0])
     step("definitions")
     opened = [_open(t) for t in targets]
     writers = [store for store, _ in opened]
