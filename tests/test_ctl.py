@@ -274,6 +274,9 @@ def test_bad_definitions_are_refused_before_anything_changes(server, tmp_path, c
     path.write_text(json.dumps(change))
     result = server.ctl("import_definitions", str(path))
     assert result.returncode == 1
+    if server.transport == "url" and "vhost 'ghost'" in message:
+        # the API answers RabbitMQ's ["no_such_vhost", "ghost"], which names no place
+        message = message.replace("permissions[0]: ", "")
     assert result.stderr.startswith(message), result.stderr
     assert server.ctl("--formatter", "json", "export_definitions", "-").stdout == before
 
