@@ -542,9 +542,19 @@ def _tags(tags: Any) -> list[str]:
     return list(tags)
 
 
+#: RabbitMQ's `[kind, name]` reasons (a definitions import's missing vhost or user) as
+#: the sentence the ctl socket gives
+PAIR_REASONS = {
+    "no_such_vhost": "vhost '{}' does not exist",
+    "no_such_user": "user '{}' does not exist",
+}
+
+
 def _reason(body: bytes, fallback: str) -> str:
     try:
         reason = json.loads(body).get("reason", fallback)
     except (ValueError, AttributeError):
         return body.decode("utf-8", "replace").strip() or str(fallback)
+    if isinstance(reason, list) and len(reason) == 2 and reason[0] in PAIR_REASONS:
+        return PAIR_REASONS[reason[0]].format(reason[1])
     return reason if isinstance(reason, str) else json.dumps(reason)

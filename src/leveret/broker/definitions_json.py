@@ -2,10 +2,18 @@
 
 Export writes what RabbitMQ 3.10 writes (users with their hashes, vhosts,
 permissions, topic permissions, parameters (vhost limits, shovels, federation
-upstreams and sets), global parameters, queues, exchanges, bindings), so a Leveret export imports into RabbitMQ and the other
-way round. Import checks the whole document before it changes anything, and
-refuses unknown keys (RabbitMQ ignores them; a typo then silently loses a
-setting) and bad password hashes, naming the place: `users[2].tags`.
+upstreams and sets), global parameters, queues, exchanges, bindings), so a Leveret
+export imports into RabbitMQ and the other way round. Import checks the whole document
+before it changes anything, and refuses unknown keys (RabbitMQ ignores them; a typo
+then silently loses a setting) and bad password hashes, naming the place:
+`users[2].tags`.
+
+Queues, exchanges and bindings are then made as RabbitMQ 3.10 makes them (recorded:
+tests/compat/http, definitions.import.*): a queue or exchange that exists keeps what it
+has, whatever the file says (no equivalence check); a binding whose source or
+destination does not exist is skipped; a declaration refused stops the import with the
+AMQP error's reason (`precondition_failed: invalid arg ...`, `command_invalid: unknown
+exchange type 'nope'`), what was made before it staying.
 """
 
 from __future__ import annotations
@@ -17,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 import leveret
 from leveret.auth import passwords
 from leveret.auth.users import Permission, TopicPermission, check_user_limits, parse_tags
-from leveret.broker.errors import InvalidValue, ModelError, NotFound
+from leveret.broker.errors import (
+    AccessRefused,
+    InvalidValue,
+    ModelError,
+    NotFound,
+    NotSupported,
+    ResourceLocked,
+    UnknownType,
+)
 from leveret.broker.global_parameters import check_value
 from leveret.broker.policies import Policy
 from leveret.protocol.fieldtable import Long
@@ -76,6 +92,35 @@ ITEM_KEYS: dict[str, tuple[set[str], set[str]]] = {
         {"source", "vhost", "destination", "destination_type"},
     ),
 }
+
+
+class DefinitionsRefused(InvalidValue):
+    """An import refused with RabbitMQ's reason, which the management API answers as
+    it is: `["no_such_vhost", name]`, or the AMQP error a declaration met. `str()` is
+    the sentence `leveret ctl` prints."""
+
+    def __init__(self, text: str, reason: Any) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+#: a declaration's error as the name of the AMQP reply code RabbitMQ would close with
+#: (most specific first), the prefix of the import's reason
+REPLY_NAMES: tuple[tuple[type[ModelError], str], ...] = (
+    (NotFound, "not_found"),
+    (AccessRefused, "access_refused"),
+    (ResourceLocked, "resource_locked"),
+    (UnknownType, "command_invalid"),
+    (NotSupported, "not_implemented"),
+)
+
+
+def declaration_refused(exc: ModelError) -> DefinitionsRefused:
+    """A queue or exchange of the import refused, as RabbitMQ words it."""
+    name = next((n for kind, n in REPLY_NAMES if isinstance(exc, kind)), "precondition_failed")
+    text = f"{name}: {exc}"
+    return DefinitionsRefused(text, text)
+
 
 PER_VHOST = (
     "permissions",
@@ -360,9 +405,15 @@ def import_definitions(
     for section in PER_VHOST:
         for i, item in enumerate(doc.get(section, [])):
             if vh(item) not in known_vhosts:
-                raise InvalidValue(f"{section}[{i}]: vhost '{vh(item)}' does not exist")
+                raise DefinitionsRefused(
+                    f"{section}[{i}]: vhost '{vh(item)}' does not exist",
+                    ["no_such_vhost", vh(item)],
+                )
             if "user" in item and item["user"] not in known_users:
-                raise InvalidValue(f"{section}[{i}]: user '{item['user']}' does not exist")
+                raise DefinitionsRefused(
+                    f"{section}[{i}]: user '{item['user']}' does not exist",
+                    ["no_such_user", item["user"]],
+                )
     for item in doc.get("vhosts", []):
         meta = item.get("metadata") or {}
         admin.add_vhost(
@@ -430,14 +481,14 @@ def import_definitions(
             item.get("apply-to", "all"),
         )
     for kind in ("exchanges", "queues", "bindings"):
-        for i, item in enumerate(doc.get(kind, [])):
+        for item in doc.get(kind, []):
             try:
                 if broker.meta is not None:  # one of several workers: through the writer
                     broker.meta.import_item(admin.vhost(vh(item)), kind, item, user)
                 else:
                     _declare(admin.vhost(vh(item)), kind, item, user)
             except ModelError as exc:
-                raise InvalidValue(f"{kind}[{i}]: {exc}") from None
+                raise declaration_refused(exc) from None
     for section in TOP_LEVEL:
         if isinstance(doc.get(section), list):
             counts[section] = len(doc[section])
@@ -490,10 +541,10 @@ def _check_operator_policy(i: int, param: dict[str, Any]) -> None:
 
 
 def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = None) -> None:
+    if not wanted(target, kind, item):
+        return
     arguments = json_arguments(item.get("arguments") or {})
     if kind == "exchanges":
-        if item["name"] in target.exchanges and item["name"].startswith("amq."):
-            return
         target.declare_exchange(
             item["name"],
             item["type"],
@@ -516,11 +567,22 @@ def _declare(target: Any, kind: str, item: dict[str, Any], user: str | None = No
             arguments,
         )
     else:
-        source = target.get_exchange(item["source"])
+        source = target.exchanges[item["source"]]
         if item["destination_type"] == "queue":
-            dest = target.queues.get(item["destination"])
-            if dest is None:
-                raise NotFound(f"no queue '{item['destination']}' in vhost '{target.name}'")
+            dest = target.queues[item["destination"]]
         else:
-            dest = target.get_exchange(item["destination"])
+            dest = target.exchanges[item["destination"]]
         target.bind(source, dest, item.get("routing_key", ""), arguments)
+
+
+def wanted(target: Any, kind: str, item: dict[str, Any]) -> bool:
+    """Whether the import makes this item in vhost `target`, as RabbitMQ 3.10 decides:
+    not a queue or exchange that exists (it keeps its type, flags and arguments, and a
+    bad argument or type in the file is not looked at), nor a binding whose source or
+    destination is missing (skipped, not refused)."""
+    if kind == "exchanges":
+        return item["name"] not in target.exchanges
+    if kind == "queues":
+        return item["name"] not in target.queues
+    destinations = target.queues if item["destination_type"] == "queue" else target.exchanges
+    return item["source"] in target.exchanges and item["destination"] in destinations

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from leveret.broker.definitions_json import DefinitionsRefused
 from leveret.broker.errors import AccessRefused, AlreadyExists, InvalidValue, ModelError, NotFound
 from leveret.broker.stats import Sampler
 from leveret.management.columns import parse_columns, select_columns
@@ -153,6 +154,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         return not_found()
     except AccessRefused as exc:
         return error(401, "not_authorised", str(exc))
+    except DefinitionsRefused as exc:
+        return error(400, "bad_request", exc.reason)
     except (InvalidValue, AlreadyExists) as exc:
         return error(400, "bad_request", str(exc))
     except ModelError as exc:

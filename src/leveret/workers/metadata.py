@@ -466,12 +466,12 @@ class Metadata:
             raise InvalidValue(
                 f"worker {self.index} cannot change metadata itself: worker {WRITER} imports"
             )
+        if not definitions_json.wanted(vhost, kind, item):
+            return  # an object that exists, a binding with a missing end: as one process
         # JSON integers are longs, as one process imports them (definitions_json)
         arguments = definitions_json.json_arguments(item.get("arguments") or {})
         op: Op
         if kind == "exchanges":
-            if item["name"] in vhost.exchanges and item["name"].startswith("amq."):
-                return
             op = (
                 "exchange.declare",
                 vhost.name,

@@ -289,6 +289,171 @@ def definitions() -> list[Case]:
                 writes=True,
             )
         )
+    return cases + import_cases()
+
+
+def _queue(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "durable": True, "auto_delete": False, "arguments": arguments}
+
+
+def _exchange(name: str, kind: str, **fields: Any) -> dict[str, Any]:
+    flags = {"durable": True, "auto_delete": False, "internal": False, "arguments": {}}
+    return {"name": name, "type": kind, **flags, **fields}
+
+
+def _binding(source: str, destination: str, kind: str = "queue") -> dict[str, Any]:
+    return {
+        "source": source,
+        "destination": destination,
+        "destination_type": kind,
+        "routing_key": "k-imp",
+        "arguments": {},
+    }
+
+
+def import_cases() -> list[Case]:
+    """Imports RabbitMQ refuses with the reason of the AMQP error (`precondition_failed:
+    ...`), or takes while leaving something out: a queue or exchange that exists keeps
+    what it has, a binding whose source or destination is missing is skipped. Each case
+    is followed by one that reads back what the import left (`.then_get`)."""
+    vpath = f"/api/definitions/{V}"
+    undo = [
+        Req("DELETE", f"/api/queues/{V}/q-imp"),
+        Req("DELETE", f"/api/queues/{V}/q-imp2"),
+        Req("DELETE", f"/api/exchanges/{V}/x-imp"),
+        Req("DELETE", "/api/users/compat-imp"),
+    ]
+    made = {
+        "queues": [_queue("q-imp", **{"x-max-length": 10})],
+        "exchanges": [_exchange("x-imp", "direct")],
+    }
+    cases: list[Case] = []
+    # name: (path, body, setup, what to read back)
+    table: dict[str, tuple[str, Any, list[Req], str]] = {
+        "queue_bad_argument": (
+            vpath,
+            {"queues": [_queue("q-imp", **{"x-max-length": "abc"})]},
+            [],
+            f"/api/queues/{V}/q-imp",
+        ),
+        "queue_bad_argument_after_a_good_one": (
+            vpath,
+            {"queues": [_queue("q-imp2"), _queue("q-imp", **{"x-max-length": "abc"})]},
+            [],
+            f"/api/queues/{V}/q-imp2",
+        ),
+        "exchange_unknown_type": (
+            vpath,
+            {"exchanges": [_exchange("x-imp", "nope")]},
+            [],
+            f"/api/exchanges/{V}/x-imp",
+        ),
+        "queue_exists_other_arguments": (
+            vpath,
+            {"queues": [_queue("q-imp", **{"x-max-length": 20})]},
+            [Req("POST", vpath, made)],
+            f"/api/queues/{V}/q-imp",
+        ),
+        "queue_exists_other_flags": (
+            vpath,
+            {"queues": [{**_queue("q-imp"), "durable": False, "auto_delete": True}]},
+            [Req("POST", vpath, made)],
+            f"/api/queues/{V}/q-imp",
+        ),
+        "queue_exists_bad_argument": (
+            vpath,
+            {"queues": [_queue("q-imp", **{"x-max-length": "abc"})]},
+            [Req("POST", vpath, made)],
+            f"/api/queues/{V}/q-imp",
+        ),
+        "exchange_exists_other_type": (
+            vpath,
+            {"exchanges": [_exchange("x-imp", "topic", durable=False)]},
+            [Req("POST", vpath, made)],
+            f"/api/exchanges/{V}/x-imp",
+        ),
+        "exchange_exists_unknown_type": (
+            vpath,
+            {"exchanges": [_exchange("x-imp", "nope")]},
+            [Req("POST", vpath, made)],
+            f"/api/exchanges/{V}/x-imp",
+        ),
+        "binding_missing_queue": (
+            vpath,
+            {"bindings": [_binding("x-imp", "zz")]},
+            [Req("POST", vpath, made)],
+            f"/api/exchanges/{V}/x-imp/bindings/source",
+        ),
+        "binding_missing_source": (
+            vpath,
+            {"bindings": [_binding("x-imp-nope", "q-imp")]},
+            [Req("POST", vpath, made)],
+            f"/api/queues/{V}/q-imp/bindings",
+        ),
+        "binding_missing_destination_exchange": (
+            vpath,
+            {"bindings": [_binding("x-imp", "x-imp-nope", "exchange")]},
+            [Req("POST", vpath, made)],
+            f"/api/exchanges/{V}/x-imp/bindings/source",
+        ),
+        "binding_and_its_queue": (
+            vpath,
+            {"queues": [_queue("q-imp")], "bindings": [_binding("amq.direct", "q-imp")]},
+            [],
+            f"/api/queues/{V}/q-imp/bindings",
+        ),
+        "queue_missing_vhost": (
+            "/api/definitions",
+            {"queues": [{**_queue("q-imp"), "vhost": "compat-nope"}]},
+            [],
+            "/api/vhosts/compat-nope",
+        ),
+        "permission_missing_vhost": (
+            "/api/definitions",
+            {
+                "users": [{"name": "compat-imp", "password": "x", "tags": ""}],
+                "permissions": [
+                    {
+                        "user": "compat-imp",
+                        "vhost": "compat-nope",
+                        "configure": ".*",
+                        "write": ".*",
+                        "read": ".*",
+                    }
+                ],
+            },
+            [],
+            "/api/users/compat-imp",
+        ),
+        "permission_missing_user": (
+            "/api/definitions",
+            {
+                "permissions": [
+                    {"user": "compat-imp", "vhost": V, "configure": ".*", "write": "", "read": ""}
+                ]
+            },
+            [],
+            f"/api/permissions/{V}/compat-imp",
+        ),
+        "json_array": (vpath, [1, 2], [], f"/api/queues/{V}/q-imp"),
+        "queues_not_a_list": (vpath, {"queues": "nope"}, [], f"/api/queues/{V}/q-imp"),
+    }
+    for suffix, (path, body, setup, read_back) in table.items():
+        name = f"definitions.import.{suffix}"
+        common = {"cleanup": list(undo), "writes": True}
+        cases.append(Case(name, "POST", path, body, setup=list(setup), **common))
+        cases.append(
+            Case(
+                f"{name}.then_get",
+                "GET",
+                read_back,
+                query={"columns": "name,type,durable,auto_delete,arguments,source,destination"}
+                if "bindings" not in read_back and "permissions" not in read_back
+                else {},
+                setup=[*setup, Req("POST", path, body)],
+                **common,
+            )
+        )
     return cases
 
 

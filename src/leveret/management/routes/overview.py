@@ -289,6 +289,8 @@ async def post_definitions(request: web.Request) -> web.Response:
     if vhost is not None and vhost not in _broker(request).vhosts:
         return error(404, "not_found", "vhost_not_found")
     body = await read_json(request, "failed_to_parse_json")
+    if not isinstance(body, dict):
+        raise bad_request("bad_request", "failed_to_parse_json")  # as RabbitMQ: `[1, 2]`
     definitions_json.import_definitions(_broker(request), body, vhost, request["user"].name)
     return _ok()
 
