@@ -56,12 +56,16 @@ def small_disk(path: str, size: str) -> Iterator[None]:
         subprocess.run(["umount", "-l", path], capture_output=True)
 
 
-def test_leader_with_a_full_disk_hands_over(cluster_dir: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers-2"])
+def test_leader_with_a_full_disk_hands_over(cluster_dir: str, workers: int) -> None:
     """n0's data dir is a 24 MB tmpfs; once it leads, publishing fills it. The failed
     write makes it hand the lead over and leave the in-sync set; no confirmed message
-    is lost, and the publisher carries on on the new leader."""
+    is lost, and the publisher carries on on the new leader. With `--workers 2` the
+    write fails in the worker that owns the queue, whose tap reports it to the node's
+    supervisor (cluster/workertap.py, relay.py), which hands over as one process does."""
     with small_disk(os.path.join(cluster_dir, "n0"), "24m"):
-        cluster = Cluster(cluster_dir, extra=("--disk-free-limit", "0"))
+        extra = ("--disk-free-limit", "0", "--workers", str(workers))
+        cluster = Cluster(cluster_dir, extra=extra)
         try:
             cluster.wait_leader()
             cluster.wait_in_sync({n.name for n in cluster.nodes})
