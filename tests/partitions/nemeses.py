@@ -174,6 +174,33 @@ class WorkerPause(Nemesis):
         self.describe = f"worker {i} (pid {pid}) of leader {leader} paused (SIGSTOP)"
 
 
+class SupervisorPause(Nemesis):
+    """The supervisor process of the leader alone SIGSTOPped (a node that runs workers):
+    its lease, its election and its replication stream stop while its workers run on
+    with their clients. Its workers may confirm nothing past the deadline of the last
+    lease renewal they were sent (docs/cluster.md#a-workers-confirm); a follower takes
+    the lead; SIGCONT on stop: the old leader finds its lease gone and stops its
+    workers."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, _ = _roles(cluster, rng)
+        proc = cluster.nodes[leader]
+        if not cluster.worker_pids(leader) or proc.proc is None:
+            self.describe = f"no worker of leader {leader} found: nothing paused"
+            return
+        pid = proc.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+
+        def resume() -> None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+        self.undo.append(resume)
+        self.describe = f"supervisor (pid {pid}) of leader {leader} paused (SIGSTOP)"
+
+
 class FollowerEio(Nemesis):
     """A follower's replication writes fail with EIO (the test hook in
     cluster/datadir.py) until stop."""
@@ -240,7 +267,7 @@ class ClockJump(Nemesis):
 
 
 # kinds that need nodes of several workers (`--workers N`, N > 1)
-WORKERS_ONLY = {"worker-pause"}
+WORKERS_ONLY = {"worker-pause", "supervisor-pause"}
 
 ALL = {
     "follower-cut": FollowerCut,
@@ -252,6 +279,7 @@ ALL = {
     "pause": Pause,
     "follower-eio": FollowerEio,
     "worker-pause": WorkerPause,
+    "supervisor-pause": SupervisorPause,
     "lossy": Lossy,
     "clock-jump": ClockJump,
 }
