@@ -322,6 +322,8 @@ async def serve_worker(
     waits: set[asyncio.Future] = {stopping, channel}
     if node.recovery is not None:
         waits.add(node.recovery)
+    if tap is not None:
+        waits.add(tap.lapsed)
     while True:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         recovery = node.recovery
@@ -335,6 +337,13 @@ async def serve_worker(
     if channel.done() and not stopping.done():
         exc = None if channel.cancelled() else channel.exception()
         log.error("control channel to the supervisor ended (%s): stopping", exc or "closed")
+    elif tap is not None and tap.lapsed.done() and not stopping.done():
+        log.error(
+            "the node's confirm deadline passed %g s ago with no lease renewal from its "
+            "supervisor (stopped or starved: the lease has run out and another node may "
+            "lead): stopping, so that this worker's clients connect elsewhere",
+            tap.grace,
+        )
     channel.cancel()
     stopping.cancel()
     await asyncio.gather(channel, stopping, return_exceptions=True)
@@ -370,7 +379,8 @@ async def _cluster_tap(config: ServerConfig, sock: socket.socket) -> WorkerTap:
     loop = asyncio.get_running_loop()
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     node_dir = os.path.dirname(os.path.normpath(config.data_dir))
-    tap = WorkerTap(config.data_dir, node_dir, loop, writer)
+    # a lease past its deadline for one more lease has run out in etcd too
+    tap = WorkerTap(config.data_dir, node_dir, loop, writer, grace=config.cluster_lease_seconds)
     replica.TAP = tap
     task = loop.create_task(tap.serve(reader))
     tap.serving = task  # type: ignore[attr-defined]  # kept: a task nobody holds may go

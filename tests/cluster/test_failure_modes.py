@@ -56,12 +56,16 @@ def small_disk(path: str, size: str) -> Iterator[None]:
         subprocess.run(["umount", "-l", path], capture_output=True)
 
 
-def test_leader_with_a_full_disk_hands_over(cluster_dir: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers-2"])
+def test_leader_with_a_full_disk_hands_over(cluster_dir: str, workers: int) -> None:
     """n0's data dir is a 24 MB tmpfs; once it leads, publishing fills it. The failed
     write makes it hand the lead over and leave the in-sync set; no confirmed message
-    is lost, and the publisher carries on on the new leader."""
+    is lost, and the publisher carries on on the new leader. With `--workers 2` the
+    write fails in the worker that owns the queue, whose tap reports it to the node's
+    supervisor (cluster/workertap.py, relay.py), which hands over as one process does."""
     with small_disk(os.path.join(cluster_dir, "n0"), "24m"):
-        cluster = Cluster(cluster_dir, extra=("--disk-free-limit", "0"))
+        extra = ("--disk-free-limit", "0", "--workers", str(workers))
+        cluster = Cluster(cluster_dir, extra=extra)
         try:
             cluster.wait_leader()
             cluster.wait_in_sync({n.name for n in cluster.nodes})
@@ -104,15 +108,17 @@ def test_leader_with_a_full_disk_hands_over(cluster_dir: str) -> None:
             cluster.close()
 
 
-def test_follower_with_a_full_disk_leaves_and_rejoins(cluster_dir: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers-2"])
+def test_follower_with_a_full_disk_leaves_and_rejoins(cluster_dir: str, workers: int) -> None:
     """n2's data dir is a 24 MB tmpfs and n2 follows; publishing fills it. n2 stops
     acknowledging and leaves the in-sync set; the leader goes on confirming with the
     other follower. Once the tmpfs grows (the operator freed space), n2 catches up and
     rejoins the set, and its copy holds every confirmed message: it leads afterwards
-    and serves them."""
+    and serves them (with `--workers 2`, its workers start over the copy of every
+    `worker-<i>/`)."""
     path = os.path.join(cluster_dir, "n2")
     with small_disk(path, "24m"):
-        cluster = Cluster(cluster_dir)
+        cluster = Cluster(cluster_dir, extra=("--workers", str(workers)))
         try:
             cluster.wait_leader()
             cluster.wait_in_sync({n.name for n in cluster.nodes})
@@ -270,11 +276,13 @@ def test_etcd_that_lost_its_data(cluster_dir: str) -> None:
         cluster.close()
 
 
-def test_leader_cut_off_from_etcd(cluster_dir: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers-2"])
+def test_leader_cut_off_from_etcd(cluster_dir: str, workers: int) -> None:
     """A network partition, not a pause: the leader keeps running and serving its
-    clients, but its link to etcd goes silent. It stops confirming and steps down, a
-    follower takes over, no confirmed message is lost; healed, it follows."""
-    cluster = Cluster(cluster_dir, partitionable=True)
+    clients, but its link to etcd goes silent. It stops confirming and steps down (with
+    `--workers 2`: stops its workers, whose clients' connections close), a follower
+    takes over, no confirmed message is lost; healed, it follows."""
+    cluster = Cluster(cluster_dir, partitionable=True, extra=("--workers", str(workers)))
     try:
         old = cluster.wait_leader()
         cluster.wait_in_sync({n.name for n in cluster.nodes})

@@ -20,7 +20,7 @@ from leveret.cluster import datadir, wire
 from leveret.cluster.follower import Follower
 from leveret.cluster.leader import FollowerLink, Tap
 from leveret.cluster.relay import Relay
-from leveret.cluster.workertap import Cutter, WorkerTap
+from leveret.cluster.workertap import W_STOP, Cutter, WorkerTap, grant_frame
 from leveret.store import replica
 from leveret.store.committer import GroupCommitter, segment_path
 
@@ -479,3 +479,65 @@ def test_a_worker_that_wrote_nothing_answers_once_a_renewal_brings_the_deadline(
         await _until(lambda: done == ["answered"], "the answer after the renewal")
 
     _run(root, copy, body, count=1)
+
+
+def test_a_worker_whose_node_sends_no_renewal_past_its_lease_lapses(tmp_path) -> None:  # noqa: ANN001
+    """The supervisor stopped (SIGSTOP) or starved while its workers run: once the
+    lease deadline it sent passed `grace` ago with no renewal, the tap's `lapsed` is
+    done (worker.py then stops the worker, whose clients would otherwise wait on it
+    with no confirm for as long as the supervisor is stopped). Each renewal moves
+    that point; a node that said it stops leading, or a tap without grace, never
+    lapses."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        node = tmp_path / "node"
+        taps = []
+        for i in range(3):
+            (wr, ww), (_nr, nw) = await _pair()
+            store = node / f"worker-{i}"
+            store.mkdir(parents=True)
+            tap = WorkerTap(str(store), str(node), loop, ww, grace=0.0 if i == 2 else 0.3)
+            taps.append((tap, asyncio.ensure_future(tap.serve(wr)), nw))
+        (renewed, _, _), (stopped, stopped_serving, stopped_nw), (graceless, _, _) = taps
+        for tap, _serving, _nw in taps:
+            tap.grant(1, time.monotonic() + 0.2)
+        stopped_nw.write(wire.frame(W_STOP, b""))  # the node stopped leading
+        await asyncio.wait_for(stopped_serving, WAIT)
+        for _ in range(10):  # renewals keep it: 1 s, past deadline + grace
+            await asyncio.sleep(0.1)
+            renewed.grant(1, time.monotonic() + 0.2)
+        assert not renewed.lapsed.done()
+        await asyncio.wait_for(renewed.lapsed, WAIT)  # the renewals stop: it lapses
+        assert not stopped.lapsed.done()
+        assert not graceless.lapsed.done()
+        for _tap, _serving, nw in taps:
+            nw.close()
+        await asyncio.gather(*(t[1] for t in taps), return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_worker_whose_own_loop_stalled_reads_the_renewals_before_it_lapses(tmp_path) -> None:  # noqa: ANN001
+    """A worker paused (SIGSTOP) or starved past its lapse time while its node renewed:
+    the renewal waits unread in the channel, and the overdue timer runs before it is
+    read; it gives the channel `grace` more instead of lapsing."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        (wr, ww), (_nr, nw) = await _pair()
+        store = tmp_path / "node" / "worker-0"
+        store.mkdir(parents=True)
+        tap = WorkerTap(str(store), str(tmp_path / "node"), loop, ww, grace=0.3)
+        serving = asyncio.ensure_future(tap.serve(wr))
+        tap.grant(1, time.monotonic() + 0.1)
+        nw.write(grant_frame(1, time.monotonic() + 60))  # the node's renewal, unread
+        await nw.drain()
+        time.sleep(1.0)  # this worker's loop stalls past deadline + grace
+        await _until(lambda: tap.deadline > time.monotonic() + 30, "the renewal read")
+        await asyncio.sleep(0.5)
+        assert not tap.lapsed.done()
+        nw.close()
+        await asyncio.wait_for(serving, WAIT)
+
+    asyncio.run(main())

@@ -25,6 +25,9 @@ def main() -> int:
     ap.add_argument("--lease", type=float, default=2.0, help="--cluster-lease-seconds")
     ap.add_argument("--hold", type=float, default=None, help="each fault's length in leases")
     ap.add_argument("--only", default=None, help=f"comma-separated of {','.join(nemeses.ALL)}")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="each node's --workers (worker-pause needs 2+)"
+    )
     ap.add_argument("--dir", default=None, help="where records and logs go")
     ap.add_argument("--keep", action="store_true", help="keep records and logs of a passed run")
     args = ap.parse_args()
@@ -44,9 +47,13 @@ def main() -> int:
             directory=args.dir,
             keep=args.keep,
             hold=args.hold,
+            workers=args.workers,
         ).run()
     except Unavailable as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"python -m tests.partitions: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))
     return 1 if report["failures"] or report.get("slow") else 0

@@ -35,6 +35,9 @@ FAULT_ENV = "LEVERET_TEST_EIO_FILE"
 # a file whose content, a number of seconds, a node adds to its wall clock while the
 # variable names it (src/leveret/wallclock.py): the clock-jump nemesis writes it
 CLOCK_ENV = "LEVERET_TEST_CLOCK_FILE"
+# --worker-liveness-timeout of nodes that run workers: seconds a stopped worker of the
+# leader runs on before its supervisor restarts it
+WORKER_LIVENESS = 5.0
 
 
 class Proc:
@@ -100,6 +103,15 @@ class Proc:
             return ""
 
 
+def _parent(pid: int) -> int | None:
+    """`pid`'s parent, or None when it is gone (a status file's pid may be stale)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class Seen:
     """What the observer read from etcd: each change of leader or term, in order."""
@@ -121,8 +133,10 @@ class NetCluster:
         etcd_members: int = 3,
         lease: float = 2.0,
         name: str = "test",
+        workers: int = 1,
     ) -> None:
         self.net, self.directory, self.lease, self.name = net, directory, lease, name
+        self.workers = workers
         binary = etcd_binary()
         if binary is None:
             raise FileNotFoundError("etcd not found: run scripts/install-test-deps.sh")
@@ -167,7 +181,7 @@ class NetCluster:
             node_env[CLOCK_ENV] = self.clock_file(h.name)
             argv = [
                 sys.executable, "-m", "leveret", "server",
-                "--workers", "1",
+                "--workers", str(workers),
                 "--config", config,
                 "--host", h.ip,
                 "--port", str(AMQP_PORT),
@@ -180,12 +194,31 @@ class NetCluster:
                 "--cluster-port", str(CLUSTER_PORT),
                 "--cluster-lease-seconds", str(lease),
             ]  # fmt: skip
+            if workers > 1:
+                # a stopped worker is found hung, SIGKILLed and restarted within a
+                # fault's hold (the default, 30 s, outlasts most holds)
+                argv += ["--worker-liveness-timeout", str(WORKER_LIVENESS)]
             self.nodes[h.name] = Proc(net, h.name, argv, os.path.join(data, "node.log"), node_env)
         for p in self.nodes.values():
             p.start()
         self.seen = Seen()
         self._polling = threading.Event()
         self._poller: threading.Thread | None = None
+
+    def data_dir(self, node: str) -> str:
+        return os.path.join(self.directory, node, "data")
+
+    def worker_pids(self, node: str) -> list[tuple[int, int]]:
+        """(index, pid) of `node`'s workers, from the status file its supervisor writes
+        (`workers-status.json`; only a leading node runs workers): [] when none run."""
+        try:
+            with open(os.path.join(self.data_dir(node), "workers-status.json")) as f:
+                status = json.load(f)
+        except (OSError, ValueError):
+            return []
+        proc = self.nodes[node].proc
+        pids = [(i, w.get("pid")) for i, w in enumerate(status.get("workers", []))]
+        return [(i, int(pid)) for i, pid in pids if pid and proc and _parent(int(pid)) == proc.pid]
 
     def fault_file(self, node: str) -> str:
         return os.path.join(self.directory, node, "eio")

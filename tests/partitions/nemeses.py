@@ -147,6 +147,60 @@ class Pause(Nemesis):
         self.describe = f"{role} {victim} paused (SIGSTOP)"
 
 
+class WorkerPause(Nemesis):
+    """One worker process of the leader SIGSTOPped (a node that runs workers: `--workers
+    N`), SIGCONT on stop. The node's supervisor, its lease and its other workers go on;
+    past the nodes' `--worker-liveness-timeout` the supervisor finds the worker hung,
+    SIGKILLs and restarts it, and the leader drops its follower links so that each
+    compares its copy again (docs/cluster.md#a-worker-restarted-on-the-leader). A
+    shorter hold resumes it where it stopped."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, _ = _roles(cluster, rng)
+        pids = cluster.worker_pids(leader)
+        if not pids:
+            self.describe = f"no worker of leader {leader} found: nothing paused"
+            return
+        i, pid = rng.choice(pids)
+        os.kill(pid, signal.SIGSTOP)
+
+        def resume() -> None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # killed as hung and restarted meanwhile
+                pass
+
+        self.undo.append(resume)
+        self.describe = f"worker {i} (pid {pid}) of leader {leader} paused (SIGSTOP)"
+
+
+class SupervisorPause(Nemesis):
+    """The supervisor process of the leader alone SIGSTOPped (a node that runs workers):
+    its lease, its election and its replication stream stop while its workers run on
+    with their clients. Its workers may confirm nothing past the deadline of the last
+    lease renewal they were sent (docs/cluster.md#a-workers-confirm); a follower takes
+    the lead; SIGCONT on stop: the old leader finds its lease gone and stops its
+    workers."""
+
+    def start(self, net, cluster, rng, clients):
+        leader, _ = _roles(cluster, rng)
+        proc = cluster.nodes[leader]
+        if not cluster.worker_pids(leader) or proc.proc is None:
+            self.describe = f"no worker of leader {leader} found: nothing paused"
+            return
+        pid = proc.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+
+        def resume() -> None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+        self.undo.append(resume)
+        self.describe = f"supervisor (pid {pid}) of leader {leader} paused (SIGSTOP)"
+
+
 class FollowerEio(Nemesis):
     """A follower's replication writes fail with EIO (the test hook in
     cluster/datadir.py) until stop."""
@@ -212,6 +266,9 @@ class ClockJump(Nemesis):
         return True
 
 
+# kinds that need nodes of several workers (`--workers N`, N > 1)
+WORKERS_ONLY = {"worker-pause", "supervisor-pause"}
+
 ALL = {
     "follower-cut": FollowerCut,
     "leader-isolated": LeaderIsolated,
@@ -221,6 +278,8 @@ ALL = {
     "etcd-down": EtcdDown,
     "pause": Pause,
     "follower-eio": FollowerEio,
+    "worker-pause": WorkerPause,
+    "supervisor-pause": SupervisorPause,
     "lossy": Lossy,
     "clock-jump": ClockJump,
 }

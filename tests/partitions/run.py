@@ -62,10 +62,17 @@ class Run:
         directory: str | None = None,
         keep: bool = False,
         hold: float | None = None,
+        workers: int = 1,
         say: Callable[[str], None] = _say,
     ) -> None:
         self.seed, self.minutes, self.events, self.lease = seed, minutes, events, lease
-        self.kinds = only or sorted(nemeses.ALL)
+        self.workers = workers  # each node's --workers
+        kinds = sorted(nemeses.ALL)
+        if workers == 1:
+            kinds = [k for k in kinds if k not in nemeses.WORKERS_ONLY]
+            if only and set(only) & nemeses.WORKERS_ONLY:
+                raise ValueError(f"{sorted(nemeses.WORKERS_ONLY)} need --workers 2 or more")
+        self.kinds = only or kinds
         self.keep, self.say = keep, say
         self.hold = hold  # each fault's length in leases (default: random)
         self.directory = directory or tempfile.mkdtemp(prefix=f"leveret-partitions-{seed}-")
@@ -108,13 +115,19 @@ class Run:
         why = why_unavailable()
         if why is not None:
             raise Unavailable(why)
-        self.say(f"seed {self.seed}; records and logs in {self.directory}")
+        self.say(
+            f"seed {self.seed}; --workers {self.workers}; records and logs in {self.directory}"
+        )
         net = Net()
         cluster: NetCluster | None = None
-        report: dict[str, Any] = {"seed": self.seed, "directory": self.directory}
+        report: dict[str, Any] = {
+            "seed": self.seed,
+            "workers": self.workers,
+            "directory": self.directory,
+        }
         ok = False
         try:
-            cluster = NetCluster(net, self.directory, lease=self.lease)
+            cluster = NetCluster(net, self.directory, lease=self.lease, workers=self.workers)
             leader = cluster.wait_healthy()
             self.say(f"cluster whole, leader {leader}; netem: {net.netem}")
             cluster.start_polling()
@@ -308,7 +321,7 @@ class Run:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    lines = [f"seed {report['seed']}"]
+    lines = [f"seed {report['seed']}, --workers {report.get('workers', 1)}"]
     for ev in report.get("events", []):
         lines.append(
             f"  {ev['at']} {ev['nemesis']:<16} {ev['what']}; lasted {ev['lasted_s']} s; "

@@ -53,6 +53,9 @@ from dataclasses import dataclass
 from leveret.cluster import datadir, wire
 from leveret.cluster.leader import Tap
 
+# a lapse timer that fires this late (s) found this worker's own loop stalled
+LATE = 0.5
+
 W_OPS = 1
 W_FAILED = 2
 W_GRANT = 3
@@ -88,8 +91,19 @@ class WorkerTap(Tap):
         node_root: str,
         loop: asyncio.AbstractEventLoop,
         channel: asyncio.StreamWriter,
+        grace: float = 0.0,
     ) -> None:
         super().__init__(store_root, loop)
+        # Done once the node's lease deadline passed `grace` s ago with no renewal (0:
+        # never): its supervisor is stopped or starved, its lease has run out in etcd
+        # and another node may lead, while this worker still holds its clients'
+        # connections and answers their heartbeats. The worker stops on it so that
+        # they connect elsewhere (worker.py), as they would from a stopped node of one
+        # process, whose heartbeats stop.
+        self.lapsed: asyncio.Future[None] = loop.create_future()
+        self.grace = grace
+        self._lapse_timer: asyncio.TimerHandle | None = None
+        self._lapse_due = 0.0
         prefix = os.path.relpath(os.path.realpath(store_root), os.path.realpath(node_root))
         if prefix.startswith("..") or os.path.isabs(prefix) or prefix == ".":
             raise ValueError(f"{store_root} is not under the node's data dir {node_root}")
@@ -130,7 +144,26 @@ class WorkerTap(Tap):
         if position > self.granted:
             self.granted = position
         self.deadline = deadline
+        if self.grace > 0 and deadline > 0:
+            if self._lapse_timer is not None:
+                self._lapse_timer.cancel()
+            self._arm(max(0.0, deadline - time.monotonic()) + self.grace)
         self.check()
+
+    def _arm(self, delay: float) -> None:
+        self._lapse_due = time.monotonic() + delay
+        self._lapse_timer = self.loop.call_later(delay, self._lapse)
+
+    def _lapse(self) -> None:
+        if self.stopped or self.lapsed.done():
+            return
+        if time.monotonic() - self._lapse_due > LATE:
+            # This worker's own loop did not run meanwhile (it was paused or starved):
+            # renewals the node sent may wait unread in the channel, and this timer
+            # runs before they are read. Give them `grace` more.
+            self._arm(self.grace)
+            return
+        self.lapsed.set_result(None)
 
     def _report_failed(self, path: str, error: BaseException) -> None:
         if not self.channel.is_closing():
@@ -154,6 +187,8 @@ class WorkerTap(Tap):
             pass
         finally:
             self.stop()
+            if self._lapse_timer is not None:
+                self._lapse_timer.cancel()
             for cut in list(self._cuts):
                 cut.cancel()
 
