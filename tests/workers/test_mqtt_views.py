@@ -282,7 +282,18 @@ def test_every_workers_socket_lists_every_workers_connections(workers, one_proce
         )
         mine = {k: v for k, v in mqtt_rows[V311].items() if k not in ("worker", "conn_name")}
         assert mine == {k: v for k, v in theirs.items() if k != "conn_name"}
+
+        # DELETE /api/connections/username/guest through worker 0: every worker's, MQTT
+        # and AMQP
+        assert w.status("DELETE", "/connections/username/guest") == 204
+        for c in clients:
+            assert c.gone.wait(10)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match="320"):
+            for _ in range(1000):
+                amqp.process_data_events(0.01)
+        wait_for(lambda: not ctl(broker, 1, "list_connections"), 30)  # none left anywhere
     finally:
-        amqp.close()
+        if amqp.is_open:
+            amqp.close()
         for c in (*clients, alone):
             c.close()
