@@ -702,6 +702,18 @@ def test_mqtt_connections_in_the_management_api_and_ctl(tmp_path) -> None:
                 assert proc.returncode == 0, proc.stderr
                 listed = json.loads(proc.stdout)
                 assert [(r["client_id"], r["protocol"]) for r in listed] == [("mgmt-5", "MQTT 5-0")]
+            # an MQTT 5 client closed by an operator hears "administrative action"
+            five = urllib.request.quote(rows["mgmt-5"]["name"], safe="")
+            request = urllib.request.Request(
+                f"{api}/connections/{five}", headers=auth, method="DELETE"
+            )
+            urllib.request.urlopen(request).close()
+            closed = c5.recv()
+            assert isinstance(closed, p.Disconnect)
+            assert closed.reason_code == p.RC_ADMINISTRATIVE_ACTION
+            assert closed.properties["reason_string"] == (
+                "CONNECTION_FORCED - Closed via management plugin"
+            )
 
 
 def test_vhost_and_user_connection_limits_count_mqtt_connections(broker) -> None:

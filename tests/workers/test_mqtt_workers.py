@@ -57,9 +57,11 @@ def start(workers) -> tuple[Workers, int]:
 
 
 def mqtt_clients(broker: Workers, worker: int) -> list[str]:
-    """The client ids of the MQTT connections worker `worker` serves."""
+    """The client ids of the MQTT connections worker `worker` serves (from its own ctl
+    socket, which lists every worker's, each row with its `worker`)."""
     ctl = str(broker.data / f"worker-{worker}" / "ctl.sock")
-    return sorted(row["client_id"] for row in call(ctl, "list_mqtt_connections", {}))
+    rows = call(ctl, "list_mqtt_connections", {})
+    return sorted(row["client_id"] for row in rows if row["worker"] == worker)
 
 
 def stored_owner(broker: Workers, worker: int, queue: str) -> list:

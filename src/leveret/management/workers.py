@@ -140,6 +140,8 @@ class ConnectionReport:
     ctl: dict[str, Any]  # its `leveret ctl list_connections` row
     channels: list[ChannelReport]
     figures: SimpleNamespace  # what Prometheus' connection families read
+    # an MQTT connection's `leveret ctl list_mqtt_connections` row (with `worker`)
+    mqtt: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -472,6 +474,7 @@ class WorkerStats:
                     else {},
                     reports,
                     figures,
+                    {**conn.info(), "worker": worker} if hasattr(conn, "protocol_name") else {},
                 )
             )
             if vhost in by_vhost and getattr(conn, "stats", None) is not None:
@@ -880,7 +883,16 @@ class WorkerStats:
             own = [{**row, "worker": self.index} for row in inventory.connections(broker, vhost)]
             return sorted(own + self.ctl_connections(vhost), key=lambda r: r["name"])
 
-        return {"list_queues": list_queues, "list_connections": list_connections}
+        def list_mqtt_connections(broker: Any) -> list[dict[str, Any]]:
+            mqtt = broker.mqtt.open_connections() if broker.mqtt is not None else []
+            own = [{**c.info(), "worker": self.index} for c in mqtt]
+            return sorted(own + self.ctl_mqtt_connections(), key=lambda r: r["conn_name"])
+
+        return {
+            "list_queues": list_queues,
+            "list_connections": list_connections,
+            "list_mqtt_connections": list_mqtt_connections,
+        }
 
     def ctl_queues(self, rows: list[dict[str, Any]], vhost: Any) -> list[dict[str, Any]]:
         """`leveret ctl list_queues`: a queue another worker owns gets its owner's row."""
@@ -903,6 +915,10 @@ class WorkerStats:
             for c in report.connections
             if c.ctl and (vhost is None or c.vhost == vhost)
         ]
+
+    def ctl_mqtt_connections(self) -> list[dict[str, Any]]:
+        """`leveret ctl list_mqtt_connections`: other workers' MQTT rows (with `worker`)."""
+        return [c.mqtt for report in self.reports.values() for c in report.connections if c.mqtt]
 
 
 def _pending(conn: Any) -> int:

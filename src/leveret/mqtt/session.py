@@ -335,10 +335,13 @@ class MQTTConnection:
         }
 
     def force_close(self, reason: str = "shutdown", text: str | None = None) -> None:
-        """Closed by an operator (the management API) or the broker."""
+        """Closed by an operator: the management API's DELETE, a deleted user or vhost
+        (on this worker, or through worker 0's API). An MQTT 5 client hears
+        "administrative action" (0x98), as from RabbitMQ's MQTT plugin; the broker's
+        own stop goes through `shutdown` (0x8B)."""
         log.info("MQTT connection %s closed: %s", self.transport.peer, text or reason)
         if self.version == pk.MQTT_5 and self.state == "open":
-            code = pk.RC_SERVER_SHUTTING_DOWN if reason == "shutdown" else 0x98
+            code = pk.RC_ADMINISTRATIVE_ACTION
             self._send(pk.Disconnect(code, {"reason_string": text or reason}))
         self.close(send_will=self._will_on_server_close)
 

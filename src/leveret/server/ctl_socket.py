@@ -154,8 +154,8 @@ class ControlSocket:
     ) -> None:
         self._broker = broker_source  # the server may replace its broker at start
         self._ready = ready  # awaited before each operation: the broker's recovery
-        # Listings that replace OTHER_OPERATIONS' (worker 0 of several workers lists
-        # every worker's queues and connections).
+        # Listings that replace OTHER_OPERATIONS' (any worker of several lists every
+        # worker's queues, connections and MQTT connections).
         self._operations = operations or {}
         self.path = path
         self._server: asyncio.AbstractServer | None = None
