@@ -52,10 +52,13 @@ class _Broker:
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
-    with in_process_workers(2) as w:
+    # worker 0 runs the management API, as in `leveret server --workers N`: the
+    # scenarios that declare through it (`s.http`) reach the writer that way
+    with in_process_workers(2, per_worker={0: {"management_port": 0}}) as w:
         for mesh in w.meshes:
             mesh.owner_of = lambda vhost, name: CLIENTS  # type: ignore[method-assign]
-        yield Target("127.0.0.1", w.port(CLIENTS), BrokerAdmin(_Broker(w)))
+        management = f"http://127.0.0.1:{w.nodes[0].management.port}"  # type: ignore[union-attr]
+        yield Target("127.0.0.1", w.port(CLIENTS), BrokerAdmin(_Broker(w)), management=management)
 
 
 @pytest.mark.parametrize("sid", list(SCENARIOS))
