@@ -322,3 +322,40 @@ def test_a_delayed_exchange_counts_what_every_worker_holds_back(tmp_path: Path) 
         finally:
             on_0.close()
             on_1.close()
+
+
+def test_an_exchange_counts_what_every_worker_routed(tmp_path: Path) -> None:
+    """Each worker routes (and counts) what its own clients publish; worker 0's API
+    shows an exchange's message_stats summed over the workers, in a single GET and in
+    the listings, as the vhost's message_stats are."""
+    with in_process_workers(2, tmp_path, per_worker=HTTP_ON_0) as w:
+        on_0 = _connect(w, 0, "wk-xstats-on-0")
+        on_1 = _connect(w, 1, "wk-xstats-on-1")
+        try:
+            ch0, ch1 = on_0.channel(), on_1.channel()
+            ch0.exchange_declare("wk-xstats-x", "fanout")
+            ch0.confirm_delivery()
+            ch1.confirm_delivery()
+            ch0.basic_publish("wk-xstats-x", "", b"a")
+            for body in (b"b", b"c"):
+                ch1.basic_publish("wk-xstats-x", "", body)
+            own = w.call(lambda: w.nodes[0].broker.vhosts["/"].exchanges["wk-xstats-x"].stats)
+            assert own.publish_in == 1  # worker 0 counted only its own client's
+
+            def publish_in(doc: dict[str, Any]) -> Any:
+                return doc.get("message_stats", {}).get("publish_in")
+
+            def counted() -> dict[str, Any] | None:
+                doc = _get(w, "exchanges/%2F/wk-xstats-x")
+                return doc if publish_in(doc) == 3 else None
+
+            doc = _until(counted)
+            # nothing bound: routed nowhere on either worker
+            assert doc["message_stats"]["publish_out"] == 0
+            assert "rate" in doc["message_stats"]["publish_in_details"]
+            for path in ("exchanges", "exchanges/%2F"):
+                listed = {x["name"]: x for x in _get(w, path)}
+                assert publish_in(listed["wk-xstats-x"]) == 3
+        finally:
+            on_0.close()
+            on_1.close()

@@ -154,6 +154,11 @@ class Report:
     connections: list[ConnectionReport] = field(default_factory=list)
     # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
     vhosts: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    # (vhost, exchange) -> (counts, rates) of the exchanges that routed a message here:
+    # an exchange counts the messages its worker's clients publish to it
+    exchanges: dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]] = field(
+        default_factory=dict
+    )
     # the worker process that answered (pid, start time): a new one is a restart
     incarnation: tuple[int, float] = (0, 0.0)
     # the node's counters as this worker counts them (`node_counters`)
@@ -441,6 +446,10 @@ class WorkerStats:
                 if queue_docs:
                     queue.doc = {**_queue_json(vhost, q, single=True), "worker": worker}
                 out.queues[(vhost.name, q.name)] = queue
+            for x in vhost.exchanges.values():
+                counts = x.stats.snapshot()
+                if any(counts):
+                    out.exchanges[(vhost.name, x.name)] = (counts, tuple(x.stats.rates or ()))
         ctl_rows = {row["name"]: row for row in inventory.connections(broker)}
         by_vhost: dict[str, list[Any]] = {name: [] for name in broker.vhosts}
         for conn in broker.client_connections():
@@ -688,6 +697,21 @@ class WorkerStats:
                     counts.append(c)
                     if r:
                         rates.append(r)
+        return counts, rates
+
+    def exchange_counts(
+        self, vhost: str, name: str
+    ) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]]]:
+        """Other workers' message counts and rates for exchange `name`: each worker
+        routes what its own clients publish, so an exchange's `message_stats` are the
+        sum over the workers."""
+        counts, rates = [], []
+        for report in self.reports.values():
+            found = report.exchanges.get((vhost, name))
+            if found is not None:
+                counts.append(found[0])
+                if found[1]:
+                    rates.append(found[1])
         return counts, rates
 
     # --- worker 0: the node's figures ----------------------------------------------------
