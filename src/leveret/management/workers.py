@@ -154,6 +154,9 @@ class Report:
     connections: list[ConnectionReport] = field(default_factory=list)
     # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
     vhosts: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    # vhost -> (bytes received, bytes sent, their rates per second) of this worker's
+    # clients in it, closed connections' included; only vhosts with some
+    octets: dict[str, tuple[int, int, float, float]] = field(default_factory=dict)
     # (vhost, exchange) -> (counts, rates) of the exchanges that routed a message here:
     # an exchange counts the messages its worker's clients publish to it
     exchanges: dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]] = field(
@@ -488,6 +491,15 @@ class WorkerStats:
             )
             if vhost in by_vhost and getattr(conn, "stats", None) is not None:
                 by_vhost[vhost].append(conn)
+        for vhost in broker.vhosts.values():
+            conns = [c for c in broker.connections if c.vhost is vhost]
+            if conns or any(vhost.octets):
+                out.octets[vhost.name] = (
+                    vhost.octets[0] + sum(c.recv_oct for c in conns),
+                    vhost.octets[1] + sum(c.send_oct for c in conns),
+                    sum(_oct_rate(c, 0) for c in conns),
+                    sum(_oct_rate(c, 1) for c in conns),
+                )
         rates = self._sampler.vhost_rates if self._sampler is not None else {}
         for name, conns in by_vhost.items():
             counts = vhost_counts(broker.vhosts[name], conns)
@@ -698,6 +710,10 @@ class WorkerStats:
                     if r:
                         rates.append(r)
         return counts, rates
+
+    def vhost_octets(self, name: str) -> list[tuple[int, int, float, float]]:
+        """Other workers' bytes received and sent (and rates) of vhost `name`'s clients."""
+        return [r.octets[name] for r in self.reports.values() if name in r.octets]
 
     def exchange_counts(
         self, vhost: str, name: str
@@ -943,6 +959,11 @@ class WorkerStats:
     def ctl_mqtt_connections(self) -> list[dict[str, Any]]:
         """`leveret ctl list_mqtt_connections`: other workers' MQTT rows (with `worker`)."""
         return [c.mqtt for report in self.reports.values() for c in report.connections if c.mqtt]
+
+
+def _oct_rate(conn: Any, i: int) -> float:
+    rates = getattr(conn, "octet_rates", None)
+    return rates[i] if rates else 0.0
 
 
 def _pending(conn: Any) -> int:
