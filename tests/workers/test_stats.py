@@ -359,3 +359,30 @@ def test_an_exchange_counts_what_every_worker_routed(tmp_path: Path) -> None:
         finally:
             on_0.close()
             on_1.close()
+
+
+def test_a_vhost_counts_the_bytes_of_every_workers_clients(tmp_path: Path) -> None:
+    """A vhost whose only client is on worker 1 shows that client's bytes on worker
+    0's API (RabbitMQ shows a vhost's recv_oct/send_oct once it has had connections)."""
+    with in_process_workers(2, tmp_path, per_worker=HTTP_ON_0) as w:
+        own = w.call(lambda: [c for c in w.nodes[0].broker.connections if c.vhost is not None])
+        assert own == []
+        on_1 = _connect(w, 1, "wk-octets-on-1")
+        try:
+            ch = on_1.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("amq.fanout", "", b"x" * 1000)
+            remote = w.call(lambda: [c.recv_oct for c in w.nodes[1].broker.connections])
+            assert remote and max(remote) > 1000
+
+            def counted() -> dict[str, Any] | None:
+                doc = _get(w, "vhosts/%2F")
+                return doc if doc.get("recv_oct", 0) > 1000 else None
+
+            doc = _until(counted)
+            assert doc["send_oct"] > 0
+            assert "rate" in doc["recv_oct_details"] and "rate" in doc["send_oct_details"]
+            listed = {v["name"]: v for v in _get(w, "vhosts")}
+            assert listed["/"]["recv_oct"] > 1000
+        finally:
+            on_1.close()
