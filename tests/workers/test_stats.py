@@ -322,3 +322,67 @@ def test_a_delayed_exchange_counts_what_every_worker_holds_back(tmp_path: Path) 
         finally:
             on_0.close()
             on_1.close()
+
+
+def test_an_exchange_counts_what_every_worker_routed(tmp_path: Path) -> None:
+    """Each worker routes (and counts) what its own clients publish; worker 0's API
+    shows an exchange's message_stats summed over the workers, in a single GET and in
+    the listings, as the vhost's message_stats are."""
+    with in_process_workers(2, tmp_path, per_worker=HTTP_ON_0) as w:
+        on_0 = _connect(w, 0, "wk-xstats-on-0")
+        on_1 = _connect(w, 1, "wk-xstats-on-1")
+        try:
+            ch0, ch1 = on_0.channel(), on_1.channel()
+            ch0.exchange_declare("wk-xstats-x", "fanout")
+            ch0.confirm_delivery()
+            ch1.confirm_delivery()
+            ch0.basic_publish("wk-xstats-x", "", b"a")
+            for body in (b"b", b"c"):
+                ch1.basic_publish("wk-xstats-x", "", body)
+            own = w.call(lambda: w.nodes[0].broker.vhosts["/"].exchanges["wk-xstats-x"].stats)
+            assert own.publish_in == 1  # worker 0 counted only its own client's
+
+            def publish_in(doc: dict[str, Any]) -> Any:
+                return doc.get("message_stats", {}).get("publish_in")
+
+            def counted() -> dict[str, Any] | None:
+                doc = _get(w, "exchanges/%2F/wk-xstats-x")
+                return doc if publish_in(doc) == 3 else None
+
+            doc = _until(counted)
+            # nothing bound: routed nowhere on either worker
+            assert doc["message_stats"]["publish_out"] == 0
+            assert "rate" in doc["message_stats"]["publish_in_details"]
+            for path in ("exchanges", "exchanges/%2F"):
+                listed = {x["name"]: x for x in _get(w, path)}
+                assert publish_in(listed["wk-xstats-x"]) == 3
+        finally:
+            on_0.close()
+            on_1.close()
+
+
+def test_a_vhost_counts_the_bytes_of_every_workers_clients(tmp_path: Path) -> None:
+    """A vhost whose only client is on worker 1 shows that client's bytes on worker
+    0's API (RabbitMQ shows a vhost's recv_oct/send_oct once it has had connections)."""
+    with in_process_workers(2, tmp_path, per_worker=HTTP_ON_0) as w:
+        own = w.call(lambda: [c for c in w.nodes[0].broker.connections if c.vhost is not None])
+        assert own == []
+        on_1 = _connect(w, 1, "wk-octets-on-1")
+        try:
+            ch = on_1.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("amq.fanout", "", b"x" * 1000)
+            remote = w.call(lambda: [c.recv_oct for c in w.nodes[1].broker.connections])
+            assert remote and max(remote) > 1000
+
+            def counted() -> dict[str, Any] | None:
+                doc = _get(w, "vhosts/%2F")
+                return doc if doc.get("recv_oct", 0) > 1000 else None
+
+            doc = _until(counted)
+            assert doc["send_oct"] > 0
+            assert "rate" in doc["recv_oct_details"] and "rate" in doc["send_oct_details"]
+            listed = {v["name"]: v for v in _get(w, "vhosts")}
+            assert listed["/"]["recv_oct"] > 1000
+        finally:
+            on_1.close()

@@ -154,6 +154,14 @@ class Report:
     connections: list[ConnectionReport] = field(default_factory=list)
     # vhost -> (counts since start in broker.stats.FIELDS order, rates per second)
     vhosts: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    # vhost -> (bytes received, bytes sent, their rates per second) of this worker's
+    # clients in it, closed connections' included; only vhosts with some
+    octets: dict[str, tuple[int, int, float, float]] = field(default_factory=dict)
+    # (vhost, exchange) -> (counts, rates) of the exchanges that routed a message here:
+    # an exchange counts the messages its worker's clients publish to it
+    exchanges: dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]] = field(
+        default_factory=dict
+    )
     # the worker process that answered (pid, start time): a new one is a restart
     incarnation: tuple[int, float] = (0, 0.0)
     # the node's counters as this worker counts them (`node_counters`)
@@ -441,6 +449,10 @@ class WorkerStats:
                 if queue_docs:
                     queue.doc = {**_queue_json(vhost, q, single=True), "worker": worker}
                 out.queues[(vhost.name, q.name)] = queue
+            for x in vhost.exchanges.values():
+                counts = x.stats.snapshot()
+                if any(counts):
+                    out.exchanges[(vhost.name, x.name)] = (counts, tuple(x.stats.rates or ()))
         ctl_rows = {row["name"]: row for row in inventory.connections(broker)}
         by_vhost: dict[str, list[Any]] = {name: [] for name in broker.vhosts}
         for conn in broker.client_connections():
@@ -479,6 +491,15 @@ class WorkerStats:
             )
             if vhost in by_vhost and getattr(conn, "stats", None) is not None:
                 by_vhost[vhost].append(conn)
+        for vhost in broker.vhosts.values():
+            conns = [c for c in broker.connections if c.vhost is vhost]
+            if conns or any(vhost.octets):
+                out.octets[vhost.name] = (
+                    vhost.octets[0] + sum(c.recv_oct for c in conns),
+                    vhost.octets[1] + sum(c.send_oct for c in conns),
+                    sum(_oct_rate(c, 0) for c in conns),
+                    sum(_oct_rate(c, 1) for c in conns),
+                )
         rates = self._sampler.vhost_rates if self._sampler is not None else {}
         for name, conns in by_vhost.items():
             counts = vhost_counts(broker.vhosts[name], conns)
@@ -688,6 +709,25 @@ class WorkerStats:
                     counts.append(c)
                     if r:
                         rates.append(r)
+        return counts, rates
+
+    def vhost_octets(self, name: str) -> list[tuple[int, int, float, float]]:
+        """Other workers' bytes received and sent (and rates) of vhost `name`'s clients."""
+        return [r.octets[name] for r in self.reports.values() if name in r.octets]
+
+    def exchange_counts(
+        self, vhost: str, name: str
+    ) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]]]:
+        """Other workers' message counts and rates for exchange `name`: each worker
+        routes what its own clients publish, so an exchange's `message_stats` are the
+        sum over the workers."""
+        counts, rates = [], []
+        for report in self.reports.values():
+            found = report.exchanges.get((vhost, name))
+            if found is not None:
+                counts.append(found[0])
+                if found[1]:
+                    rates.append(found[1])
         return counts, rates
 
     # --- worker 0: the node's figures ----------------------------------------------------
@@ -919,6 +959,11 @@ class WorkerStats:
     def ctl_mqtt_connections(self) -> list[dict[str, Any]]:
         """`leveret ctl list_mqtt_connections`: other workers' MQTT rows (with `worker`)."""
         return [c.mqtt for report in self.reports.values() for c in report.connections if c.mqtt]
+
+
+def _oct_rate(conn: Any, i: int) -> float:
+    rates = getattr(conn, "octet_rates", None)
+    return rates[i] if rates else 0.0
 
 
 def _pending(conn: Any) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import collections
 import fnmatch
+import os
+import socket
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -75,7 +77,13 @@ def differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[Differ
 @contextmanager
 def leveret() -> Any:
     """An in-process Leveret with its management API and Prometheus on ephemeral ports,
-    storing messages in a temporary directory (as the reference RabbitMQ does)."""
+    storing messages in a temporary directory (as the reference RabbitMQ does); under
+    LEVERET_TEST_WORKERS=N a `leveret server --workers N` subprocess whose management
+    API is worker 0's."""
+    if os.environ.get("LEVERET_TEST_WORKERS"):
+        with leveret_workers() as target:
+            yield target
+        return
     from leveret.config import ServerConfig
     from leveret.testing import embedded_broker
 
@@ -83,6 +91,30 @@ def leveret() -> Any:
         config = ServerConfig(port=0, data_dir=data_dir, management_port=0, prometheus_port=0)
         with embedded_broker(config) as broker:
             yield Target(f"http://127.0.0.1:{broker.server.management.port}", broker.url)
+
+
+@contextmanager
+def leveret_workers() -> Any:
+    """`leveret server --workers N` (tests/serverproc.py: N from LEVERET_TEST_WORKERS)
+    with its management API and Prometheus on free ports (both are listed in the
+    node's `contexts`) and its data in a temporary directory."""
+    from serverproc import start_logged_server
+
+    from ..amqp.target import _wait_http
+
+    http_port, prometheus_port = _free_port(), _free_port()
+    args = ("--management-port", str(http_port), "--prometheus-port", str(prometheus_port))
+    with tempfile.TemporaryDirectory(prefix="leveret-compat-") as tmp:
+        with start_logged_server(Path(tmp), *args) as port:
+            management = f"http://127.0.0.1:{http_port}"
+            _wait_http(management)
+            yield Target(management, f"amqp://guest:guest@127.0.0.1:{port}/%2F")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def replay(target: Target, only: str | None = None) -> tuple[dict[str, Any], list[Difference]]:

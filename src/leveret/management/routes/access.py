@@ -72,14 +72,19 @@ def _vhost_json(request: web.Request, vhost: Any) -> dict[str, Any]:
             "messages_unacknowledged_details": {"rate": round(unacked_rate, 1)},
         }
     conns = [c for c in _broker(request).connections if c.vhost is vhost]
-    if conns or any(vhost.octets):
-        recv = vhost.octets[0] + sum(c.recv_oct for c in conns)
-        send = vhost.octets[1] + sum(c.send_oct for c in conns)
+    stats = worker_stats(request)
+    # each worker's clients in the vhost: other workers' from their reports
+    others = stats.vhost_octets(vhost.name) if stats is not None else []
+    if conns or any(vhost.octets) or others:
+        recv = vhost.octets[0] + sum(c.recv_oct for c in conns) + sum(o[0] for o in others)
+        send = vhost.octets[1] + sum(c.send_oct for c in conns) + sum(o[1] for o in others)
+        recv_rate = sum(_oct_rate(c, 0) for c in conns) + sum(o[2] for o in others)
+        send_rate = sum(_oct_rate(c, 1) for c in conns) + sum(o[3] for o in others)
         out |= {
             "recv_oct": recv,
-            "recv_oct_details": {"rate": round(sum(_oct_rate(c, 0) for c in conns), 1)},
+            "recv_oct_details": {"rate": round(recv_rate, 1)},
             "send_oct": send,
-            "send_oct_details": {"rate": round(sum(_oct_rate(c, 1) for c in conns), 1)},
+            "send_oct_details": {"rate": round(send_rate, 1)},
         }
     return out
 

@@ -18,7 +18,7 @@ from leveret.broker.errors import AccessRefused, InvalidValue, NotFound
 from leveret.broker.exchange import arguments_key
 from leveret.broker.policies import _lower, winner
 from leveret.broker.queues.remote import RemoteQueue
-from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS
+from leveret.broker.stats import EXCHANGE_KEYS, QUEUE_KEYS, message_stats_json, total
 from leveret.management.app import Denied, error, not_found, read_json
 from leveret.management.routes.common import (
     NODE,
@@ -191,7 +191,22 @@ def _backing_queue_status(ready: int) -> dict[str, Any]:
     }
 
 
-def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
+def _exchange_stats(x: Any, vhost: Any, workers: Any = None) -> dict[str, Any]:
+    """An exchange's `message_stats`; in a broker of several workers (`workers`, the
+    management/workers.py reports) every worker's counts and rates summed, since each
+    worker routes (and counts) what its own clients publish."""
+    if workers is None:
+        return x.stats.to_json(EXCHANGE_KEYS)
+    counts, rates = workers.exchange_counts(vhost.name, x.name)
+    if not counts:
+        return x.stats.to_json(EXCHANGE_KEYS)
+    own_rates = x.stats.rates
+    all_rates = [own_rates, *rates] if own_rates else rates
+    summed = tuple(map(sum, zip(*all_rates, strict=True))) if all_rates else None
+    return message_stats_json(total([x.stats, *counts]), summed, EXCHANGE_KEYS)
+
+
+def _exchange_json(vhost: Any, x: Any, single: bool = False, workers: Any = None) -> dict[str, Any]:
     extra: dict[str, Any] = {"incoming": [], "outgoing": []} if single else {}
     return {
         **extra,
@@ -204,7 +219,7 @@ def _exchange_json(vhost: Any, x: Any, single: bool = False) -> dict[str, Any]:
         "internal": x.internal,
         "arguments": definitions_json._jsonable(x.arguments),
         **x.router.info(),  # the delayed exchange's messages_delayed
-        **({"message_stats": stats} if (stats := x.stats.to_json(EXCHANGE_KEYS)) else {}),
+        **({"message_stats": stats} if (stats := _exchange_stats(x, vhost, workers)) else {}),
     }
 
 
@@ -403,8 +418,8 @@ class _Named:
         self.name, self.value = name, value
 
 
-def _exchange_from_named(named: _Named) -> dict[str, Any]:
-    return _exchange_json(*named.value)
+def _exchange_from_named(workers: Any, named: _Named) -> dict[str, Any]:
+    return _exchange_json(*named.value, workers=workers)
 
 
 async def list_exchanges(request: web.Request) -> web.Response:
@@ -413,7 +428,7 @@ async def list_exchanges(request: web.Request) -> web.Response:
     return listing(
         request,
         [_Named(x.name, (v, x)) for v, x in pairs],
-        _exchange_from_named,
+        partial(_exchange_from_named, worker_stats(request)),
         paginated=True,
     )
 
@@ -423,8 +438,8 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.exchanges.get(exchange_param(request))
     if exchange is None:
         raise NotFound(exchange_param(request))
-    doc = _exchange_json(vhost, exchange, single=True)
     stats = worker_stats(request)
+    doc = _exchange_json(vhost, exchange, single=True, workers=stats)
     if stats is not None and "messages_delayed" in doc:  # every worker delays its own
         doc["messages_delayed"] += await stats.delayed(vhost.name, exchange.name)
     return web.json_response(doc)
