@@ -54,6 +54,7 @@ from leveret.server.reading import ReadSizer
 from leveret.store import replica
 
 if TYPE_CHECKING:
+    from leveret.broker.vhost import Vhost
     from leveret.server.listener import Server
 
 log = logging.getLogger("leveret.connection")
@@ -97,6 +98,18 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
 }
+
+
+def _limit_reached(kind: str, limit: int, vhost: str, user: str) -> ConnectionError_:
+    """connection.open refused by a vhost's or a user's max-connections (RabbitMQ's text)."""
+    if kind == "vhost":
+        text = (
+            f"access to vhost '{vhost}' refused for user '{user}': "
+            f"connection limit ({limit}) is reached"
+        )
+    else:
+        text = f"connection refused for user '{user}': user connection limit ({limit}) is reached"
+    return ConnectionError_(NOT_ALLOWED, text, 10, 40)
 
 
 class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
@@ -187,6 +200,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._meta_busy = False
         if self.meta is not None:
             self._gated = True
+        # Worker k > 0 of several: this connection counts on worker 0 (workers/limits.py).
+        self._counted = False
         # A broker of workers (workers/affinity.py): until the first method that names
         # a queue decides where this connection belongs, the read gate checks events.
         self._affinity = server.handoffs
@@ -318,6 +333,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self.broker.connections_opened -= 1
         self.broker.channels_opened -= len(self.channels)
         self.broker.connections.discard(self)
+        if self._counted:
+            self._release_count(self.vhost.name if self.vhost is not None else None)
         self.state = "closed"
         self.transport.abort()  # type: ignore[union-attr]  # our descriptor only: no FIN
         return True
@@ -374,6 +391,10 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._adopted = None
         self.server.connections.add(self)
         self.broker.connections.add(self)
+        counts = self.broker.limit_counts
+        if counts is not None and counts.index != 0 and self.vhost is not None:
+            self._counted = True  # the worker that handed it over no longer counts it
+            counts.opened(self.vhost.name, self.user or "")
         self.broker.connections_opened += 1
         self.broker.channels_opened += len(self.channels)
         self.state = "opened"
@@ -558,6 +579,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             self._flush_handle = None
         self._teardown()
         self.server.connections.discard(self)
+        if self._counted:
+            self._release_count(self.vhost.name if self.vhost is not None else None)
         if self in self.broker.connections:
             self.broker.connections.discard(self)
             self.vhost.stats.add(connection_counts(self))  # vhost totals never go back
@@ -849,26 +872,78 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found", 10, 40)
         user = self.user or ""
+        counts = self.broker.limit_counts
+        if counts is not None and counts.index != 0:
+            # A worker other than 0 of several: worker 0 holds the broker's counts.
+            self._counted = True
+            if counts.limited(name, user):
+                self._meta_busy = True  # later events wait (_until_recovered)
+                counts.admit(name, user).add_done_callback(partial(self._admitted, vhost))
+                return
+            counts.opened(name, user)
+            self._open_allowed(vhost)
+            return
         # RabbitMQ's order: the vhost's limit, the user's limit, then permissions.
         limit = vhost.limits.get("max-connections")
-        if limit is not None and len(self.broker.connections_of(vhost=name)) >= limit:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"access to vhost '{name}' refused for user '{user}': "
-                f"connection limit ({limit}) is reached",
-                10,
-                40,
-            )
+        if limit is not None and self._open_count(vhost=name) >= limit:
+            raise _limit_reached("vhost", limit, name, user)
         account = self.broker.access.users.get(user)
         limit = account.limit("max-connections") if account is not None else None
-        if limit is not None and len(self.broker.connections_of(user=user)) >= limit:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"connection refused for user '{user}': user connection limit ({limit}) is reached",
-                10,
-                40,
-            )
+        if limit is not None and self._open_count(user=user) >= limit:
+            raise _limit_reached("user", limit, name, user)
+        self._open_allowed(vhost)
+
+    def _open_count(self, *, vhost: str | None = None, user: str | None = None) -> int:
+        """Open connections of a vhost or user: this process's, and on worker 0 of
+        several those the other workers hold too (workers/limits.py)."""
+        n = len(self.broker.connections_of(vhost=vhost, user=user))
+        counts = self.broker.limit_counts
+        if counts is not None:
+            n += counts.remote(("v", vhost) if vhost is not None else ("u", user or ""))
+        return n
+
+    def _admitted(self, vhost: Vhost, answer: asyncio.Future[Any]) -> None:
+        """Worker 0's answer to a connection's limits (a worker other than 0)."""
+        self._meta_busy = False
+        refused = None if answer.cancelled() or answer.exception() else answer.result()
+        if self.state != "open":  # the client went away meanwhile
+            self._counted = False
+            counts = self.broker.limit_counts
+            if refused is None and counts is not None:  # worker 0 counted it
+                counts.closed(vhost.name, self.user or "")
+            self._held = None
+            return
+        try:
+            if refused is not None:
+                self._release_count(None)  # not counted by worker 0
+                raise _limit_reached(refused[0], refused[1], vhost.name, self.user or "")
+            self._open_allowed(vhost)
+        except AMQPError as exc:
+            self.close_with_error(exc)
+            self._held = None
+            return
+        held, self._held = self._held, None
+        if held is not None and self.state == "opened":
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+        elif self._out:
+            self._flush()
+
+    def _release_count(self, vhost: str | None) -> None:
+        """A worker other than 0: this connection no longer counts on worker 0."""
+        if not self._counted:
+            return
+        self._counted = False
+        counts = self.broker.limit_counts
+        if vhost is not None and counts is not None:
+            counts.closed(vhost, self.user or "")
+
+    def _open_allowed(self, vhost: Vhost) -> None:
+        """connection.open past the limits: permissions, then open-ok."""
+        name = vhost.name
+        user = self.user or ""
         if not self.trusted and self.broker.access.permission(user, name) is None:
+            self._release_count(name)
             raise ConnectionError_(
                 NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
             )
