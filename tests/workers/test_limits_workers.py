@@ -274,3 +274,60 @@ def test_vhost_queue_limit_counts_queues_of_every_worker(workers) -> None:
         assert f"queue limit in vhost '{VHOST}' (3) is reached" in err.value.reply_text
     for conn in conns.values():
         conn.close()
+
+
+def test_user_channel_limit_counts_channels_of_every_worker(workers) -> None:
+    broker = workers(2).wait_listening()
+    setup_user(broker, {"max-channels": 3})
+    login = {"vhost": "/", "user": USER, "pw": PASSWORD}
+    text = (
+        f"NOT_ALLOWED - number of channels opened for user '{USER}' has reached the "
+        "maximum allowed user limit of (3)"
+    )
+
+    def refused(conn: pika.BlockingConnection) -> None:
+        """One more channel closes the connection (530), as on one process."""
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+            conn.channel()
+        assert (err.value.reply_code, err.value.reply_text) == (530, text)
+
+    conn0, _ = _channels_on(broker, 0, 2, "wk-lim-ch0", **login)
+    conn1, _ = _channels_on(broker, 1, 1, "wk-lim-ch1", **login)
+    refused(conn1)  # worker 1 asks worker 0, which counts its own 2
+    # conn1's channel is gone with it: one more on worker 1 fills the limit again
+    conn1, chans1 = _channels_on(broker, 1, 1, "wk-lim-ch1b", **login)
+    refused(conn0)  # worker 0 counts worker 1's channel
+    # conn0's 2 channels are gone: worker 1 takes 2 more (3 in all), then no more
+    conn1b, chans1b = _channels_on(broker, 1, 2, "wk-lim-ch1c", **login)
+    refused(_connection_on(broker, 0, "wk-lim-probe0", **login))
+    # a channel closed on worker 1 frees a slot, which worker 0 takes
+    chans1[0].close()
+    conn0, _ = _channels_on(broker, 0, 1, "wk-lim-ch0b", **login)
+    refused(_connection_on(broker, 1, "wk-lim-probe1", **login))
+    refused(conn0)
+    for conn in (conn1, conn1b):
+        conn.close()
+
+
+def _channels_on(
+    broker: Workers, worker: int, n: int, prefix: str, **kw
+) -> tuple[pika.BlockingConnection, list]:
+    """A connection on `worker` with `n` channels; tried again while slots freed by
+    connections that just closed are not yet counted free."""
+    for attempt in range(100):
+        conn = _connection_on(broker, worker, f"{prefix}-{attempt}", **kw)
+        try:
+            return conn, [conn.channel() for _ in range(n)]
+        except pika.exceptions.ConnectionClosedByBroker:
+            continue
+    raise AssertionError(f"no {n} channels on worker {worker}")
+
+
+def _connection_on(broker: Workers, worker: int, prefix: str, **kw) -> pika.BlockingConnection:
+    for attempt in range(64):
+        name = f"{prefix}-{attempt}"
+        conn = wait_for(lambda name=name: _try(broker, name, **kw))
+        if name in broker.connection_names(worker):
+            return conn
+        conn.close()
+    raise AssertionError(f"64 connections and none on worker {worker}")

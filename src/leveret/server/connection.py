@@ -200,8 +200,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._meta_busy = False
         if self.meta is not None:
             self._gated = True
-        # Worker k > 0 of several: this connection counts on worker 0 (workers/limits.py).
+        # Worker k > 0 of several: this connection counts on worker 0 (workers/limits.py),
+        # with this many of its channels, and the channel.open worker 0 admitted.
         self._counted = False
+        self.channels_counted = 0
+        self._channel_admitted: pc.Event | None = None
         # A broker of workers (workers/affinity.py): until the first method that names
         # a queue decides where this connection belongs, the read gate checks events.
         self._affinity = server.handoffs
@@ -274,6 +277,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 self._held = (event, events)
                 self.publisher_pause.start_recovery()
                 return
+            if self._counted and type(event) is pc.ChannelOpened:
+                if self._count_channel(event, events):
+                    return  # held until worker 0 answers
             if self._affinity is not None:
                 outcome = self._affinity_decide(event, events)
                 if outcome is not None:  # `events` was closed
@@ -394,7 +400,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         counts = self.broker.limit_counts
         if counts is not None and counts.index != 0 and self.vhost is not None:
             self._counted = True  # the worker that handed it over no longer counts it
-            counts.opened(self.vhost.name, self.user or "")
+            self.channels_counted = len(self.channels)
+            counts.opened(self.vhost.name, self.user or "", self.channels_counted)
         self.broker.connections_opened += 1
         self.broker.channels_opened += len(self.channels)
         self.state = "opened"
@@ -503,6 +510,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             self.broker.channels_opened += 1
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            if ch is not None and self._counted:
+                self._channel_gone()
             if ch is not None:
                 # Confirms already due (transient messages, persistent ones on disk)
                 # go out before close-ok, as RabbitMQ sends those it has; the ones
@@ -511,7 +520,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                     self.confirms_written(ch)
                 ch.cleanup()
         elif kind is pc.ChannelCloseOk:  # our channel.close is acknowledged
-            self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            if ch is not None and self._counted:
+                self._channel_gone()
         elif kind is pc.ChannelProtocolError:  # over max message size: close queued
             e = event
             ch = self.channels.get(e.channel)
@@ -934,9 +945,62 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if not self._counted:
             return
         self._counted = False
+        channels, self.channels_counted = self.channels_counted, 0
         counts = self.broker.limit_counts
         if vhost is not None and counts is not None:
-            counts.closed(vhost, self.user or "")
+            counts.closed(vhost, self.user or "", channels)
+
+    # --- a user's channels counted on worker 0 (a worker other than 0 of several) ----
+
+    def _count_channel(self, event: pc.Event, events: Iterator[pc.Event]) -> bool:
+        """A channel.open on a worker other than 0: when its user has max-channels,
+        hold it (its open-ok is still the core's, unsent, while `events` is suspended)
+        until worker 0 admits it; True when held."""
+        if event is self._channel_admitted:  # (seen again by each gate it passes)
+            return False
+        counts = self.broker.limit_counts
+        user = self.user or ""
+        if counts.channel_limited(user):
+            self._held = (event, events)
+            self._meta_busy = True
+            self.publisher_pause.start_recovery()
+            answer = counts.admit_channel(user)
+            answer.add_done_callback(partial(self._channel_answer, event))
+            return True
+        self.channels_counted += 1
+        counts.channels(user, 1)
+        return False
+
+    def _channel_answer(self, event: pc.Event, answer: asyncio.Future[Any]) -> None:
+        self._meta_busy = False
+        refused = None if answer.cancelled() or answer.exception() else answer.result()
+        if refused is None:
+            self.channels_counted += 1  # worker 0 counted it (or is down: reported later)
+        held, self._held = self._held, None
+        if self.state != "opened":
+            return
+        if refused is not None:
+            # As the one-process guard: a connection error, and no open-ok.
+            self.core._deferred.clear()
+            if held is not None:
+                held[1].close()  # type: ignore[attr-defined]
+            self.close_with_error(
+                ConnectionError_(
+                    NOT_ALLOWED,
+                    f"number of channels opened for user '{self.user}' has reached the "
+                    f"maximum allowed user limit of ({refused})",
+                )
+            )
+            return
+        if held is not None:
+            self._channel_admitted = event
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+
+    def _channel_gone(self) -> None:
+        if self.channels_counted > 0:
+            self.channels_counted -= 1
+            self.broker.limit_counts.channels(self.user or "", -1)
 
     def _open_allowed(self, vhost: Vhost) -> None:
         """connection.open past the limits: permissions, then open-ok."""
@@ -1072,6 +1136,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         account = access.users.get(user)
         self.impersonator = account is not None and account.is_impersonator
         limited = account is not None and account.limit("max-channels") is not None
+        if self._counted:  # a worker other than 0: worker 0 admits (_until_recovered)
+            limited = False
         self.core.channel_guard = self._check_channel_limit if limited else None
 
     def _check_channel_limit(self, number: int) -> None:
@@ -1082,6 +1148,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if limit is None:
             return
         open_now = sum(len(c.channels) for c in self.broker.connections_of(user=self.user))
+        counts = self.broker.limit_counts
+        if counts is not None:  # worker 0 of several: the other workers' channels too
+            open_now += counts.remote(("c", self.user or ""))
         if open_now >= limit:
             raise ConnectionError_(
                 NOT_ALLOWED,
@@ -1126,6 +1195,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         """Requeue unacked messages, drop consumers and exclusive queues. Idempotent."""
         channels = list(self.channels.values())
         self.channels.clear()
+        if self._counted and self.channels_counted:  # (worker 0 counts them no more)
+            self.broker.limit_counts.channels(self.user or "", -self.channels_counted)
+            self.channels_counted = 0
         for channel in channels:
             channel.cleanup()
         if self.exclusive_queues:

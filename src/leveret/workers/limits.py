@@ -14,6 +14,9 @@ writer, [Metadata] in docs/workers.md):
   never both take the last slot. A connection without a limit is only told to
   worker 0 (`opened`), without waiting for an answer: a limit set later counts it.
 - A counted connection that closes is told to worker 0 (`closed`).
+- A user's `max-channels` is counted the same way: a channel.open on another worker
+  of a user with the limit waits for worker 0's answer (`admit_channel`) before its
+  open-ok; other channels opened and closed there are told (`channels`).
 - When worker 0 loses its link to a worker (it died, or hung and was killed) it
   drops everything that worker held; when a worker links to worker 0 again (it or
   worker 0 restarted) it reports what it holds then (`limits_report`), which
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.workers")
 
 WRITER = 0
-Key = tuple[str, str]  # ("v", vhost) or ("u", user)
+Key = tuple[str, str]  # ("v", vhost), ("u", user) or ("c", user): the user's channels
 #: what `admit` refuses with: ("vhost", limit) or ("user", limit); None admits
 Refusal = tuple[str, int] | None
 
@@ -62,6 +65,8 @@ class LimitCounts:
             mesh.serve("limits_opened", self._serve_opened)
             mesh.serve("limits_closed", self._serve_closed)
             mesh.serve("limits_report", self._serve_report)
+            mesh.serve("limits_channel_admit", self._serve_channel_admit)
+            mesh.serve("limits_channels", self._serve_channels)
             mesh.peer_lost.append(self._peer_lost)
         else:
             mesh.peer_joined.append(self._peer_joined)
@@ -91,13 +96,28 @@ class LimitCounts:
         is down (the connection is then admitted uncounted and reported later)."""
         return self.mesh.call(WRITER, "limits_admit", vhost, user)
 
-    def opened(self, vhost: str, user: str) -> None:
-        """A worker other than 0: tell worker 0 of a connection opened without a limit."""
-        self._tell("limits_opened", vhost, user)
+    def opened(self, vhost: str, user: str, channels: int = 0) -> None:
+        """A worker other than 0: tell worker 0 of a connection opened without a limit
+        (or moved here with `channels` open channels)."""
+        self._tell("limits_opened", vhost, user, channels)
 
-    def closed(self, vhost: str, user: str) -> None:
-        """A worker other than 0: tell worker 0 a counted connection closed."""
-        self._tell("limits_closed", vhost, user)
+    def closed(self, vhost: str, user: str, channels: int = 0) -> None:
+        """A worker other than 0: tell worker 0 a counted connection closed (or moved
+        away), with the channels it had counted."""
+        self._tell("limits_closed", vhost, user, channels)
+
+    def channel_limited(self, user: str) -> bool:
+        account = self.broker.access.users.get(user)
+        return account is not None and account.limit("max-channels") is not None
+
+    def admit_channel(self, user: str) -> asyncio.Future[Any]:
+        """A worker other than 0: ask worker 0 to count a channel of `user`; the
+        future's result is None (admitted, counted) or the limit that refuses it."""
+        return self.mesh.call(WRITER, "limits_channel_admit", user)
+
+    def channels(self, user: str, delta: int) -> None:
+        """A worker other than 0: `user` has `delta` more channels open here."""
+        self._tell("limits_channels", user, delta)
 
     def _tell(self, op: str, *args: Any) -> None:
         if WRITER not in self.mesh.peers:
@@ -115,6 +135,7 @@ class LimitCounts:
                 continue
             for key in _keys(vhost, conn.user or ""):
                 counts[key] += 1
+            counts[("c", conn.user or "")] += getattr(conn, "channels_counted", 0)
         self._tell("limits_report", dict(counts))
 
     # --- worker 0 -----------------------------------------------------------------
@@ -143,20 +164,45 @@ class LimitCounts:
             self._serve_opened(peer, vhost, user)
         return refused
 
-    def _serve_opened(self, peer: int, vhost: str, user: str) -> None:
+    def _serve_opened(self, peer: int, vhost: str, user: str, channels: int = 0) -> None:
         counts = self.held.setdefault(peer, Counter())
         for key in _keys(vhost, user):
             counts[key] += 1
+        if channels:
+            counts[("c", user)] += channels
 
-    def _serve_closed(self, peer: int, vhost: str, user: str) -> None:
-        counts = self.held.get(peer)
-        if counts is None:
-            return
+    def _serve_closed(self, peer: int, vhost: str, user: str, channels: int = 0) -> None:
         for key in _keys(vhost, user):
-            if counts[key] > 1:
-                counts[key] -= 1
-            else:
-                counts.pop(key, None)
+            self._add(peer, key, -1)
+        if channels:
+            self._add(peer, ("c", user), -channels)
+
+    def _add(self, peer: int, key: Key, delta: int) -> None:
+        counts = self.held.setdefault(peer, Counter())
+        n = counts[key] + delta
+        if n > 0:
+            counts[key] = n
+        else:
+            counts.pop(key, None)
+
+    def channel_refusal(self, user: str) -> int | None:
+        """Worker 0: the max-channels that refuses one more channel of `user`, counting
+        every worker's channels; None when it may open."""
+        account = self.broker.access.users.get(user)
+        limit = account.limit("max-channels") if account is not None else None
+        if limit is None:
+            return None
+        mine = sum(len(c.channels) for c in self.broker.connections_of(user=user))
+        return limit if mine + self.remote(("c", user)) >= limit else None
+
+    def _serve_channel_admit(self, peer: int, user: str) -> int | None:
+        refused = self.channel_refusal(user)
+        if refused is None:
+            self._add(peer, ("c", user), 1)
+        return refused
+
+    def _serve_channels(self, peer: int, user: str, delta: int) -> None:
+        self._add(peer, ("c", user), delta)
 
     def _serve_report(self, peer: int, counts: dict[Key, int]) -> None:
         self.held[peer] = Counter(counts)
