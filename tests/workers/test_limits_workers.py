@@ -331,3 +331,33 @@ def _connection_on(broker: Workers, worker: int, prefix: str, **kw) -> pika.Bloc
             return conn
         conn.close()
     raise AssertionError(f"64 connections and none on worker {worker}")
+
+
+def test_a_connection_moved_to_its_queues_worker_keeps_counting(workers) -> None:
+    """Affinity hands a connection to the worker of its queue: its connection and its
+    channels count there, once."""
+    broker = workers(2).wait_listening()
+    setup_vhost(broker, {"max-connections": 2})
+    setup_user(broker, {"max-channels": 2})
+    perm = {"configure": ".*", "write": ".*", "read": ".*"}
+    ctl(broker, "set_permissions", user=USER, vhost=VHOST, **perm)
+    everywhere(broker, "wk-limits-fence-p")
+    login = {"user": USER, "pw": PASSWORD}
+    mover = _connection_on(broker, 0, "wk-lim-mover", **login)
+    name = next(n for n in broker.connection_names(0) if n.startswith("wk-lim-mover"))
+    queue = next(
+        f"wk-lim-mq-{j}" for j in range(1000) if placement(VHOST, f"wk-lim-mq-{j}", 2) == 1
+    )
+    mover.channel().queue_declare(queue, exclusive=False, auto_delete=False)
+    wait_for(lambda: name in broker.connection_names(1) and name not in broker.connection_names(0))
+    other = wait_for(lambda: _try(broker, "wk-lim-other", **login))
+    text = f"access to vhost '{VHOST}' refused for user '{USER}': connection limit (2) is reached"
+    refuse_on_both(broker, text, **login)
+    other.channel()  # the mover's channel and this one: the user's 2
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        other.channel()
+    assert err.value.reply_code == 530
+    assert "maximum allowed user limit of (2)" in err.value.reply_text
+    mover.close()
+    for i in range(2):  # both slots free again (the mover's and the refused one's)
+        wait_for(lambda i=i: _try(broker, f"wk-lim-after-move-{i}", **login))

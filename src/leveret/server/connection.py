@@ -339,8 +339,12 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self.broker.connections_opened -= 1
         self.broker.channels_opened -= len(self.channels)
         self.broker.connections.discard(self)
-        if self._counted:
-            self._release_count(self.vhost.name if self.vhost is not None else None)
+        counts = self.broker.limit_counts
+        if counts is not None and self.vhost is not None:
+            # worker 0 moves its count to the adopting worker in one step
+            channels = self.channels_counted if self._counted else len(self.channels)
+            self._counted, self.channels_counted = False, 0
+            counts.moved(peer, self.vhost.name, self.user or "", channels)
         self.state = "closed"
         self.transport.abort()  # type: ignore[union-attr]  # our descriptor only: no FIN
         return True
@@ -398,10 +402,10 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self.server.connections.add(self)
         self.broker.connections.add(self)
         counts = self.broker.limit_counts
-        if counts is not None and counts.index != 0 and self.vhost is not None:
-            self._counted = True  # the worker that handed it over no longer counts it
+        if counts is not None and counts.index != 0:
+            # (the worker that handed it over had worker 0 count it here: `moved`)
+            self._counted = True
             self.channels_counted = len(self.channels)
-            counts.opened(self.vhost.name, self.user or "", self.channels_counted)
         self.broker.connections_opened += 1
         self.broker.channels_opened += len(self.channels)
         self.state = "opened"

@@ -13,7 +13,8 @@ writer, [Metadata] in docs/workers.md):
   two workers admitting at the same moment are answered one after the other and
   never both take the last slot. A connection without a limit is only told to
   worker 0 (`opened`), without waiting for an answer: a limit set later counts it.
-- A counted connection that closes is told to worker 0 (`closed`).
+- A counted connection that closes is told to worker 0 (`closed`); one handed to
+  another worker moves its count there (`moved`).
 - A user's `max-channels` is counted the same way: a channel.open on another worker
   of a user with the limit waits for worker 0's answer (`admit_channel`) before its
   open-ok; other channels opened and closed there are told (`channels`).
@@ -67,6 +68,7 @@ class LimitCounts:
             mesh.serve("limits_report", self._serve_report)
             mesh.serve("limits_channel_admit", self._serve_channel_admit)
             mesh.serve("limits_channels", self._serve_channels)
+            mesh.serve("limits_moved", self._serve_moved)
             mesh.peer_lost.append(self._peer_lost)
         else:
             mesh.peer_joined.append(self._peer_joined)
@@ -105,6 +107,15 @@ class LimitCounts:
         """A worker other than 0: tell worker 0 a counted connection closed (or moved
         away), with the channels it had counted."""
         self._tell("limits_closed", vhost, user, channels)
+
+    def moved(self, to: int, vhost: str, user: str, channels: int) -> None:
+        """A connection (with `channels` counted channels) was handed to worker `to`
+        (workers/affinity.py): worker 0 moves its count in one step, so that no
+        moment counts it on neither worker."""
+        if self.index == WRITER:
+            self._serve_opened(to, vhost, user, channels)
+        else:
+            self._tell("limits_moved", vhost, user, channels, to)
 
     def channel_limited(self, user: str) -> bool:
         account = self.broker.access.users.get(user)
@@ -200,6 +211,11 @@ class LimitCounts:
         if refused is None:
             self._add(peer, ("c", user), 1)
         return refused
+
+    def _serve_moved(self, peer: int, vhost: str, user: str, channels: int, to: int) -> None:
+        self._serve_closed(peer, vhost, user, channels)
+        if to != WRITER:  # (worker 0 counts its own from its lists)
+            self._serve_opened(to, vhost, user, channels)
 
     def _serve_channels(self, peer: int, user: str, delta: int) -> None:
         self._add(peer, ("c", user), delta)
