@@ -361,3 +361,24 @@ def test_a_connection_moved_to_its_queues_worker_keeps_counting(workers) -> None
     mover.close()
     for i in range(2):  # both slots free again (the mover's and the refused one's)
         wait_for(lambda i=i: _try(broker, f"wk-lim-after-move-{i}", **login))
+
+
+def test_a_restarted_worker_0_learns_the_other_workers_connections(workers) -> None:
+    """Worker 0 holds the count: after its SIGKILL the other workers report what they
+    hold, so the limit still counts their connections, and no longer worker 0's."""
+    broker = workers(2).wait_listening()
+    setup_vhost(broker, {"max-connections": 4})
+    conns = spread(broker, 4, "wk-lim-w0")
+    on_1 = [n for n, w in worker_of(broker, list(conns)).items() if w == 1]
+    kill_and_wait(broker, 0)
+    opened = []
+    for i in range(200):
+        if len(opened) == 4 - len(on_1):
+            break
+        conn = _try(broker, f"wk-lim-w0-after-{i}")
+        if conn is not None:
+            opened.append(conn)
+    assert len(opened) == 4 - len(on_1)
+    text = f"access to vhost '{VHOST}' refused for user 'guest': connection limit (4) is reached"
+    refuse_on_both(broker, text)
+    assert sorted(n for n in broker.connection_names(1) if n in conns) == sorted(on_1)
