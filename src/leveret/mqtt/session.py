@@ -705,7 +705,7 @@ class MQTTConnection:
                     self._admitting = (asking, vhost_name, user)
                     self._hold(
                         [asking],
-                        lambda results: self._on_connect(packet, results[0]),
+                        lambda results: self._admission_answered(packet, results[0]),
                     )
                 counts.opened(vhost_name, user)
                 admitted = None
@@ -859,6 +859,16 @@ class MQTTConnection:
             if binding.source.name == self.exchange_name:
                 self.subscriptions.setdefault(to_mqtt(binding.routing_key), SubscriptionState(1))
         return True
+
+    def _admission_answered(self, packet: pk.Connect, answer: Any) -> None:
+        """Worker 0 answered a connection's limits: counted from here unless refused
+        (so a CONNECT refused for another reason on its second pass releases it)."""
+        if self._admitting is not None:
+            _, vhost_name, user = self._admitting
+            self._admitting = None
+            if not isinstance(answer, tuple):
+                self._counted_as = (vhost_name, user)
+        self._on_connect(packet, answer)
 
     def _local_port(self) -> int | None:
         """The port the client connected to (mqtt_port_to_vhost_mapping's key)."""
