@@ -39,6 +39,7 @@ from leveret.server.ctl_socket import SOCKET_NAME, ControlSocket
 from leveret.server.listener import Server
 from leveret.store.message_store import RecoveryCancelled
 from leveret.workers.crossing import attach as attach_workers
+from leveret.workers.limits import LimitCounts
 from leveret.workers.mesh import Mesh
 from leveret.workers.metadata import Metadata
 
@@ -78,6 +79,8 @@ class Node:
         # With a mesh: the one order of metadata changes (worker 0 writes them).
         self.metadata = Metadata(lambda: self.broker, mesh) if mesh is not None else None
         self.broker.meta = self.metadata
+        self.limit_counts = LimitCounts(lambda: self.broker, mesh) if mesh is not None else None
+        self.broker.limit_counts = self.limit_counts
         # A worker accepts on listening sockets its supervisor made (one list per
         # effective listener); None: the listener binds its own.
         self.listener = Server(config, self.loop, self.broker, listen_sockets)
@@ -283,6 +286,7 @@ class Node:
         self.broker = self.listener.broker = Broker(self.config, state, EXTENSIONS)
         self.broker.mesh = self.mesh
         self.broker.meta = self.metadata
+        self.broker.limit_counts = self.limit_counts
         self.durable_state = state
         state.restore_definitions(self.broker)
         self.listener.recovering = True

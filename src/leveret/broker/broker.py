@@ -82,6 +82,9 @@ class Broker:
         # With a mesh: its leveret.workers.metadata.Metadata, through which every
         # metadata change reaches every worker in one order. Set by the launcher.
         self.meta: Any = None
+        # A worker of several: connection limits counted over the whole broker
+        # (workers/limits.py's LimitCounts). None: one process.
+        self.limit_counts: Any = None
 
     @property
     def cluster_name(self) -> str:

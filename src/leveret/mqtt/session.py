@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -115,6 +116,17 @@ USER_PROPERTY_LIST = "x-mqtt-user-property"
 
 
 _NONE: frozenset[Any] = frozenset()
+
+
+#: `_on_connect`'s first pass: worker 0 was not asked about the limits yet
+_UNASKED: Any = object()
+
+
+def _uncount(broker: Any, vhost: str, user: str, answer: asyncio.Future[Any]) -> None:
+    """A connection that closed while worker 0 admitted it: worker 0 counts it no more."""
+    if answer.cancelled() or answer.exception() is not None or answer.result() is not None:
+        return
+    broker.limit_counts.closed(vhost, user)
 
 
 class _Held(Exception):
@@ -284,6 +296,10 @@ class MQTTConnection:
         self._stash: list[pk.Packet] | None = None
         self._stash_bytes: bytearray | None = None
         self._retaining: Any = None  # worker 0's answer to a retained publish (a future)
+        # A worker other than 0 of several (workers/limits.py): the (vhost, user) this
+        # connection counts as on worker 0, and worker 0's answer while it is awaited.
+        self._counted_as: tuple[str, str] | None = None
+        self._admitting: tuple[asyncio.Future[Any], str, str] | None = None
         self._alarm_timer: asyncio.TimerHandle | None = None
         self._no_local = False  # whether any subscription has no_local
         # Whether this connection counts in listeners.retain_as_published.
@@ -619,7 +635,10 @@ class MQTTConnection:
             self._send(pk.Connack(False, code_311))
         self.close(send_will=False, ws_close=WS_REFUSED.get(code_311))
 
-    def _on_connect(self, packet: pk.Connect) -> None:
+    def _on_connect(self, packet: pk.Connect, admitted: Any = _UNASKED) -> None:
+        """CONNECT. `admitted`: on a worker other than 0 of several, worker 0's answer
+        to this connection's limits (workers/limits.py), with which the CONNECT is
+        handled again."""
         self.version = packet.protocol_level
         v5 = self.version == pk.MQTT_5
         config = self.config
@@ -661,7 +680,7 @@ class MQTTConnection:
             broker.global_parameters.values,
             config.mqtt_vhost,
         )
-        if not assigned:
+        if not assigned and admitted is _UNASKED:
             route = getattr(self.transport, "route", None)
             if route is not None and route(vhost_name, client_id):
                 # A broker of workers: the worker of the client id's session serves
@@ -676,12 +695,34 @@ class MQTTConnection:
                 f"virtual host '{vhost_name}' does not exist (picked by {picked_by})",
             )
             return
-        limit = vhost.limits.get("max-connections")
-        if limit is not None and self._connections_in(vhost=vhost_name) >= limit:
+        counts = broker.limit_counts
+        refused: tuple[str, int] | None = None
+        if counts is not None and counts.index != 0:
+            # A worker other than 0 of several: worker 0 holds the broker's counts.
+            if admitted is _UNASKED:
+                if counts.limited(vhost_name, user):
+                    asking = counts.admit(vhost_name, user)
+                    self._admitting = (asking, vhost_name, user)
+                    self._hold(
+                        [asking],
+                        lambda results: self._admission_answered(packet, results[0]),
+                    )
+                counts.opened(vhost_name, user)
+                admitted = None
+            else:
+                self._admitting = None
+                if isinstance(admitted, tuple):
+                    refused = admitted  # not counted by worker 0
+            self._counted_as = None if refused is not None else (vhost_name, user)
+        else:
+            limit = vhost.limits.get("max-connections")
+            if limit is not None and self._connections_in(vhost=vhost_name) >= limit:
+                refused = ("vhost", limit)
+        if refused is not None and refused[0] == "vhost":
             self._refuse(
                 pk.CONNACK_NOT_AUTHORIZED,
                 pk.RC_QUOTA_EXCEEDED,
-                f"connection limit ({limit}) is reached for vhost '{vhost_name}'",
+                f"connection limit ({refused[1]}) is reached for vhost '{vhost_name}'",
             )
             return
         if by_certificate:
@@ -703,12 +744,15 @@ class MQTTConnection:
                 + (" (client certificate)" if by_certificate else ""),
             )
             return
-        limit = account.limit("max-connections")
-        if limit is not None and self._connections_in(user=user) >= limit:
+        if counts is None or counts.index == 0:
+            limit = account.limit("max-connections")
+            if limit is not None and self._connections_in(user=user) >= limit:
+                refused = ("user", limit)
+        if refused is not None:
             self._refuse(
                 pk.CONNACK_NOT_AUTHORIZED,
                 pk.RC_QUOTA_EXCEEDED,
-                f"connection limit ({limit}) is reached for user '{user}'",
+                f"connection limit ({refused[1]}) is reached for user '{user}'",
             )
             return
         if user in config.loopback_users and not is_loopback(self.transport.peer_host):
@@ -816,14 +860,30 @@ class MQTTConnection:
                 self.subscriptions.setdefault(to_mqtt(binding.routing_key), SubscriptionState(1))
         return True
 
+    def _admission_answered(self, packet: pk.Connect, answer: Any) -> None:
+        """Worker 0 answered a connection's limits: counted from here unless refused
+        (so a CONNECT refused for another reason on its second pass releases it)."""
+        if self._admitting is not None:
+            _, vhost_name, user = self._admitting
+            self._admitting = None
+            if not isinstance(answer, tuple):
+                self._counted_as = (vhost_name, user)
+        self._on_connect(packet, answer)
+
     def _local_port(self) -> int | None:
         """The port the client connected to (mqtt_port_to_vhost_mapping's key)."""
         port = self.transport.local.rpartition(":")[2]
         return int(port) if port.isdigit() else None
 
     def _connections_in(self, *, vhost: str | None = None, user: str | None = None) -> int:
-        """Open AMQP and MQTT connections of a vhost or user (their max-connections)."""
-        return len(self.server.broker.connections_of(vhost=vhost, user=user))
+        """Open AMQP and MQTT connections of a vhost or user (their max-connections):
+        this process's, and on worker 0 of several those the other workers hold too."""
+        broker = self.server.broker
+        n = len(broker.connections_of(vhost=vhost, user=user))
+        counts = broker.limit_counts
+        if counts is not None:
+            n += counts.remote(("v", vhost) if vhost is not None else ("u", user or ""))
+        return n
 
     def access_changed(self) -> None:
         """The user's permissions changed (broker.admin): they apply from the next packet."""
@@ -1548,6 +1608,15 @@ class MQTTConnection:
 
     def _close_session(self, send_will: bool) -> None:
         was_open = self.state == "open"
+        if self._counted_as is not None:  # a worker other than 0: worker 0 counted it
+            counts = self.server.broker.limit_counts
+            if counts is not None:
+                counts.closed(*self._counted_as)
+            self._counted_as = None
+        if self._admitting is not None:  # gone before worker 0 answered
+            asking, vhost_name, user = self._admitting
+            self._admitting = None
+            asking.add_done_callback(partial(_uncount, self.server.broker, vhost_name, user))
         self.state = "closed"
         self.deliverable = False
         self._count_retain_as_published()

@@ -54,6 +54,7 @@ from leveret.server.reading import ReadSizer
 from leveret.store import replica
 
 if TYPE_CHECKING:
+    from leveret.broker.vhost import Vhost
     from leveret.server.listener import Server
 
 log = logging.getLogger("leveret.connection")
@@ -97,6 +98,18 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
 }
+
+
+def _limit_reached(kind: str, limit: int, vhost: str, user: str) -> ConnectionError_:
+    """connection.open refused by a vhost's or a user's max-connections (RabbitMQ's text)."""
+    if kind == "vhost":
+        text = (
+            f"access to vhost '{vhost}' refused for user '{user}': "
+            f"connection limit ({limit}) is reached"
+        )
+    else:
+        text = f"connection refused for user '{user}': user connection limit ({limit}) is reached"
+    return ConnectionError_(NOT_ALLOWED, text, 10, 40)
 
 
 class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
@@ -187,6 +200,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._meta_busy = False
         if self.meta is not None:
             self._gated = True
+        # Worker k > 0 of several: this connection counts on worker 0 (workers/limits.py),
+        # with this many of its channels, and the channel.open worker 0 admitted.
+        self._counted = False
+        self.channels_counted = 0
+        self._channel_admitted: pc.Event | None = None
         # A broker of workers (workers/affinity.py): until the first method that names
         # a queue decides where this connection belongs, the read gate checks events.
         self._affinity = server.handoffs
@@ -259,6 +277,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                 self._held = (event, events)
                 self.publisher_pause.start_recovery()
                 return
+            if self._counted and type(event) is pc.ChannelOpened:
+                if self._count_channel(event, events):
+                    return  # held until worker 0 answers
             if self._affinity is not None:
                 outcome = self._affinity_decide(event, events)
                 if outcome is not None:  # `events` was closed
@@ -318,6 +339,12 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self.broker.connections_opened -= 1
         self.broker.channels_opened -= len(self.channels)
         self.broker.connections.discard(self)
+        counts = self.broker.limit_counts
+        if counts is not None and self.vhost is not None:
+            # worker 0 moves its count to the adopting worker in one step
+            channels = self.channels_counted if self._counted else len(self.channels)
+            self._counted, self.channels_counted = False, 0
+            counts.moved(peer, self.vhost.name, self.user or "", channels)
         self.state = "closed"
         self.transport.abort()  # type: ignore[union-attr]  # our descriptor only: no FIN
         return True
@@ -374,6 +401,11 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._adopted = None
         self.server.connections.add(self)
         self.broker.connections.add(self)
+        counts = self.broker.limit_counts
+        if counts is not None and counts.index != 0:
+            # (the worker that handed it over had worker 0 count it here: `moved`)
+            self._counted = True
+            self.channels_counted = len(self.channels)
         self.broker.connections_opened += 1
         self.broker.channels_opened += len(self.channels)
         self.state = "opened"
@@ -482,6 +514,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             self.broker.channels_opened += 1
         elif kind is pc.ChannelClosed:  # the client closed it; close-ok follows
             ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            if ch is not None and self._counted:
+                self._channel_gone()
             if ch is not None:
                 # Confirms already due (transient messages, persistent ones on disk)
                 # go out before close-ok, as RabbitMQ sends those it has; the ones
@@ -490,7 +524,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
                     self.confirms_written(ch)
                 ch.cleanup()
         elif kind is pc.ChannelCloseOk:  # our channel.close is acknowledged
-            self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            ch = self.channels.pop(event.channel, None)  # type: ignore[attr-defined]
+            if ch is not None and self._counted:
+                self._channel_gone()
         elif kind is pc.ChannelProtocolError:  # over max message size: close queued
             e = event
             ch = self.channels.get(e.channel)
@@ -558,6 +594,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
             self._flush_handle = None
         self._teardown()
         self.server.connections.discard(self)
+        if self._counted:
+            self._release_count(self.vhost.name if self.vhost is not None else None)
         if self in self.broker.connections:
             self.broker.connections.discard(self)
             self.vhost.stats.add(connection_counts(self))  # vhost totals never go back
@@ -849,26 +887,131 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if vhost is None:
             raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found", 10, 40)
         user = self.user or ""
+        counts = self.broker.limit_counts
+        if counts is not None and counts.index != 0:
+            # A worker other than 0 of several: worker 0 holds the broker's counts.
+            self._counted = True
+            if counts.limited(name, user):
+                self._meta_busy = True  # later events wait (_until_recovered)
+                counts.admit(name, user).add_done_callback(partial(self._admitted, vhost))
+                return
+            counts.opened(name, user)
+            self._open_allowed(vhost)
+            return
         # RabbitMQ's order: the vhost's limit, the user's limit, then permissions.
         limit = vhost.limits.get("max-connections")
-        if limit is not None and len(self.broker.connections_of(vhost=name)) >= limit:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"access to vhost '{name}' refused for user '{user}': "
-                f"connection limit ({limit}) is reached",
-                10,
-                40,
-            )
+        if limit is not None and self._open_count(vhost=name) >= limit:
+            raise _limit_reached("vhost", limit, name, user)
         account = self.broker.access.users.get(user)
         limit = account.limit("max-connections") if account is not None else None
-        if limit is not None and len(self.broker.connections_of(user=user)) >= limit:
-            raise ConnectionError_(
-                NOT_ALLOWED,
-                f"connection refused for user '{user}': user connection limit ({limit}) is reached",
-                10,
-                40,
+        if limit is not None and self._open_count(user=user) >= limit:
+            raise _limit_reached("user", limit, name, user)
+        self._open_allowed(vhost)
+
+    def _open_count(self, *, vhost: str | None = None, user: str | None = None) -> int:
+        """Open connections of a vhost or user: this process's, and on worker 0 of
+        several those the other workers hold too (workers/limits.py)."""
+        n = len(self.broker.connections_of(vhost=vhost, user=user))
+        counts = self.broker.limit_counts
+        if counts is not None:
+            n += counts.remote(("v", vhost) if vhost is not None else ("u", user or ""))
+        return n
+
+    def _admitted(self, vhost: Vhost, answer: asyncio.Future[Any]) -> None:
+        """Worker 0's answer to a connection's limits (a worker other than 0)."""
+        self._meta_busy = False
+        refused = None if answer.cancelled() or answer.exception() else answer.result()
+        if self.state != "open":  # the client went away meanwhile
+            self._counted = False
+            counts = self.broker.limit_counts
+            if refused is None and counts is not None:  # worker 0 counted it
+                counts.closed(vhost.name, self.user or "")
+            self._held = None
+            return
+        try:
+            if refused is not None:
+                self._release_count(None)  # not counted by worker 0
+                raise _limit_reached(refused[0], refused[1], vhost.name, self.user or "")
+            self._open_allowed(vhost)
+        except AMQPError as exc:
+            self.close_with_error(exc)
+            self._held = None
+            return
+        held, self._held = self._held, None
+        if held is not None and self.state == "opened":
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+        elif self._out:
+            self._flush()
+
+    def _release_count(self, vhost: str | None) -> None:
+        """A worker other than 0: this connection no longer counts on worker 0."""
+        if not self._counted:
+            return
+        self._counted = False
+        channels, self.channels_counted = self.channels_counted, 0
+        counts = self.broker.limit_counts
+        if vhost is not None and counts is not None:
+            counts.closed(vhost, self.user or "", channels)
+
+    # --- a user's channels counted on worker 0 (a worker other than 0 of several) ----
+
+    def _count_channel(self, event: pc.Event, events: Iterator[pc.Event]) -> bool:
+        """A channel.open on a worker other than 0: when its user has max-channels,
+        hold it (its open-ok is still the core's, unsent, while `events` is suspended)
+        until worker 0 admits it; True when held."""
+        if event is self._channel_admitted:  # (seen again by each gate it passes)
+            return False
+        counts = self.broker.limit_counts
+        user = self.user or ""
+        if counts.channel_limited(user):
+            self._held = (event, events)
+            self._meta_busy = True
+            self.publisher_pause.start_recovery()
+            answer = counts.admit_channel(user)
+            answer.add_done_callback(partial(self._channel_answer, event))
+            return True
+        self.channels_counted += 1
+        counts.channels(user, 1)
+        return False
+
+    def _channel_answer(self, event: pc.Event, answer: asyncio.Future[Any]) -> None:
+        self._meta_busy = False
+        refused = None if answer.cancelled() or answer.exception() else answer.result()
+        if refused is None:
+            self.channels_counted += 1  # worker 0 counted it (or is down: reported later)
+        held, self._held = self._held, None
+        if self.state != "opened":
+            return
+        if refused is not None:
+            # As the one-process guard: a connection error, and no open-ok.
+            self.core._deferred.clear()
+            if held is not None:
+                held[1].close()  # type: ignore[attr-defined]
+            self.close_with_error(
+                ConnectionError_(
+                    NOT_ALLOWED,
+                    f"number of channels opened for user '{self.user}' has reached the "
+                    f"maximum allowed user limit of ({refused})",
+                )
             )
+            return
+        if held is not None:
+            self._channel_admitted = event
+            self.publisher_pause.end_recovery()
+            self._received(self._until_recovered(_replay(*held)))
+
+    def _channel_gone(self) -> None:
+        if self.channels_counted > 0:
+            self.channels_counted -= 1
+            self.broker.limit_counts.channels(self.user or "", -1)
+
+    def _open_allowed(self, vhost: Vhost) -> None:
+        """connection.open past the limits: permissions, then open-ok."""
+        name = vhost.name
+        user = self.user or ""
         if not self.trusted and self.broker.access.permission(user, name) is None:
+            self._release_count(name)
             raise ConnectionError_(
                 NOT_ALLOWED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
             )
@@ -997,6 +1140,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         account = access.users.get(user)
         self.impersonator = account is not None and account.is_impersonator
         limited = account is not None and account.limit("max-channels") is not None
+        if self._counted:  # a worker other than 0: worker 0 admits (_until_recovered)
+            limited = False
         self.core.channel_guard = self._check_channel_limit if limited else None
 
     def _check_channel_limit(self, number: int) -> None:
@@ -1007,6 +1152,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         if limit is None:
             return
         open_now = sum(len(c.channels) for c in self.broker.connections_of(user=self.user))
+        counts = self.broker.limit_counts
+        if counts is not None:  # worker 0 of several: the other workers' channels too
+            open_now += counts.remote(("c", self.user or ""))
         if open_now >= limit:
             raise ConnectionError_(
                 NOT_ALLOWED,
@@ -1051,6 +1199,9 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         """Requeue unacked messages, drop consumers and exclusive queues. Idempotent."""
         channels = list(self.channels.values())
         self.channels.clear()
+        if self._counted and self.channels_counted:  # (worker 0 counts them no more)
+            self.broker.limit_counts.channels(self.user or "", -self.channels_counted)
+            self.channels_counted = 0
         for channel in channels:
             channel.cleanup()
         if self.exclusive_queues:
