@@ -211,6 +211,12 @@ class Metadata:
         self.making = False
         self._made: set[asyncio.Future[Any]] = set()  # made changes not yet everywhere
         self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
+        # Worker 0: the workers whose first sync with this process is still to come
+        # (their transient exchanges and bindings are taken then), and what was deleted
+        # meanwhile (exchanges and queues by name, bindings by key), so that a late
+        # sync does not bring back something deleted since this worker 0 started.
+        self._first_sync: set[int] = set(range(1, mesh.count)) if mesh.index == WRITER else set()
+        self._gone: set[tuple[Any, ...]] = set()
         mesh.on(META, self._on_meta)
         mesh.on(META_APPLIED, self._on_applied)
         mesh.serve("meta", self._serve_meta)
@@ -786,6 +792,8 @@ class Metadata:
     # --- changes the model makes by itself ----------------------------------------
 
     def _watch(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        if self._first_sync:
+            self._note_gone(vhost, event, subject)
         if event != "queue-deleted":
             if not self.applying and self._ready.is_set():
                 if self.index == WRITER or self.making:
@@ -1075,7 +1083,9 @@ class Metadata:
         self._synced_event.clear()
         if self._sync_faults is not None:
             _injected_sync_fault(self._sync_faults)
-        snapshot = await self.mesh.call(WRITER, "sync", self._claims(), self.mesh.count)
+        snapshot = await self.mesh.call(
+            WRITER, "sync", self._claims(), self.mesh.count, self._transient()
+        )
         lost = self.reconcile(snapshot)
         self.applied = snapshot["seq"]
         self.in_sync = True
@@ -1119,8 +1129,100 @@ class Metadata:
                 )
         return claims
 
+    def _transient(self) -> dict[str, Any]:
+        """The transient exchanges this worker holds, and the bindings that are not
+        stored (one end transient), by vhost, in the order they were made: a restarted
+        worker 0 stored none of them, and takes them from the first sync of each worker."""
+        vhosts: dict[str, Any] = {}
+        for vhost in self.broker.vhosts.values():
+            exchanges = [
+                (
+                    ex.name,
+                    ex.type_name,
+                    ex.auto_delete,
+                    ex.internal,
+                    ex.arguments,
+                    getattr(ex, "declared_by", ""),
+                )
+                for ex in vhost.exchanges.values()
+                if ex.name and not ex.durable
+            ]
+            bindings = [
+                (key, b.arguments)
+                for key, b in _bindings(vhost).items()
+                if not vhost._binding_is_durable(b)
+            ]
+            if exchanges or bindings:
+                vhosts[vhost.name] = {"exchanges": exchanges, "bindings": bindings}
+        return vhosts
+
+    def _take_exchanges(self, peer: int, transient: dict[str, Any]) -> None:
+        """Worker 0: declare the transient exchanges of a worker's first sync that it
+        lacks and did not delete since it started, each as an op sent on."""
+        for vhost_name, held in transient.items():
+            vhost = self.broker.vhosts.get(vhost_name)
+            if vhost is None:
+                continue
+            for name, type_name, auto_delete, internal, arguments, user in held["exchanges"]:
+                if name in vhost.exchanges or (vhost_name, "exchange", name) in self._gone:
+                    continue
+                op = (
+                    "exchange.declare",
+                    vhost_name,
+                    name,
+                    type_name,
+                    False,
+                    auto_delete,
+                    internal,
+                    arguments,
+                    user,
+                )
+                try:
+                    self._write(op)
+                except Exception:
+                    log.exception("worker %d's exchange '%s' could not be taken", peer, name)
+
+    def _take_bindings(self, peer: int, transient: dict[str, Any]) -> None:
+        """Worker 0: make the unstored bindings of a worker's first sync that it lacks,
+        whose ends it has, and which it (or either end) did not delete since it started."""
+        for vhost_name, held in transient.items():
+            vhost = self.broker.vhosts.get(vhost_name)
+            if vhost is None:
+                continue
+            have = _bindings(vhost)
+            for key, arguments in held["bindings"]:
+                source, dest, to_queue, routing_key, _akey = key
+                dest_kind = "queue" if to_queue else "exchange"
+                if (
+                    key in have
+                    or (vhost_name, "binding", key) in self._gone
+                    or (vhost_name, "exchange", source) in self._gone
+                    or (vhost_name, dest_kind, dest) in self._gone
+                    or source not in vhost.exchanges
+                    or dest not in (vhost.queues if to_queue else vhost.exchanges)
+                ):
+                    continue
+                op = ("bind", vhost_name, source, dest, to_queue, routing_key, arguments, MADE)
+                try:
+                    self._write(op)
+                except Exception:
+                    log.exception("worker %d's binding %r could not be taken", peer, key)
+
+    def _note_gone(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        """Worker 0, until every worker's first sync: remember a deletion."""
+        if event == "exchange-deleted":
+            self._gone.add((vhost.name, "exchange", subject.name))
+        elif event == "queue-deleted":
+            self._gone.add((vhost.name, "queue", subject.name))
+        elif event == "unbind":
+            self._gone.add((vhost.name, "binding", _binding_key(subject)))
+
     async def _serve_sync(
-        self, peer: int, claims: list[tuple[Any, ...]], count: int | None = None
+        self,
+        peer: int,
+        claims: list[tuple[Any, ...]],
+        count: int | None = None,
+        transient: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if count is not None and count != self.mesh.count:
             # Not one broker: its queues' placement (by the count) differs from ours.
@@ -1129,6 +1231,12 @@ class Metadata:
                 f"of {self.mesh.count}"
             )
         await self._ready.wait()
+        # Only a worker's first sync with this process brings its transient exchanges
+        # and bindings (the others', held by a worker linked before, are worker 0's
+        # already; a later sync is a worker that lost its link and may be behind).
+        first = peer in self._first_sync and transient is not None
+        if first:
+            self._take_exchanges(peer, transient)
         for claim in claims:
             vhost_name, name, durable, exclusive, auto_delete, arguments, ref = claim[:7]
             server_named, bindings = claim[7], claim[8]
@@ -1160,6 +1268,11 @@ class Metadata:
                         self._write(bind)
             except Exception:
                 log.exception("worker %d's queue '%s' could not be taken", peer, name)
+        if first:
+            self._take_bindings(peer, transient)
+            self._first_sync.discard(peer)
+            if not self._first_sync:
+                self._gone.clear()  # every worker synced: no claim can bring them back
         snapshot = self.snapshot()
         self.synced.add(peer)
         for tell in list(self.sync_watchers):
