@@ -8,6 +8,7 @@ processes (tests/workers/procs.py)."""
 from __future__ import annotations
 
 import pika
+import pytest
 from pika.exceptions import ChannelClosedByBroker
 
 from workers.procs import Workers, kill_and_wait, name_on, wait_for
@@ -16,6 +17,7 @@ from workers.procs import workers as workers  # the fixture  # noqa: PLC0414
 FANOUT = "wk-transient-fan"  # transient, auto-delete, bound to DIRECT
 DIRECT = "wk-transient-direct"  # transient
 GONE = "wk-transient-gone"  # transient, deleted before the kill
+LONE = "wk-transient-lone"  # auto-delete, bound only to a transient queue of worker 0
 
 
 def _syncs(broker: Workers, worker: int) -> int:
@@ -61,22 +63,34 @@ def _routed(ch, queues: list[str], body: bytes) -> list[bytes | None]:
     return got
 
 
-def test_transient_exchanges_and_bindings_survive_a_restart_of_worker_0(workers) -> None:
-    broker = workers(2).wait_listening()
-    queue_on_0 = name_on(0, "wk-transient-q")
+@pytest.mark.parametrize("count", [2, 3])
+def test_transient_exchanges_and_bindings_survive_a_restart_of_worker_0(workers, count) -> None:
+    broker = workers(count).wait_listening()
+    queue_on_0 = name_on(0, "wk-transient-q", count)
     client = broker.connect_to(1, "wk-transient-client")
     ch = client.channel()
     ch.confirm_delivery()
     exclusive = _declare(ch, queue_on_0)
+    transient_on_0 = name_on(0, "wk-transient-tq", count)
+    ch.exchange_declare(LONE, "fanout", durable=False, auto_delete=True)
+    ch.queue_declare(transient_on_0, durable=False)
+    ch.queue_bind(transient_on_0, LONE)
     assert _routed(ch, [exclusive, queue_on_0], b"before") == [b"before", b"before"]
 
-    synced = _syncs(broker, 1)
+    synced = [_syncs(broker, w) for w in range(count)]
     kill_and_wait(broker, 0)
-    wait_for(lambda: _syncs(broker, 1) > synced)  # worker 1 took the new worker 0's snapshot
+    # every other worker took the new worker 0's snapshot
+    wait_for(lambda: all(_syncs(broker, w) > synced[w] for w in range(1, count)))
 
     # The client of worker 1 never went away: its exchanges and bindings are there.
     assert _routed(ch, [exclusive, queue_on_0], b"after") == [b"after", b"after"]
     assert not _passive_exchange(client, GONE)
+    # A transient queue of worker 0 went with it, and so did the auto-delete exchange
+    # whose last binding was to it, as when a RabbitMQ node with the queue crashes.
+    with pytest.raises(ChannelClosedByBroker) as gone:
+        client.channel().queue_declare(transient_on_0, passive=True)
+    assert gone.value.reply_code == 404
+    assert not _passive_exchange(client, LONE)
     # Worker 0 has them too: it routes a publish of its own client the same way, and
     # a metadata change through it (a bind) finds the transient exchange.
     on_0 = broker.connect_to(0, "wk-transient-on-0")
@@ -97,6 +111,16 @@ def test_transient_exchanges_and_bindings_survive_a_restart_of_worker_0(workers)
     assert not _passive_exchange(on_0, FANOUT)
     assert not _passive_exchange(client, FANOUT)
     on_0.close()
+    if count == 3:  # a third worker's model is worker 0's
+        on_2 = broker.connect_to(2, "wk-transient-on-2")
+        assert _passive_exchange(on_2, DIRECT)
+        assert not _passive_exchange(on_2, GONE)
+        assert not _passive_exchange(on_2, LONE)
+        ch2 = on_2.channel()
+        ch2.confirm_delivery()
+        ch2.basic_publish(DIRECT, "rk", b"from worker 2", mandatory=True)
+        assert ch.basic_get(exclusive, auto_ack=True)[2] == b"from worker 2"
+        on_2.close()
     client.close()
 
 

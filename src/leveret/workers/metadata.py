@@ -217,6 +217,11 @@ class Metadata:
         # sync does not bring back something deleted since this worker 0 started.
         self._first_sync: set[int] = set(range(1, mesh.count)) if mesh.index == WRITER else set()
         self._gone: set[tuple[Any, ...]] = set()
+        # auto-delete exchanges taken from a first sync that had bindings as sources:
+        # one left with none once every worker synced (its bindings went with queues
+        # lost in worker 0's restart) is deleted then, as RabbitMQ deletes one whose
+        # last binding went with a crashed node's queues
+        self._taken_auto: set[tuple[str, str]] = set()
         mesh.on(META, self._on_meta)
         mesh.on(META_APPLIED, self._on_applied)
         mesh.serve("meta", self._serve_meta)
@@ -1181,6 +1186,9 @@ class Metadata:
                     self._write(op)
                 except Exception:
                     log.exception("worker %d's exchange '%s' could not be taken", peer, name)
+                    continue
+                if auto_delete and any(b[0][0] == name for b in held["bindings"]):
+                    self._taken_auto.add((vhost_name, name))
 
     def _take_bindings(self, peer: int, transient: dict[str, Any]) -> None:
         """Worker 0: make the unstored bindings of a worker's first sync that it lacks,
@@ -1190,11 +1198,16 @@ class Metadata:
             if vhost is None:
                 continue
             have = _bindings(vhost)
+            # a transient exchange of the claim binds only if worker 0's is the same one
+            # (a client of worker 0 may have made another of its name meanwhile)
+            claimed = {e[0]: (e[1], False, *e[2:5]) for e in held["exchanges"]}
             for key, arguments in held["bindings"]:
                 source, dest, to_queue, routing_key, _akey = key
                 dest_kind = "queue" if to_queue else "exchange"
                 if (
                     key in have
+                    or not _same_exchange(vhost, source, claimed)
+                    or (not to_queue and not _same_exchange(vhost, dest, claimed))
                     or (vhost_name, "binding", key) in self._gone
                     or (vhost_name, "exchange", source) in self._gone
                     or (vhost_name, dest_kind, dest) in self._gone
@@ -1207,6 +1220,20 @@ class Metadata:
                     self._write(op)
                 except Exception:
                     log.exception("worker %d's binding %r could not be taken", peer, key)
+
+    def _drop_unbound_auto_delete(self) -> None:
+        """Worker 0, once every worker synced: delete each auto-delete exchange taken
+        from a sync with bindings that is left with none."""
+        taken, self._taken_auto = self._taken_auto, set()
+        for vhost_name, name in sorted(taken):
+            vhost = self.broker.vhosts.get(vhost_name)
+            ex = vhost.exchanges.get(name) if vhost is not None else None
+            if ex is None or ex.durable or not ex.auto_delete or ex.bindings:
+                continue
+            try:
+                self._write(("exchange.delete", vhost_name, name, False))
+            except Exception:
+                log.exception("auto-delete exchange '%s' could not be deleted", name)
 
     def _note_gone(self, vhost: VirtualHost, event: str, subject: Any) -> None:
         """Worker 0, until every worker's first sync: remember a deletion."""
@@ -1273,6 +1300,7 @@ class Metadata:
             self._first_sync.discard(peer)
             if not self._first_sync:
                 self._gone.clear()  # every worker synced: no claim can bring them back
+                self._drop_unbound_auto_delete()
         snapshot = self.snapshot()
         self.synced.add(peer)
         for tell in list(self.sync_watchers):
@@ -1491,6 +1519,26 @@ def _owner_of(vhost: VirtualHost, name: str) -> Any:
     """Whoever may use queue `name` (its exclusive owner, or None)."""
     queue = vhost.queues.get(name)
     return queue.exclusive_owner if queue is not None else None
+
+
+def _same_exchange(vhost: VirtualHost, name: str, claimed: dict[str, tuple[Any, ...]]) -> bool:
+    """Whether worker 0's exchange `name` is the one a sync's claim holds: the same
+    transient exchange when the claim lists it; any exchange of the name otherwise."""
+    ex = vhost.exchanges.get(name)
+    if ex is None:
+        return False
+    want = claimed.get(name)
+    return (
+        want is None
+        or (
+            ex.type_name,
+            ex.durable,
+            ex.auto_delete,
+            ex.internal,
+            ex.arguments,
+        )
+        == want
+    )
 
 
 def _binding_key(binding: Any) -> tuple[str, str, bool, str, str]:
