@@ -27,8 +27,11 @@ one writer, worker 0 (`WRITER`):
 - A worker that (re)joins worker 0 syncs: it sends the queues it owns and holds in
   memory only (transient and exclusive ones, which worker 0 forgets when it restarts),
   worker 0 takes those it lacks, and answers with a snapshot of its topology and its
-  op number; the worker reconciles its model to the snapshot (keeping the messages
-  of the queues it owns) and applies ops from that number on. A sync that fails
+  op number. A worker's first sync with a (re)started worker 0 also brings the
+  transient exchanges and unstored bindings it holds, which worker 0 takes unless it
+  has them or deleted them since it started (`_take_exchanges`, `_take_bindings`).
+  The worker reconciles its model to the snapshot (keeping the messages of the
+  queues it owns) and applies ops from that number on. A sync that fails
   other than by a lost link is tried again with a capped backoff, and given up
   after `SYNC_TRIES` tries, or at once when worker 0 refuses it (`SyncRefused`):
   `sync_failures` hears of it (leveret.worker exits, its supervisor acts).
