@@ -143,3 +143,109 @@ def test_a_restart_of_the_whole_broker_drops_transient_exchanges(workers) -> Non
     # (stopped here: the fixture's teardown of the first broker reads the status
     # file, which is this one's now)
     assert again.stop() == 0
+
+
+# --- the order of syncs, in one process (tests/workers/inprocess.py), where the test
+# links the restarted worker 0 to one worker, then to the other, when it chooses
+
+
+def _restart_worker_0_linked_to(w, linked: list[int]) -> None:
+    """Stop worker 0 and start it again from its store, linked to `linked` only."""
+    from leveret.launcher import Node
+    from leveret.workers.link import socket_pair
+    from leveret.workers.mesh import Mesh
+
+    async def go() -> None:
+        await w.nodes[0].stop()
+        w.meshes[0].close()
+        mesh = Mesh(0, w.count)
+        node = Node(w.worker_config(0), loop=w.loop, mesh=mesh)
+        for peer in linked:
+            await _link(w, mesh, peer)
+        w.nodes[0], w.meshes[0] = node, mesh
+        await node.start()
+
+    async def _link(w, mesh, peer: int) -> None:
+        a, b = socket_pair()
+        await mesh.connect(peer, a)
+        await w.meshes[peer].connect(0, b)
+
+    w.run(go())
+
+
+def _link_worker_0_to(w, peer: int) -> None:
+    from leveret.workers.link import socket_pair
+
+    async def go() -> None:
+        a, b = socket_pair()
+        await w.meshes[0].connect(peer, a)
+        await w.meshes[peer].connect(0, b)
+
+    w.run(go())
+
+
+def _exchanges(w, index: int) -> dict[str, str]:
+    def read() -> dict[str, str]:
+        v = w.nodes[index].broker.vhosts["/"]
+        return {e.name: e.type_name for e in v.exchanges.values() if e.name}
+
+    return w.call(read)
+
+
+def _bindings_from(w, index: int, source: str) -> list[tuple[str, str]]:
+    def read() -> list[tuple[str, str]]:
+        ex = w.nodes[index].broker.vhosts["/"].exchanges.get(source)
+        if ex is None:
+            return []
+        return sorted((b.destination.name, b.routing_key) for b in ex.bindings.values())
+
+    return w.call(read)
+
+
+def _in_sync(w, index: int) -> bool:
+    return w.call(lambda: w.nodes[index].metadata.in_sync)
+
+
+def test_a_later_first_sync_brings_back_nothing_deleted_or_made_anew(tmp_path) -> None:
+    from workers.inprocess import in_process_workers
+
+    with in_process_workers(3, tmp_path) as w:
+        c1 = pika.BlockingConnection(pika.URLParameters(w.url(1)))
+        ch1 = c1.channel()
+        ch1.exchange_declare("wk-transient-deleted", "fanout", durable=False)
+        ch1.exchange_declare("wk-transient-anew", "direct", durable=False)
+        ch1.exchange_declare("wk-transient-kept", "topic", durable=False)
+        queue = ch1.queue_declare("", exclusive=True).method.queue  # worker 1's
+        ch1.queue_bind(queue, "wk-transient-anew", "a")
+        ch1.queue_bind(queue, "wk-transient-kept", "k.#")
+        ch1.queue_bind(queue, "wk-transient-deleted", "")
+        ch1.queue_bind(queue, "amq.topic", "unbound.later")  # durable exchange
+        before = _exchanges(w, 2)
+        assert before["wk-transient-anew"] == "direct"
+
+        _restart_worker_0_linked_to(w, [])
+        # Before any worker's first sync, a client of worker 0 makes another exchange
+        # under a name the others hold: theirs, and its bindings, are not taken.
+        c0 = pika.BlockingConnection(pika.URLParameters(w.url(0)))
+        c0.channel().exchange_declare("wk-transient-anew", "fanout", durable=False)
+        _link_worker_0_to(w, 1)
+        wait_for(lambda: _in_sync(w, 1))
+        assert not _in_sync(w, 2)
+        # Worker 1's first sync brought the others back; then, before worker 2's first
+        # sync, a client of worker 1 deletes one and unbinds a binding.
+        assert {"wk-transient-deleted", "wk-transient-kept"} <= set(_exchanges(w, 0))
+        ch1.exchange_delete("wk-transient-deleted")
+        ch1.queue_unbind(queue, "amq.topic", "unbound.later")
+
+        _link_worker_0_to(w, 2)
+        wait_for(lambda: _in_sync(w, 2))
+        for index in range(3):
+            held = _exchanges(w, index)
+            assert "wk-transient-deleted" not in held, index
+            assert held["wk-transient-anew"] == "fanout", index
+            assert held["wk-transient-kept"] == "topic", index
+            assert _bindings_from(w, index, "wk-transient-anew") == [], index
+            assert _bindings_from(w, index, "wk-transient-kept") == [(queue, "k.#")], index
+            assert (queue, "unbound.later") not in _bindings_from(w, index, "amq.topic"), index
+        c0.close()
+        c1.close()

@@ -1201,28 +1201,36 @@ class Metadata:
             if vhost is None:
                 continue
             have = _bindings(vhost)
-            # a transient exchange of the claim binds only if worker 0's is the same one
-            # (a client of worker 0 may have made another of its name meanwhile)
-            claimed = {e[0]: (e[1], False, *e[2:5]) for e in held["exchanges"]}
+            claimed = _claimed_exchanges(transient, vhost_name)
             for key, arguments in held["bindings"]:
                 source, dest, to_queue, routing_key, _akey = key
-                dest_kind = "queue" if to_queue else "exchange"
-                if (
-                    key in have
-                    or not _same_exchange(vhost, source, claimed)
-                    or (not to_queue and not _same_exchange(vhost, dest, claimed))
-                    or (vhost_name, "binding", key) in self._gone
-                    or (vhost_name, "exchange", source) in self._gone
-                    or (vhost_name, dest_kind, dest) in self._gone
-                    or source not in vhost.exchanges
-                    or dest not in (vhost.queues if to_queue else vhost.exchanges)
-                ):
+                if key in have or not self._may_bind(vhost, key, claimed):
                     continue
                 op = ("bind", vhost_name, source, dest, to_queue, routing_key, arguments, MADE)
                 try:
                     self._write(op)
                 except Exception:
                     log.exception("worker %d's binding %r could not be taken", peer, key)
+
+    def _may_bind(
+        self,
+        vhost: VirtualHost,
+        key: tuple[str, str, bool, str, str],
+        claimed: dict[str, tuple[Any, ...]],
+    ) -> bool:
+        """Worker 0: whether a binding a sync brings (by its key) may be made: both
+        ends here, neither (nor the binding) deleted since this worker 0 started, and a
+        transient exchange at either end the one the sync holds (a client of worker 0
+        may have made another of its name meanwhile)."""
+        source, dest, to_queue, _routing_key, _akey = key
+        gone = self._gone
+        return (
+            _same_exchange(vhost, source, claimed)
+            and (dest in vhost.queues if to_queue else _same_exchange(vhost, dest, claimed))
+            and (vhost.name, "binding", key) not in gone
+            and (vhost.name, "exchange", source) not in gone
+            and (vhost.name, "queue" if to_queue else "exchange", dest) not in gone
+        )
 
     def _drop_unbound_auto_delete(self) -> None:
         """Worker 0, once every worker synced: delete each auto-delete exchange taken
@@ -1271,8 +1279,8 @@ class Metadata:
             vhost_name, name, durable, exclusive, auto_delete, arguments, ref = claim[:7]
             server_named, bindings = claim[7], claim[8]
             vhost = self.broker.vhosts.get(vhost_name)
-            if vhost is None or name in vhost.queues:
-                continue
+            if vhost is None or name in vhost.queues or (vhost_name, "queue", name) in self._gone:
+                continue  # (deleted since this worker 0 started: the owner drops it)
             try:
                 op = (
                     "queue.declare",
@@ -1292,8 +1300,10 @@ class Metadata:
                 finally:
                     self.applying = False
                 self._broadcast(op, None)
+                claimed = _claimed_exchanges(transient, vhost_name)
                 for source, routing_key, args in bindings:
-                    if source in vhost.exchanges:
+                    key = (source, name, True, routing_key, arguments_key(args))
+                    if self._may_bind(vhost, key, claimed):
                         bind = ("bind", vhost_name, source, name, True, routing_key, args, ref)
                         self._write(bind)
             except Exception:
@@ -1522,6 +1532,15 @@ def _owner_of(vhost: VirtualHost, name: str) -> Any:
     """Whoever may use queue `name` (its exclusive owner, or None)."""
     queue = vhost.queues.get(name)
     return queue.exclusive_owner if queue is not None else None
+
+
+def _claimed_exchanges(transient: dict[str, Any] | None, vhost: str) -> dict[str, tuple[Any, ...]]:
+    """The transient exchanges a sync holds in `vhost`, by name: (type, durable,
+    auto-delete, internal, arguments), as `_same_exchange` compares them."""
+    held = (transient or {}).get(vhost)
+    if not held:
+        return {}
+    return {e[0]: (e[1], False, *e[2:5]) for e in held["exchanges"]}
 
 
 def _same_exchange(vhost: VirtualHost, name: str, claimed: dict[str, tuple[Any, ...]]) -> bool:
