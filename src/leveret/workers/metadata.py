@@ -1139,8 +1139,8 @@ class Metadata:
 
     def _transient(self) -> dict[str, Any]:
         """The transient exchanges this worker holds, and the bindings that are not
-        stored (one end transient), by vhost, in the order they were made: a restarted
-        worker 0 stored none of them, and takes them from the first sync of each worker."""
+        stored (one end transient or exclusive), by vhost: a restarted worker 0 stored
+        none of them, and takes them from the first sync of each worker."""
         vhosts: dict[str, Any] = {}
         for vhost in self.broker.vhosts.values():
             exchanges = [
