@@ -36,6 +36,8 @@ def _declare(ch, queue_on_0: str) -> str:
     ch.queue_bind(exclusive, GONE, "")
     ch.queue_declare(queue_on_0, durable=True)  # stored by worker 0
     ch.queue_bind(queue_on_0, DIRECT, "rk")  # not stored: its source is transient
+    ch.queue_bind(queue_on_0, "amq.direct", "durable-rk")  # both ends durable: stored
+    ch.queue_bind(exclusive, "amq.direct", "durable-rk")  # its queue's owner sends it
     ch.exchange_delete(GONE)
     return exclusive
 
@@ -85,6 +87,9 @@ def test_transient_exchanges_and_bindings_survive_a_restart_of_worker_0(workers,
     # The client of worker 1 never went away: its exchanges and bindings are there.
     assert _routed(ch, [exclusive, queue_on_0], b"after") == [b"after", b"after"]
     assert not _passive_exchange(client, GONE)
+    ch.basic_publish("amq.direct", "durable-rk", b"durable", mandatory=True)
+    assert ch.basic_get(exclusive, auto_ack=True)[2] == b"durable"
+    assert ch.basic_get(queue_on_0, auto_ack=True)[2] == b"durable"
     # A transient queue of worker 0 went with it, and so did the auto-delete exchange
     # whose last binding was to it, as when a RabbitMQ node with the queue crashes.
     with pytest.raises(ChannelClosedByBroker) as gone:
