@@ -111,7 +111,7 @@ def test_retries_log_each_distinct_error_once_and_give_up_after_the_tries(caplog
         await writer.start()
         errors = iter([OSError("disk"), OSError("disk"), ValueError("odd"), OSError("disk")] * 3)
 
-        def failing(peer: int, claims: list, count: int | None = None):
+        def failing(peer: int, claims: list, count: int | None = None, transient=None):
             raise next(errors)
 
         meshes[0].serve("sync", failing)

@@ -27,8 +27,11 @@ one writer, worker 0 (`WRITER`):
 - A worker that (re)joins worker 0 syncs: it sends the queues it owns and holds in
   memory only (transient and exclusive ones, which worker 0 forgets when it restarts),
   worker 0 takes those it lacks, and answers with a snapshot of its topology and its
-  op number; the worker reconciles its model to the snapshot (keeping the messages
-  of the queues it owns) and applies ops from that number on. A sync that fails
+  op number. A worker's first sync with a (re)started worker 0 also brings the
+  transient exchanges and unstored bindings it holds, which worker 0 takes unless it
+  has them or deleted them since it started (`_take_exchanges`, `_take_bindings`).
+  The worker reconciles its model to the snapshot (keeping the messages of the
+  queues it owns) and applies ops from that number on. A sync that fails
   other than by a lost link is tried again with a capped backoff, and given up
   after `SYNC_TRIES` tries, or at once when worker 0 refuses it (`SyncRefused`):
   `sync_failures` hears of it (leveret.worker exits, its supervisor acts).
@@ -211,6 +214,17 @@ class Metadata:
         self.making = False
         self._made: set[asyncio.Future[Any]] = set()  # made changes not yet everywhere
         self._originals: dict[tuple[str, str], Callable[..., Any]] = {}
+        # Worker 0: the workers whose first sync with this process is still to come
+        # (their transient exchanges and bindings are taken then), and what was deleted
+        # meanwhile (exchanges and queues by name, bindings by key), so that a late
+        # sync does not bring back something deleted since this worker 0 started.
+        self._first_sync: set[int] = set(range(1, mesh.count)) if mesh.index == WRITER else set()
+        self._gone: set[tuple[Any, ...]] = set()
+        # auto-delete exchanges taken from a first sync that had bindings as sources:
+        # one left with none once every worker synced (its bindings went with queues
+        # lost in worker 0's restart) is deleted then, as RabbitMQ deletes one whose
+        # last binding went with a crashed node's queues
+        self._taken_auto: set[tuple[str, str]] = set()
         mesh.on(META, self._on_meta)
         mesh.on(META_APPLIED, self._on_applied)
         mesh.serve("meta", self._serve_meta)
@@ -786,6 +800,8 @@ class Metadata:
     # --- changes the model makes by itself ----------------------------------------
 
     def _watch(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        if self._first_sync:
+            self._note_gone(vhost, event, subject)
         if event != "queue-deleted":
             if not self.applying and self._ready.is_set():
                 if self.index == WRITER or self.making:
@@ -1075,7 +1091,9 @@ class Metadata:
         self._synced_event.clear()
         if self._sync_faults is not None:
             _injected_sync_fault(self._sync_faults)
-        snapshot = await self.mesh.call(WRITER, "sync", self._claims(), self.mesh.count)
+        snapshot = await self.mesh.call(
+            WRITER, "sync", self._claims(), self.mesh.count, self._transient()
+        )
         lost = self.reconcile(snapshot)
         self.applied = snapshot["seq"]
         self.in_sync = True
@@ -1119,8 +1137,130 @@ class Metadata:
                 )
         return claims
 
+    def _transient(self) -> dict[str, Any]:
+        """The transient exchanges this worker holds, and the bindings that are not
+        stored (one end transient or exclusive), by vhost: a restarted worker 0 stored
+        none of them, and takes them from the first sync of each worker."""
+        vhosts: dict[str, Any] = {}
+        for vhost in self.broker.vhosts.values():
+            exchanges = [
+                (
+                    ex.name,
+                    ex.type_name,
+                    ex.auto_delete,
+                    ex.internal,
+                    ex.arguments,
+                    getattr(ex, "declared_by", ""),
+                )
+                for ex in vhost.exchanges.values()
+                if ex.name and not ex.durable
+            ]
+            bindings = [
+                (key, b.arguments)
+                for key, b in _bindings(vhost).items()
+                if not vhost._binding_is_durable(b)
+            ]
+            if exchanges or bindings:
+                vhosts[vhost.name] = {"exchanges": exchanges, "bindings": bindings}
+        return vhosts
+
+    def _take_exchanges(self, peer: int, transient: dict[str, Any]) -> None:
+        """Worker 0: declare the transient exchanges of a worker's first sync that it
+        lacks and did not delete since it started, each as an op sent on."""
+        for vhost_name, held in transient.items():
+            vhost = self.broker.vhosts.get(vhost_name)
+            if vhost is None:
+                continue
+            for name, type_name, auto_delete, internal, arguments, user in held["exchanges"]:
+                if name in vhost.exchanges or (vhost_name, "exchange", name) in self._gone:
+                    continue
+                op = (
+                    "exchange.declare",
+                    vhost_name,
+                    name,
+                    type_name,
+                    False,
+                    auto_delete,
+                    internal,
+                    arguments,
+                    user,
+                )
+                try:
+                    self._write(op)
+                except Exception:
+                    log.exception("worker %d's exchange '%s' could not be taken", peer, name)
+                    continue
+                if auto_delete and any(b[0][0] == name for b in held["bindings"]):
+                    self._taken_auto.add((vhost_name, name))
+
+    def _take_bindings(self, peer: int, transient: dict[str, Any]) -> None:
+        """Worker 0: make the unstored bindings of a worker's first sync that it lacks,
+        whose ends it has, and which it (or either end) did not delete since it started."""
+        for vhost_name, held in transient.items():
+            vhost = self.broker.vhosts.get(vhost_name)
+            if vhost is None:
+                continue
+            have = _bindings(vhost)
+            claimed = _claimed_exchanges(transient, vhost_name)
+            for key, arguments in held["bindings"]:
+                source, dest, to_queue, routing_key, _akey = key
+                if key in have or not self._may_bind(vhost, key, claimed):
+                    continue
+                op = ("bind", vhost_name, source, dest, to_queue, routing_key, arguments, MADE)
+                try:
+                    self._write(op)
+                except Exception:
+                    log.exception("worker %d's binding %r could not be taken", peer, key)
+
+    def _may_bind(
+        self,
+        vhost: VirtualHost,
+        key: tuple[str, str, bool, str, str],
+        claimed: dict[str, tuple[Any, ...]],
+    ) -> bool:
+        """Worker 0: whether a binding a sync brings (by its key) may be made: both
+        ends here, neither (nor the binding) deleted since this worker 0 started, and a
+        transient exchange at either end the one the sync holds (a client of worker 0
+        may have made another of its name meanwhile)."""
+        source, dest, to_queue, _routing_key, _akey = key
+        gone = self._gone
+        return (
+            _same_exchange(vhost, source, claimed)
+            and (dest in vhost.queues if to_queue else _same_exchange(vhost, dest, claimed))
+            and (vhost.name, "binding", key) not in gone
+            and (vhost.name, "exchange", source) not in gone
+            and (vhost.name, "queue" if to_queue else "exchange", dest) not in gone
+        )
+
+    def _drop_unbound_auto_delete(self) -> None:
+        """Worker 0, once every worker synced: delete each auto-delete exchange taken
+        from a sync with bindings that is left with none."""
+        taken, self._taken_auto = self._taken_auto, set()
+        for vhost_name, name in sorted(taken):
+            vhost = self.broker.vhosts.get(vhost_name)
+            ex = vhost.exchanges.get(name) if vhost is not None else None
+            if ex is None or ex.durable or not ex.auto_delete or ex.bindings:
+                continue
+            try:
+                self._write(("exchange.delete", vhost_name, name, False))
+            except Exception:
+                log.exception("auto-delete exchange '%s' could not be deleted", name)
+
+    def _note_gone(self, vhost: VirtualHost, event: str, subject: Any) -> None:
+        """Worker 0, until every worker's first sync: remember a deletion."""
+        if event == "exchange-deleted":
+            self._gone.add((vhost.name, "exchange", subject.name))
+        elif event == "queue-deleted":
+            self._gone.add((vhost.name, "queue", subject.name))
+        elif event == "unbind":
+            self._gone.add((vhost.name, "binding", _binding_key(subject)))
+
     async def _serve_sync(
-        self, peer: int, claims: list[tuple[Any, ...]], count: int | None = None
+        self,
+        peer: int,
+        claims: list[tuple[Any, ...]],
+        count: int | None = None,
+        transient: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if count is not None and count != self.mesh.count:
             # Not one broker: its queues' placement (by the count) differs from ours.
@@ -1129,12 +1269,18 @@ class Metadata:
                 f"of {self.mesh.count}"
             )
         await self._ready.wait()
+        # Only a worker's first sync with this process brings its transient exchanges
+        # and bindings (the others', held by a worker linked before, are worker 0's
+        # already; a later sync is a worker that lost its link and may be behind).
+        first = peer in self._first_sync and transient is not None
+        if first:
+            self._take_exchanges(peer, transient)
         for claim in claims:
             vhost_name, name, durable, exclusive, auto_delete, arguments, ref = claim[:7]
             server_named, bindings = claim[7], claim[8]
             vhost = self.broker.vhosts.get(vhost_name)
-            if vhost is None or name in vhost.queues:
-                continue
+            if vhost is None or name in vhost.queues or (vhost_name, "queue", name) in self._gone:
+                continue  # (deleted since this worker 0 started: the owner drops it)
             try:
                 op = (
                     "queue.declare",
@@ -1154,12 +1300,20 @@ class Metadata:
                 finally:
                     self.applying = False
                 self._broadcast(op, None)
+                claimed = _claimed_exchanges(transient, vhost_name)
                 for source, routing_key, args in bindings:
-                    if source in vhost.exchanges:
+                    key = (source, name, True, routing_key, arguments_key(args))
+                    if self._may_bind(vhost, key, claimed):
                         bind = ("bind", vhost_name, source, name, True, routing_key, args, ref)
                         self._write(bind)
             except Exception:
                 log.exception("worker %d's queue '%s' could not be taken", peer, name)
+        if first:
+            self._take_bindings(peer, transient)
+            self._first_sync.discard(peer)
+            if not self._first_sync:
+                self._gone.clear()  # every worker synced: no claim can bring them back
+                self._drop_unbound_auto_delete()
         snapshot = self.snapshot()
         self.synced.add(peer)
         for tell in list(self.sync_watchers):
@@ -1378,6 +1532,35 @@ def _owner_of(vhost: VirtualHost, name: str) -> Any:
     """Whoever may use queue `name` (its exclusive owner, or None)."""
     queue = vhost.queues.get(name)
     return queue.exclusive_owner if queue is not None else None
+
+
+def _claimed_exchanges(transient: dict[str, Any] | None, vhost: str) -> dict[str, tuple[Any, ...]]:
+    """The transient exchanges a sync holds in `vhost`, by name: (type, durable,
+    auto-delete, internal, arguments), as `_same_exchange` compares them."""
+    held = (transient or {}).get(vhost)
+    if not held:
+        return {}
+    return {e[0]: (e[1], False, *e[2:5]) for e in held["exchanges"]}
+
+
+def _same_exchange(vhost: VirtualHost, name: str, claimed: dict[str, tuple[Any, ...]]) -> bool:
+    """Whether worker 0's exchange `name` is the one a sync's claim holds: the same
+    transient exchange when the claim lists it; any exchange of the name otherwise."""
+    ex = vhost.exchanges.get(name)
+    if ex is None:
+        return False
+    want = claimed.get(name)
+    return (
+        want is None
+        or (
+            ex.type_name,
+            ex.durable,
+            ex.auto_delete,
+            ex.internal,
+            ex.arguments,
+        )
+        == want
+    )
 
 
 def _binding_key(binding: Any) -> tuple[str, str, bool, str, str]:
