@@ -179,3 +179,39 @@ def test_affinity_off_keeps_a_producer_to_an_exchange_where_it_is(workers) -> No
     conn.close()
     setup.close()
     assert broker.stop() == 0
+
+
+def test_a_publish_with_cc_keeps_its_producer_and_an_unroutable_one_decides_nothing(
+    workers,
+) -> None:
+    """An unroutable publish does not decide (the next one does); one whose CC header
+    adds routing keys is not followed: its producer stays."""
+    broker = linked(workers(2).wait_listening())
+    queue = name_on(1, "wk-affinity2-c")
+    setup = setup_exchange(broker, "direct", queue)
+    cc = pika.BasicProperties(headers={"CC": [queue]})
+    conn = pika_on(broker, 0)
+    port = pika_port(conn)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish(EXCHANGE, "nowhere", b"lost")  # routed to no queue: no decision
+    for n in range(5):
+        ch.basic_publish(EXCHANGE, "nowhere", f"c{n}".encode(), cc, mandatory=True)
+    conn.process_data_events(time_limit=0.2)
+    assert on_worker(broker, port) == 0
+    assert f":{port} handed to worker" not in broker.text()
+    assert drain(setup, queue) == [f"c{n}".encode() for n in range(5)]
+    conn.close()
+
+    conn = pika_on(broker, 0)  # the same without CC: the routed publish decides
+    port = pika_port(conn)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish(EXCHANGE, "nowhere", b"lost")
+    for n in range(5):
+        ch.basic_publish(EXCHANGE, queue, f"d{n}".encode(), mandatory=True)
+    wait_for(lambda: on_worker(broker, port) == 1)
+    assert drain(setup, queue) == [f"d{n}".encode() for n in range(5)]
+    conn.close()
+    setup.close()
+    assert broker.stop() == 0

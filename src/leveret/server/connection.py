@@ -345,21 +345,20 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         following = self._following
         peer = following.peer  # type: ignore[union-attr]
         kind = type(event)
-        if kind is pc.MethodReceived or kind is pc.Publish:
-            there = handoffs.target(handoffs.mesh, self.vhost, event)  # type: ignore[union-attr]
-            if there is not None and there != peer:
-                self._affinity = self._following = None  # its queues are not all there
-                log.debug(
-                    "connection %s stays: it also uses queues not on worker %d", self.peer, peer
-                )
-                return None
-            self._flush()  # what answers earlier events leaves first, from here
-            if handoffs.cannot_move(self, event) is None:  # type: ignore[union-attr]
-                self._affinity = self._following = None
-                return self._affinity_move(peer, event, events)
-            if kind is pc.Publish and not _confirms(self.channels.get(event.channel)):  # type: ignore[attr-defined]
-                self._affinity = self._following = None  # handled here, unconfirmed
-                return None
+        if kind is not pc.MethodReceived and kind is not pc.Publish:
+            return None  # (acks, heartbeats: not a moment to move at, nor a try)
+        there = handoffs.target(handoffs.mesh, self.vhost, event)  # type: ignore[union-attr]
+        if there is not None and there != peer:
+            self._affinity = self._following = None  # its queues are not all there
+            log.debug("connection %s stays: it also uses queues not on worker %d", self.peer, peer)
+            return None
+        self._flush()  # what answers earlier events leaves first, from here
+        if handoffs.cannot_move(self, event) is None:  # type: ignore[union-attr]
+            self._affinity = self._following = None
+            return self._affinity_move(peer, event, events)
+        if kind is pc.Publish and not _confirms(self.channels.get(event.channel)):  # type: ignore[attr-defined]
+            self._affinity = self._following = None  # handled here, unconfirmed
+            return None
         following.tries -= 1  # type: ignore[union-attr]
         if following.tries <= 0:  # type: ignore[union-attr]
             self._affinity = self._following = None
