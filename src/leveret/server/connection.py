@@ -216,8 +216,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._affinity = server.handoffs
         if self._affinity is not None:
             self._gated = True
-        # ... and after a publish through an exchange decided (affinity.Following)
-        self._following: Any = None
+            # ... and after a publish through an exchange decided (affinity.Following)
+            self._following: Any = None
         # Input of a connection handed over by another worker, handled before reading.
         self._adopted: tuple[bytes, int] | None = None
         self._told_blocked = False
