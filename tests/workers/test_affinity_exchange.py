@@ -7,8 +7,10 @@ the kernel put it."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
+import aio_pika
 import kombu
 import pika
 import pytest
@@ -213,5 +215,46 @@ def test_a_publish_with_cc_keeps_its_producer_and_an_unroutable_one_decides_noth
     wait_for(lambda: on_worker(broker, port) == 1)
     assert drain(setup, queue) == [f"d{n}".encode() for n in range(5)]
     conn.close()
+    setup.close()
+    assert broker.stop() == 0
+
+
+def test_a_producer_with_a_window_of_confirms_keeps_its_confirms_and_order(workers) -> None:
+    """Publishes pipelined behind the deciding one: the connection moves only at an
+    event where every confirm was sent (or stays, after the tries), so however its
+    publishes fall into reads, each is confirmed once and the queue has them in order."""
+    broker = linked(workers(2).wait_listening())
+    queue = name_on(1, "wk-affinity2-w")
+    setup = setup_exchange(broker, "direct", queue)
+
+    async def produce() -> None:
+        for attempt in range(64):
+            name = f"windowed-{attempt}"
+            conn = await aio_pika.connect(
+                f"amqp://guest:guest@127.0.0.1:{broker.port}/",
+                client_properties={"connection_name": name},
+            )
+            if name in broker.connection_names(0):
+                break
+            await conn.close()
+        else:
+            raise AssertionError("64 connections and none on worker 0")
+        ch = await conn.channel(publisher_confirms=True)
+        exchange = await ch.get_exchange(EXCHANGE)
+        for batch in range(5):  # windows of 100 publishes, each confirmed (or raises)
+            await asyncio.gather(
+                *(
+                    exchange.publish(
+                        aio_pika.Message(f"w{batch * 100 + n}".encode()), queue, mandatory=True
+                    )
+                    for n in range(100)
+                )
+            )
+        where = [w for w in range(2) if name in broker.connection_names(w)]
+        assert len(where) == 1
+        await conn.close()
+
+    asyncio.run(produce())
+    assert drain(setup, queue) == [f"w{n}".encode() for n in range(500)]
     setup.close()
     assert broker.stop() == 0
