@@ -82,6 +82,12 @@ def _waits_for_recovery(event: pc.Event) -> bool:
     return kind in _AFTER_RECOVERY
 
 
+def _confirms(ch: Channel | None) -> bool:
+    """Whether channel `ch` confirms its publishes (not in a transaction): then
+    `cannot_move` waits until each one it handled here reached its queues."""
+    return ch is not None and ch.confirm_mode and ch.tx is None
+
+
 def _replay(event: pc.Event, rest: Iterator[pc.Event]) -> Iterator[pc.Event]:
     yield event
     yield from rest
@@ -210,6 +216,8 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         self._affinity = server.handoffs
         if self._affinity is not None:
             self._gated = True
+            # ... and after a publish through an exchange decided (affinity.Following)
+            self._following: Any = None
         # Input of a connection handed over by another worker, handled before reading.
         self._adopted: tuple[bytes, int] | None = None
         self._told_blocked = False
@@ -307,13 +315,63 @@ class AMQPConnection(ConnectionIO, asyncio.BufferedProtocol):
         bytes again, to handle here."""
         handoffs = self._affinity
         mesh = handoffs.mesh  # type: ignore[union-attr]
+        if self._following is not None:
+            return self._affinity_follow(event, events)
         peer = handoffs.target(mesh, self.vhost, event)  # type: ignore[union-attr]
         if peer is None:
             return None
-        self._affinity = None  # decided: never again for this connection
         if peer == handoffs.STAY or peer == mesh.index:  # type: ignore[union-attr]
+            self._affinity = None  # decided: never again for this connection
             return None
-        if not handoffs.can_send(peer):  # type: ignore[union-attr]
+        if type(event) is pc.Publish and event.exchange:  # type: ignore[attr-defined]
+            # Routed through an exchange to queues of `peer` only: handled here, and
+            # the connection moves at a later event, once its confirm was sent (the
+            # message is on `peer` then: nothing published after it can overtake it).
+            if not _confirms(self.channels.get(event.channel)):  # type: ignore[attr-defined]
+                self._affinity = None  # nothing would say when its message got there
+                return None
+            self._following = handoffs.Following(peer)  # type: ignore[union-attr]
+            return None
+        self._affinity = None  # decided: never again for this connection
+        return self._affinity_move(peer, event, events)
+
+    def _affinity_follow(
+        self, event: pc.Event, events: Iterator[pc.Event]
+    ) -> bool | Iterator[pc.Event] | None:
+        """After a publish decided for another worker: move at `event` if nothing
+        holds the connection here and `event` does not point elsewhere; stay for good
+        when it does, or when the tries are spent. Returns as `_affinity_decide`."""
+        handoffs = self._affinity
+        following = self._following
+        peer = following.peer  # type: ignore[union-attr]
+        kind = type(event)
+        if kind is not pc.MethodReceived and kind is not pc.Publish:
+            return None  # (acks, heartbeats: not a moment to move at, nor a try)
+        there = handoffs.target(handoffs.mesh, self.vhost, event)  # type: ignore[union-attr]
+        if there is not None and there != peer:
+            self._affinity = self._following = None  # its queues are not all there
+            log.debug("connection %s stays: it also uses queues not on worker %d", self.peer, peer)
+            return None
+        self._flush()  # what answers earlier events leaves first, from here
+        if handoffs.cannot_move(self, event) is None:  # type: ignore[union-attr]
+            self._affinity = self._following = None
+            return self._affinity_move(peer, event, events)
+        if kind is pc.Publish and not _confirms(self.channels.get(event.channel)):  # type: ignore[attr-defined]
+            self._affinity = self._following = None  # handled here, unconfirmed
+            return None
+        following.tries -= 1  # type: ignore[union-attr]
+        if following.tries <= 0:  # type: ignore[union-attr]
+            self._affinity = self._following = None
+            log.debug("connection %s stays: it never could move to worker %d", self.peer, peer)
+        return None
+
+    def _affinity_move(
+        self, peer: int, event: pc.Event, events: Iterator[pc.Event]
+    ) -> bool | Iterator[pc.Event] | None:
+        """Hand this connection to worker `peer` at `event` if it can go; returns as
+        `_affinity_decide`."""
+        handoffs = self.server.handoffs
+        if not handoffs.can_send(peer):
             log.debug("connection %s stays: worker %d is not linked", self.peer, peer)
             return None
         self._flush()  # what answers earlier methods leaves first, from here

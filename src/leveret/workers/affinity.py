@@ -11,7 +11,14 @@ once where the connection belongs:
 - a queue.declare/bind/unbind/purge/delete, basic.consume or basic.get naming a
   queue, or a basic.publish to the default exchange with a routing key: the
   queue's owner (a `RemoteQueue`'s `worker`, or the placement by name for a queue
-  not declared yet); any other publish, an exclusive or server-named queue: here;
+  not declared yet); an exclusive or server-named queue: here;
+- a basic.publish to a named exchange: where the queues it reaches live
+  (`routed_owner`, the routing the publish gets, done just before it; bindings
+  are on every worker). None reached: no decision yet. All on one other worker:
+  that worker, but only after the publish: the connection handles it here (its
+  confirm too) and moves at a later event, once nothing holds it (`Following`).
+  Queues here, on several workers, or a publish routed in a way this does not
+  follow (CC/BCC, a delayed exchange): here;
 - the owner is another worker, and the connection holds nothing that cannot move
   (`cannot_move`): hand it over. Otherwise it stays, and the link between the
   workers serves it.
@@ -22,6 +29,13 @@ socket with the connection's state (`AMQPConnection.export_state`) to the owner
 over this pair of workers' handoff channel (`Handoffs`, SCM_RIGHTS, handoff.py).
 The owner builds the connection from that state, with no handshake, handles the
 bytes, then reads the socket (`Server.adopt`). The client sees nothing.
+
+After a publish decided, the connection moves at the first later method or publish
+at which `cannot_move` lets it, unless that event names a queue elsewhere or its
+publish reaches queues elsewhere (then it stays); after `FOLLOW_TRIES` such events
+that could not move (a producer that always has confirms outstanding) it stays.
+What was handled before the move stays handled here: nothing is sent twice, and
+the move waits until every confirm was sent, so the client's order holds.
 
 The decision runs on the read path's gate (`AMQPConnection._gated`, the check a
 read makes while the broker recovers), so it costs a connection nothing once it
@@ -37,6 +51,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.message import Message
+from leveret.broker.queues.base import Queue
 from leveret.broker.queues.remote import RemoteQueue
 from leveret.protocol import connection as pc
 from leveret.protocol import methods as wire
@@ -50,6 +66,7 @@ from leveret.protocol.constants import (
     QUEUE_UNBIND,
 )
 from leveret.protocol.frames import body_frames, header_frame
+from leveret.protocol.properties import publish_flags
 from leveret.workers.handoff import HandoffError, receive_connections, send_connection
 
 if TYPE_CHECKING:
@@ -65,6 +82,10 @@ _QUEUE_METHODS = frozenset(
     {QUEUE_DECLARE, QUEUE_BIND, QUEUE_UNBIND, QUEUE_PURGE, QUEUE_DELETE, BASIC_CONSUME, BASIC_GET}
 )
 _REPLY_TO = "amq.rabbitmq.reply-to"
+
+#: how many later events a connection whose publish decided tries to move at before
+#: it stays (each one it could not move at: confirms outstanding, output unwritten)
+FOLLOW_TRIES = 16
 
 #: how long a handoff may wait for room on its channel before the connection stays
 SEND_TIMEOUT = 2.0
@@ -98,12 +119,57 @@ def target(mesh: Mesh, vhost: Any, event: pc.Event) -> int | None:
         if name.startswith(_REPLY_TO):
             return STAY  # direct reply-to: the pseudo-queue of this connection
     elif kind is pc.Publish:
+        if event.exchange:  # type: ignore[attr-defined]
+            return routed_owner(mesh, vhost, event)
         name = event.routing_key  # type: ignore[attr-defined]
-        if event.exchange or not name or name.startswith(_REPLY_TO):  # type: ignore[attr-defined]
+        if not name or name.startswith(_REPLY_TO):
             return STAY
     else:
         return None
     return queue_owner(mesh, vhost, name)
+
+
+def routed_owner(mesh: Mesh, vhost: Any, event: Any) -> int | None:
+    """Where the queues publish `event` (to a named exchange) reaches live: a worker
+    index when they are all on that one, STAY when they are on several or the publish
+    is routed in a way not followed here, None when it reaches none (or will fail: no
+    such exchange), so a later event decides. The routing is the one the publish gets
+    when it is handled right after this: same bindings, no await in between."""
+    exchange = vhost.exchanges.get(event.exchange)
+    if exchange is None or exchange.internal:
+        return None
+    header = event.header
+    if b"\x02CC" in header or b"\x03BCC" in header:
+        return STAY  # extra routing keys: not followed, the connection stays
+    flags = publish_flags(header)
+    message = Message(
+        exchange.name, event.routing_key, header, event.body, flags >> 8, flags & 0xFF == 2
+    )
+    owner = None
+    for queue in vhost.route(exchange, message):
+        if isinstance(queue, RemoteQueue):
+            worker = queue.worker
+        elif isinstance(queue, Queue):
+            worker = mesh.index
+        else:
+            return STAY  # a delayed exchange's store: its messages are routed later
+        if owner is None:
+            owner = worker
+        elif owner != worker:
+            return STAY
+    return owner
+
+
+class Following:
+    """A connection whose publish to a named exchange reached queues of one other
+    worker only (`peer`): it moves at a later event (`AMQPConnection._affinity_decide`)
+    once it can, within `tries` events."""
+
+    __slots__ = ("peer", "tries")
+
+    def __init__(self, peer: int) -> None:
+        self.peer = peer
+        self.tries = FOLLOW_TRIES
 
 
 def encode_event(event: pc.Event, frame_max: int) -> bytes:
@@ -166,6 +232,7 @@ class Handoffs:
     # server/ (the connection) never imports this package (workers/ builds on it).
     STAY = STAY
     MAX_INPUT = MAX_INPUT
+    Following = Following
     target = staticmethod(target)
     cannot_move = staticmethod(cannot_move)
     encode_event = staticmethod(encode_event)
